@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+// version is set at build time: -ldflags "-X main.version=v0.1.0".
+var version = "dev"
+
+// requestTimeout bounds one admin API call.
+const requestTimeout = 30 * time.Second
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2 // bad flags or arguments, or an invalid daemon config
+)
+
+// usageError is a mistake in the command line or the config file: retrying
+// the same invocation cannot succeed.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// run runs the CLI with args (args[0] is the program name) and returns the
+// exit code. Errors are printed to stderr as one line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := newApp(stdout, stderr).RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	fmt.Fprintf(stderr, "kmirror: %s\n", msg)
+	var usage usageError
+	var helpErr cli.ExitCoder // from `kmirror help <unknown command>`
+	if errors.As(err, &usage) || errors.As(err, &helpErr) {
+		return exitUsage
+	}
+	return exitError
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:        "kmirror",
+		Usage:       "mirror Kafka topics from a source cluster into a destination cluster",
+		Description: "Global options go before the command: kmirror --output json list",
+		HideVersion: true,
+		Writer:      stdout,
+		ErrWriter:   stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{
+				Name:    "server",
+				Usage:   "`URL` of a kmirror member's HTTP API",
+				EnvVars: []string{"KMIRROR_SERVER"},
+				Value:   "http://127.0.0.1:8080",
+			},
+			&cli.StringFlag{
+				Name:  "output",
+				Usage: "output `FORMAT`: table or json",
+				Value: "table",
+			},
+		},
+		Before: func(c *cli.Context) error {
+			if out := c.String("output"); out != "table" && out != "json" {
+				return usagef("--output %q: use table or json", out)
+			}
+			return nil
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usagef("unknown command %q: run 'kmirror --help' for the list", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
+		Commands: []*cli.Command{
+			daemonCommand(),
+			createCommand(),
+			addCommand(),
+			removeCommand(),
+			listCommand(),
+			describeCommand(),
+			deleteCommand(),
+			versionCommand(),
+		},
+		OnUsageError: onUsageError,
+		// Errors come back from Run; only main exits.
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = onUsageError
+	}
+	return app
+}
+
+func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
+	if isSubcommand {
+		return usagef("%s: %v (run 'kmirror %s --help')", c.Command.Name, err, c.Command.Name)
+	}
+	return usagef("%v (run 'kmirror --help')", err)
+}
+
+// checkInvocation rejects positional arguments and missing required flags;
+// urfave/cli's own check would print the whole help text as well.
+func checkInvocation(c *cli.Context, required ...string) error {
+	name := c.Command.Name
+	if c.Args().Present() {
+		return usagef("%s: unexpected argument %q: values go in flags (run 'kmirror %s --help')", name, c.Args().First(), name)
+	}
+	var missing []string
+	for _, flag := range required {
+		if !c.IsSet(flag) {
+			missing = append(missing, "--"+flag)
+		}
+	}
+	if len(missing) > 0 {
+		return usagef("%s: missing required flag %s (run 'kmirror %s --help')", name, strings.Join(missing, ", "), name)
+	}
+	return nil
+}
+
+// newClient returns a client of the member named by --server.
+func newClient(c *cli.Context) (*daemon.Client, error) {
+	client, err := daemon.NewClient(c.String("server"), requestTimeout)
+	if err != nil {
+		return nil, usagef("--server: %v", err)
+	}
+	return client, nil
+}
+
+// jsonOutput reports whether --output json was given.
+func jsonOutput(c *cli.Context) bool {
+	return c.String("output") == "json"
+}

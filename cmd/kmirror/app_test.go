@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+// fakeAPI stands in for a member behind the real HTTP handler.
+type fakeAPI struct {
+	mu      sync.Mutex
+	calls   []string
+	err     error
+	mirrors []daemon.MirrorSummary
+	rows    []daemon.PartitionStatus
+}
+
+func (f *fakeAPI) record(format string, args ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+	return f.err
+}
+
+func (f *fakeAPI) CreateMirror(_ context.Context, req daemon.CreateMirrorRequest) error {
+	return f.record("CreateMirror %s %v", req.Name, req.Properties)
+}
+
+func (f *fakeAPI) DeleteMirror(_ context.Context, name string, force bool) error {
+	return f.record("DeleteMirror %s force=%t", name, force)
+}
+
+func (f *fakeAPI) AddTopics(_ context.Context, req daemon.AddTopicsRequest) error {
+	return f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
+}
+
+func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
+	return f.record("RemoveTopic %s %s", mirror, topic)
+}
+
+func (f *fakeAPI) ListMirrors(context.Context) ([]daemon.MirrorSummary, error) {
+	return f.mirrors, f.record("ListMirrors")
+}
+
+func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]daemon.PartitionStatus, error) {
+	return f.rows, f.record("Describe mirror=%s topic=%s", mirror, topic)
+}
+
+func (f *fakeAPI) Ready(context.Context) error { return nil }
+
+type cliResult struct {
+	code           int
+	stdout, stderr string
+	calls          []string
+}
+
+// runCLI runs kmirror with args against a fresh server backed by f.
+func runCLI(t *testing.T, f *fakeAPI, args ...string) cliResult {
+	t.Helper()
+	srv := httptest.NewServer(daemon.NewHandler(f, zap.NewNop(), nil))
+	defer srv.Close()
+	return runAt(f, srv.URL, args...)
+}
+
+func runAt(f *fakeAPI, url string, args ...string) cliResult {
+	var stdout, stderr strings.Builder
+	argv := append([]string{"kmirror", "--server", url}, args...)
+	code := run(context.Background(), argv, &stdout, &stderr)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return cliResult{code, stdout.String(), stderr.String(), f.calls}
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCommandsSucceed(t *testing.T) {
+	props := writeFile(t, "east.properties", "# source\nbootstrap.servers=a1:9092\nsecurity.protocol: SSL\n")
+	tests := []struct {
+		name   string
+		args   []string
+		stdout string
+		call   string
+	}{
+		{"create", []string{"create", "--mirror", "east", "--mirror-config", props},
+			"created mirror east\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
+		{"add", []string{"add", "--mirror", "east", "--topic", "orders", "--topic", "payments,refunds", "--start-from", "latest", "--replication-factor", "3"},
+			"added orders, payments, refunds to mirror east\n", "AddTopics east [orders payments refunds] from=latest rf=3"},
+		{"add with defaults", []string{"add", "--mirror", "east", "--topic", "orders"},
+			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=-1"},
+		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
+			"removed orders from mirror east\n", "RemoveTopic east orders"},
+		{"delete", []string{"delete", "--mirror", "east", "--force"}, "deleted mirror east\n", "DeleteMirror east force=true"},
+		{"list", []string{"list"},
+			"MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE\neast    orders  a1:9092           MIRRORING\n", "ListMirrors"},
+		{"list json", []string{"--output", "json", "list"},
+			"[\n  {\n    \"name\": \"east\",\n    \"topics\": [\n      \"orders\"\n    ],\n    \"bootstrap\": [\n      \"a1:9092\"\n    ],\n    \"state\": \"MIRRORING\"\n  }\n]\n",
+			"ListMirrors"},
+		{"describe", []string{"describe", "--mirror", "east", "--topic", "orders"},
+			"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  STATE   REASON\n" +
+				"east    orders  0          5              3                   2    FAILED  broker down\n",
+			"Describe mirror=east topic=orders"},
+		{"create json", []string{"--output", "json", "create", "--mirror", "east", "--mirror-config", props},
+			"{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
+		{"version", []string{"version"}, "kmirror dev (", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeAPI{
+				mirrors: []daemon.MirrorSummary{{Name: "east", Topics: []string{"orders"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}},
+				rows:    []daemon.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, State: "FAILED", Reason: "broker down"}},
+			}
+			r := runCLI(t, f, tt.args...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			if !strings.HasPrefix(r.stdout, tt.stdout) || (tt.name != "version" && r.stdout != tt.stdout) {
+				t.Errorf("stdout\n%s\nwant\n%s", r.stdout, tt.stdout)
+			}
+			if tt.call == "" {
+				if len(r.calls) != 0 {
+					t.Errorf("calls %q, want none", r.calls)
+				}
+			} else if len(r.calls) != 1 || r.calls[0] != tt.call {
+				t.Errorf("calls %q, want [%q]", r.calls, tt.call)
+			}
+		})
+	}
+}
+
+func TestCommandsFail(t *testing.T) {
+	malformed := writeFile(t, "bad.properties", "bootstrap.servers=a1:9092\n# ok\nthis line is wrong\n")
+	noBootstrap := writeFile(t, "nobs.properties", "security.protocol=SSL\n")
+	badConfig := writeFile(t, "kmirror.yaml", "node_id: m1\ndata_dir: /tmp/x\ndestination:\n  bootstrap_servers: [b:9092]\nlease_ttl: soon\n")
+	notFound := fmt.Errorf("mirror %q: %w: create it first with kmirror create", "nope", daemon.ErrNotFound)
+
+	tests := []struct {
+		name   string
+		apiErr error
+		args   []string
+		code   int
+		stderr string // the one line, without "kmirror: " and "\n"
+	}{
+		{"unknown mirror", notFound, []string{"describe", "--mirror", "nope"}, 1,
+			`mirror "nope": not found: create it first with kmirror create`},
+		{"unknown mirror on delete", notFound, []string{"delete", "--mirror", "nope"}, 1,
+			`mirror "nope": not found: create it first with kmirror create`},
+		{"missing properties file", nil, []string{"create", "--mirror", "east", "--mirror-config", noBootstrap + "x"}, 1,
+			"mirror config: open " + noBootstrap + "x: no such file or directory"},
+		{"malformed properties", nil, []string{"create", "--mirror", "east", "--mirror-config", malformed}, 1,
+			malformed + `: line 3: "this line is wrong" is not key=value or key: value`},
+		{"no bootstrap.servers", nil, []string{"create", "--mirror", "east", "--mirror-config", noBootstrap}, 1,
+			noBootstrap + ": bootstrap.servers is required (host:port list of the source cluster)"},
+		{"missing flags", nil, []string{"create"}, 2,
+			"create: missing required flag --mirror, --mirror-config (run 'kmirror create --help')"},
+		{"missing topic", nil, []string{"add", "--mirror", "east"}, 2,
+			"add: missing required flag --topic (run 'kmirror add --help')"},
+		{"missing config", nil, []string{"daemon"}, 2,
+			"daemon: missing required flag --config (run 'kmirror daemon --help')"},
+		{"unknown flag", nil, []string{"remove", "--mirror", "east", "--topics", "t"}, 2,
+			"remove: flag provided but not defined: -topics (run 'kmirror remove --help')"},
+		{"bad flag value", nil, []string{"add", "--mirror", "east", "--topic", "t", "--replication-factor", "three"}, 2,
+			`add: invalid value "three" for flag -replication-factor: parse error (run 'kmirror add --help')`},
+		{"bad start-from", nil, []string{"add", "--mirror", "east", "--topic", "t", "--start-from", "middle"}, 2,
+			`add: --start-from "middle": use earliest or latest`},
+		{"bad replication factor", nil, []string{"add", "--mirror", "east", "--topic", "t", "--replication-factor", "0"}, 2,
+			"add: --replication-factor 0: use -1 (destination default) or 1 to 32767"},
+		{"positional argument", nil, []string{"describe", "east"}, 2,
+			`describe: unexpected argument "east": values go in flags (run 'kmirror describe --help')`},
+		{"unknown command", nil, []string{"mirror"}, 2, `unknown command "mirror": run 'kmirror --help' for the list`},
+		{"help for unknown command", nil, []string{"help", "mirror"}, 2, "No help topic for 'mirror'"},
+		{"bad output", nil, []string{"--output", "yaml", "list"}, 2, `--output "yaml": use table or json`},
+		{"invalid daemon config", nil, []string{"daemon", "--config", badConfig}, 2,
+			"config " + badConfig + ": line 5: lease_ttl: cannot unmarshal !!str `soon` into time.Duration (want a duration such as 500ms, 1s or 2m)"},
+		{"server error", fmt.Errorf("%w: raft leader unknown", daemon.ErrNotLeader), []string{"list"}, 1,
+			"not the raft leader: raft leader unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runCLI(t, &fakeAPI{err: tt.apiErr}, tt.args...)
+			if r.code != tt.code {
+				t.Errorf("exit %d, want %d", r.code, tt.code)
+			}
+			if want := "kmirror: " + tt.stderr + "\n"; r.stderr != want {
+				t.Errorf("stderr %q\nwant   %q", r.stderr, want)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+		})
+	}
+}
+
+func TestServerNotRunning(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	r := runAt(&fakeAPI{}, url, "list")
+	want := "kmirror: cannot reach kmirror at " + url + ": is the daemon running? (set --server or KMIRROR_SERVER)\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestServerFromEnvironment(t *testing.T) {
+	f := &fakeAPI{}
+	srv := httptest.NewServer(daemon.NewHandler(f, zap.NewNop(), nil))
+	defer srv.Close()
+	t.Setenv("KMIRROR_SERVER", srv.URL)
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), []string{"kmirror", "list"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if len(f.calls) != 1 {
+		t.Errorf("server saw %q", f.calls)
+	}
+}
+
+func TestBadServerURL(t *testing.T) {
+	r := runAt(&fakeAPI{}, "127.0.0.1:8080", "list")
+	if r.code != 2 || !strings.HasPrefix(r.stderr, "kmirror: --server: server URL \"127.0.0.1:8080\": want http://host:port") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	r := runAt(&fakeAPI{}, "http://127.0.0.1:1", "add", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "--start-from") || r.stderr != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+// result is the --output json reply of commands that change something.
+type result struct {
+	Result string   `json:"result"`
+	Mirror string   `json:"mirror"`
+	Topics []string `json:"topics,omitempty"`
+}
+
+// report prints what a command changed: one line, or JSON.
+func report(c *cli.Context, r result, line string) error {
+	if jsonOutput(c) {
+		return writeJSON(c.App.Writer, r)
+	}
+	_, err := fmt.Fprintln(c.App.Writer, line)
+	return err
+}
+
+func mirrorFlag(usage string) *cli.StringFlag {
+	return &cli.StringFlag{Name: "mirror", Usage: usage}
+}
+
+func createCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "create",
+		Usage: "define a mirror: a named connection to a source cluster",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the new mirror (required)"),
+			&cli.StringFlag{Name: "mirror-config", Usage: "Kafka .properties `FILE` with the source connection; must set bootstrap.servers (required)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror", "mirror-config"); err != nil {
+				return err
+			}
+			path := c.String("mirror-config")
+			props, err := readProperties(path)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(props["bootstrap.servers"]) == "" {
+				return fmt.Errorf("%s: bootstrap.servers is required (host:port list of the source cluster)", path)
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			name := c.String("mirror")
+			if err := client.CreateMirror(c.Context, daemon.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
+				return err
+			}
+			return report(c, result{Result: "created", Mirror: name}, "created mirror "+name)
+		},
+	}
+}
+
+func readProperties(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("mirror config: %w", err)
+	}
+	defer f.Close()
+	props, err := daemon.ParseProperties(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return props, nil
+}
+
+func addCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "add",
+		Usage: "start mirroring topics of a mirror into the destination cluster",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the mirror (required)"),
+			&cli.StringSliceFlag{Name: "topic", Usage: "`TOPIC` to mirror; repeat or separate with commas (required)"},
+			&cli.StringFlag{Name: "start-from", Usage: "`POSITION` where new topics start: earliest or latest", Value: "earliest"},
+			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default", Value: -1},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror", "topic"); err != nil {
+				return err
+			}
+			startFrom := c.String("start-from")
+			if startFrom != "earliest" && startFrom != "latest" {
+				return usagef("add: --start-from %q: use earliest or latest", startFrom)
+			}
+			rf := c.Int("replication-factor")
+			if rf != -1 && (rf < 1 || rf > 32767) {
+				return usagef("add: --replication-factor %d: use -1 (destination default) or 1 to 32767", rf)
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			req := daemon.AddTopicsRequest{
+				Mirror:            c.String("mirror"),
+				Topics:            c.StringSlice("topic"),
+				StartFrom:         startFrom,
+				ReplicationFactor: int16(rf),
+			}
+			if err := client.AddTopics(c.Context, req); err != nil {
+				return err
+			}
+			return report(c, result{Result: "added", Mirror: req.Mirror, Topics: req.Topics},
+				fmt.Sprintf("added %s to mirror %s", strings.Join(req.Topics, ", "), req.Mirror))
+		},
+	}
+}
+
+func removeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "remove",
+		Usage: "stop mirroring a topic; the destination topic becomes writable",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the mirror (required)"),
+			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (required)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror", "topic"); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			mirror, topic := c.String("mirror"), c.String("topic")
+			if err := client.RemoveTopic(c.Context, mirror, topic); err != nil {
+				return err
+			}
+			return report(c, result{Result: "removed", Mirror: mirror, Topics: []string{topic}},
+				fmt.Sprintf("removed %s from mirror %s", topic, mirror))
+		},
+	}
+}
+
+func listCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list mirrors with their topics and state",
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			mirrors, err := client.ListMirrors(c.Context)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(c) {
+				return writeJSON(c.App.Writer, mirrors)
+			}
+			return writeMirrorTable(c.App.Writer, mirrors)
+		},
+	}
+}
+
+func describeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "describe",
+		Usage: "show offsets, lag and state per mirrored partition",
+		Flags: []cli.Flag{
+			mirrorFlag("only this mirror `NAME`"),
+			&cli.StringFlag{Name: "topic", Usage: "only this `TOPIC`"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			rows, err := client.Describe(c.Context, c.String("mirror"), c.String("topic"))
+			if err != nil {
+				return err
+			}
+			if jsonOutput(c) {
+				return writeJSON(c.App.Writer, rows)
+			}
+			return writePartitionTable(c.App.Writer, rows)
+		},
+	}
+}
+
+func deleteCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "delete",
+		Usage: "delete a mirror",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the mirror (required)"),
+			&cli.BoolFlag{Name: "force", Usage: "delete even while the mirror still has topics"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror"); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			name := c.String("mirror")
+			if err := client.DeleteMirror(c.Context, name, c.Bool("force")); err != nil {
+				return err
+			}
+			return report(c, result{Result: "deleted", Mirror: name}, "deleted mirror "+name)
+		},
+	}
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version of this binary",
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c); err != nil {
+				return err
+			}
+			if jsonOutput(c) {
+				return writeJSON(c.App.Writer, map[string]string{"version": version, "go": runtime.Version()})
+			}
+			_, err := fmt.Fprintf(c.App.Writer, "kmirror %s (%s)\n", version, runtime.Version())
+			return err
+		},
+	}
+}

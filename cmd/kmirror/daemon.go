@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+func daemonCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "daemon",
+		Usage: "run a kmirror member until SIGINT or SIGTERM",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "YAML config `FILE` (required; see deploy/kmirror.example.yaml)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "config"); err != nil {
+				return err
+			}
+			cfg, err := daemon.LoadConfig(c.String("config"))
+			if err != nil {
+				return usageError{err}
+			}
+			logger, err := newLogger(cfg.LogLevel)
+			if err != nil {
+				return err
+			}
+			// Sync fails on some terminals and pipes; there is nothing to do then.
+			defer func() { _ = logger.Sync() }()
+			logger.Info("starting kmirror member",
+				zap.String("version", version),
+				zap.String("node_id", cfg.NodeID),
+				zap.String("http_listen", cfg.HTTPListen),
+				zap.String("raft_advertise", cfg.RaftAdvertise))
+			return daemon.Run(c.Context, cfg, logger)
+		},
+	}
+}
+
+// newLogger writes JSON lines to stderr (journald keeps them) at level.
+// Sampling is off: a divergence or data-loss error must never be dropped.
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log_level: %w", err)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	zc.EncoderConfig.TimeKey = "time"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	logger, err := zc.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build logger: %w", err)
+	}
+	return logger, nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeMirrorTable prints the rows of `kmirror list`.
+func writeMirrorTable(w io.Writer, mirrors []daemon.MirrorSummary) error {
+	rows := [][]string{{"MIRROR", "TOPICS", "SOURCE-BOOTSTRAP", "STATE"}}
+	for _, m := range mirrors {
+		rows = append(rows, []string{m.Name, list(m.Topics), list(m.Bootstrap), m.State})
+	}
+	return writeTable(w, rows)
+}
+
+// writePartitionTable prints the rows of `kmirror describe`. The reason is
+// shown only for partitions that are not MIRRORING.
+func writePartitionTable(w io.Writer, partitions []daemon.PartitionStatus) error {
+	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE", "REASON"}}
+	for _, p := range partitions {
+		reason := ""
+		if p.State != "MIRRORING" {
+			reason = p.Reason
+		}
+		rows = append(rows, []string{
+			p.Mirror, p.Topic, strconv.Itoa(int(p.Partition)),
+			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag),
+			p.State, reason,
+		})
+	}
+	return writeTable(w, rows)
+}
+
+// list joins values with commas, or "-" when there are none.
+func list(values []string) string {
+	if len(values) == 0 {
+		return "-"
+	}
+	return strings.Join(values, ",")
+}
+
+// offset formats an offset or lag; negative means not known yet.
+func offset(n int64) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// cellCleaner keeps server-supplied text from breaking the table layout.
+var cellCleaner = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+
+// writeTable aligns rows in columns two spaces apart, without trailing
+// spaces.
+func writeTable(w io.Writer, rows [][]string) error {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	for _, row := range rows {
+		cells := make([]string, len(row))
+		for i, cell := range row {
+			cells[i] = cellCleaner.Replace(cell)
+		}
+		if _, err := io.WriteString(tw, strings.Join(cells, "\t")+"\n"); err != nil {
+			return err
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if line != "" {
+			out.WriteString(strings.TrimRight(line, " \n") + "\n")
+		}
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
+}

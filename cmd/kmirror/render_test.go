@@ -1,0 +1,69 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+func TestWriteMirrorTable(t *testing.T) {
+	var out strings.Builder
+	err := writeMirrorTable(&out, []daemon.MirrorSummary{
+		{Name: "east", Topics: []string{"orders", "payments"}, Bootstrap: []string{"a1:9092", "a2:9092"}, State: "MIRRORING"},
+		{Name: "west-backup", Bootstrap: []string{"w1:9092"}, State: "FAILED"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `MIRROR       TOPICS           SOURCE-BOOTSTRAP  STATE
+east         orders,payments  a1:9092,a2:9092   MIRRORING
+west-backup  -                w1:9092           FAILED
+`
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+func TestWriteMirrorTableEmpty(t *testing.T) {
+	var out strings.Builder
+	if err := writeMirrorTable(&out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}
+
+func TestWritePartitionTable(t *testing.T) {
+	var out strings.Builder
+	err := writePartitionTable(&out, []daemon.PartitionStatus{
+		{Mirror: "east", Topic: "orders", Partition: 0, SourceOffset: 1200, DestinationOffset: 1200, Lag: 0, State: "MIRRORING", Reason: "ignored while mirroring"},
+		{Mirror: "east", Topic: "orders", Partition: 11, SourceOffset: 98765, DestinationOffset: 98000, Lag: 765, State: "FAILED", Reason: "destination: NOT_ENOUGH_REPLICAS\tretrying in 4s"},
+		{Mirror: "east", Topic: "payments", Partition: 2, SourceOffset: -1, DestinationOffset: -1, Lag: -1, State: "PENDING"},
+		{Mirror: "east", Topic: "payments", Partition: 3, SourceOffset: 10, DestinationOffset: 12, Lag: 0, State: "DIVERGED", Reason: "foreign write at destination offset 10:\nrun kmirror describe"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `MIRROR  TOPIC     PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  STATE      REASON
+east    orders    0          1200           1200                0    MIRRORING
+east    orders    11         98765          98000               765  FAILED     destination: NOT_ENOUGH_REPLICAS retrying in 4s
+east    payments  2          -              -                   -    PENDING
+east    payments  3          10             12                  0    DIVERGED   foreign write at destination offset 10: run kmirror describe
+`
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	var out strings.Builder
+	if err := writeJSON(&out, result{Result: "created", Mirror: "east"}); err != nil {
+		t.Fatal(err)
+	}
+	want := "{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n"
+	if out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}

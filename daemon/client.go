@@ -1,0 +1,228 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Client calls a member's admin API over HTTP. It implements API: error
+// replies come back as errors that wrap the same sentinel errors, so
+// errors.Is(err, ErrNotFound) works on both sides, with the server's message.
+type Client struct {
+	baseURL string
+	http    *http.Client
+}
+
+var _ API = (*Client)(nil)
+
+// NewClient returns a client of the member at baseURL, such as
+// http://127.0.0.1:8080, whose requests give up after timeout.
+func NewClient(baseURL string, timeout time.Duration) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("server URL %q: want http://host:port or https://host:port", baseURL)
+	}
+	return &Client{
+		baseURL: strings.TrimRight(u.String(), "/"),
+		http:    &http.Client{Timeout: timeout},
+	}, nil
+}
+
+// CreateMirror implements API.
+func (c *Client) CreateMirror(ctx context.Context, req CreateMirrorRequest) error {
+	return c.do(ctx, http.MethodPost, "/v1/mirrors", nil, req, nil)
+}
+
+// DeleteMirror implements API.
+func (c *Client) DeleteMirror(ctx context.Context, name string, force bool) error {
+	path, err := apiPath("/v1/mirrors/{}", name)
+	if err != nil {
+		return err
+	}
+	var query url.Values
+	if force {
+		query = url.Values{"force": {"true"}}
+	}
+	return c.do(ctx, http.MethodDelete, path, query, nil, nil)
+}
+
+// AddTopics implements API.
+func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) error {
+	path, err := apiPath("/v1/mirrors/{}/topics", req.Mirror)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPost, path, nil, req, nil)
+}
+
+// RemoveTopic implements API.
+func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
+	path, err := apiPath("/v1/mirrors/{}/topics/{}", mirror, topic)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
+}
+
+// ListMirrors implements API.
+func (c *Client) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
+	var mirrors []MirrorSummary
+	if err := c.do(ctx, http.MethodGet, "/v1/mirrors", nil, nil, &mirrors); err != nil {
+		return nil, err
+	}
+	return mirrors, nil
+}
+
+// Describe implements API; an empty mirror or topic matches all.
+func (c *Client) Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error) {
+	query := url.Values{}
+	if mirror != "" {
+		query.Set("mirror", mirror)
+	}
+	if topic != "" {
+		query.Set("topic", topic)
+	}
+	var rows []PartitionStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/describe", query, nil, &rows); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// Ready implements API: nil when the member's /readyz answers 200.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/readyz", nil, nil, nil)
+}
+
+// apiPath fills each {} of pattern with an escaped, non-empty segment.
+func apiPath(pattern string, segments ...string) (string, error) {
+	for _, s := range segments {
+		if s == "" {
+			return "", fmt.Errorf("%w: mirror and topic names must not be empty", ErrInvalid)
+		}
+		pattern = strings.Replace(pattern, "{}", url.PathEscape(s), 1)
+	}
+	return pattern, nil
+}
+
+// do sends one request with body (if not nil) as JSON and decodes a 2xx
+// reply into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	target := c.baseURL + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	var reqBody io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		reqBody = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return c.transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return replyError(req, resp)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("kmirror at %s sent an unreadable reply to %s %s: %v", c.baseURL, method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) transportError(ctx context.Context, err error) error {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("cannot reach kmirror at %s: is the daemon running? (set --server or KMIRROR_SERVER)", c.baseURL)
+	case ctx.Err() != nil:
+		return fmt.Errorf("request to kmirror at %s: %w", c.baseURL, ctx.Err())
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return fmt.Errorf("kmirror at %s did not answer within %s: check that the daemon is healthy (GET /readyz)", c.baseURL, c.http.Timeout)
+	default:
+		return fmt.Errorf("request to kmirror at %s failed: %w", c.baseURL, err)
+	}
+}
+
+// remoteError is an error reply of the admin API.
+type remoteError struct {
+	msg      string
+	sentinel error // nil if the reply names none
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// replyError turns a non-2xx reply into an error with the server's message,
+// wrapping the sentinel named by the code of a kmirror error body or, for
+// other bodies (proxies, routes an older daemon lacks), guessed from the
+// status.
+func replyError(req *http.Request, resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body errorBody
+	if json.Unmarshal(data, &body) == nil && body.Error != "" {
+		return &remoteError{msg: body.Error, sentinel: sentinelForCode(body.Code)}
+	}
+	msg := fmt.Sprintf("%s %s: %s", req.Method, req.URL.Path, resp.Status)
+	if text := strings.TrimSpace(string(data)); text != "" {
+		msg += ": " + text
+	}
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+		msg += " (the daemon may run an older kmirror version than this CLI)"
+	}
+	return &remoteError{msg: msg, sentinel: sentinelForStatus(resp.StatusCode)}
+}
+
+// sentinelForCode returns the sentinel named by an errorBody code, or nil.
+func sentinelForCode(code string) error {
+	for _, c := range errorCodes {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// sentinelForStatus guesses the sentinel from the status of a reply that
+// is not a kmirror error body. 409 could be ErrExists too; ErrConflict is
+// the wider one.
+func sentinelForStatus(status int) error {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return ErrInvalid
+	case http.StatusNotFound:
+		return ErrNotFound
+	case http.StatusConflict:
+		return ErrConflict
+	case http.StatusServiceUnavailable:
+		return ErrNotLeader
+	case http.StatusBadGateway:
+		return ErrUnavailable
+	}
+	return nil
+}

@@ -1,0 +1,544 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a member's configuration, read from the YAML file given to
+// `kmirror daemon --config`. Start from DefaultConfig (LoadConfig does) so
+// that omitted fields keep their defaults.
+type Config struct {
+	// NodeID names this member in the raft group; it must stay the same
+	// across restarts.
+	NodeID string `yaml:"node_id"`
+	// DataDir holds the raft log, stable store and snapshots.
+	DataDir string `yaml:"data_dir"`
+	// HTTPListen serves the admin API, /healthz, /readyz and /metrics.
+	HTTPListen string `yaml:"http_listen"`
+	// RaftListen is where the raft transport listens.
+	RaftListen string `yaml:"raft_listen"`
+	// RaftAdvertise is the raft address other members dial; defaults to
+	// RaftListen.
+	RaftAdvertise string `yaml:"raft_advertise"`
+	// Bootstrap makes this member form a new single-member raft group when
+	// its data directory holds no raft state.
+	Bootstrap   bool              `yaml:"bootstrap"`
+	Destination DestinationConfig `yaml:"destination"`
+	// MemoryBudget bounds the bytes of fetched and not yet produced batches.
+	MemoryBudget       ByteSize      `yaml:"memory_budget"`
+	LogLevel           string        `yaml:"log_level"`
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// LeaseTTL is how long a member may keep writing its partitions without
+	// hearing from the leader, and how long the leader waits before it
+	// reassigns the partitions of an unreachable member.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+}
+
+// DestinationConfig is the connection to the cluster the mirrors write to,
+// which also holds kmirror's internal topics.
+type DestinationConfig struct {
+	BootstrapServers []string `yaml:"bootstrap_servers"`
+	// ClientID defaults to "kmirror-<node_id>".
+	ClientID string `yaml:"client_id"`
+	// ReplicationFactor of the topics kmirror creates; -1 = broker default.
+	ReplicationFactor int16 `yaml:"replication_factor"`
+}
+
+// Defaults that DefaultConfig fills in.
+const (
+	DefaultHTTPListen         = "127.0.0.1:8080"
+	DefaultRaftListen         = "127.0.0.1:7080"
+	DefaultMemoryBudget       = 256 * MiB
+	DefaultLogLevel           = "info"
+	DefaultCheckpointInterval = time.Second
+	DefaultLeaseTTL           = 10 * time.Second
+)
+
+// logLevels are the accepted log_level values, in the order shown in errors.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// DefaultConfig returns the defaults of every field that has one. NodeID,
+// DataDir and Destination.BootstrapServers have none; RaftAdvertise and
+// Destination.ClientID are derived by ApplyDefaults.
+func DefaultConfig() Config {
+	return Config{
+		HTTPListen:         DefaultHTTPListen,
+		RaftListen:         DefaultRaftListen,
+		Bootstrap:          true,
+		Destination:        DestinationConfig{ReplicationFactor: -1},
+		MemoryBudget:       DefaultMemoryBudget,
+		LogLevel:           DefaultLogLevel,
+		CheckpointInterval: DefaultCheckpointInterval,
+		LeaseTTL:           DefaultLeaseTTL,
+	}
+}
+
+// ApplyDefaults fills the fields whose defaults derive from other fields,
+// where they are empty.
+func (c *Config) ApplyDefaults() {
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftListen
+	}
+	if c.Destination.ClientID == "" && c.NodeID != "" {
+		c.Destination.ClientID = "kmirror-" + c.NodeID
+	}
+}
+
+// LoadConfig reads the YAML file at path over DefaultConfig, applies the
+// derived defaults and validates the result. Unknown fields are errors.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := parseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func parseConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, errors.New("file is empty: set at least node_id, data_dir and destination.bootstrap_servers")
+		}
+		var typeErr *yaml.TypeError
+		if errors.As(err, &typeErr) {
+			return Config{}, explainTypeErrors(data, typeErr)
+		}
+		return Config{}, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("holds more than one YAML document: keep only one")
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// Validate reports every invalid field at once, each naming the field and
+// what it accepts.
+func (c *Config) Validate() error {
+	var errs problems
+	switch {
+	case c.NodeID == "":
+		errs.add("node_id", "required (a name for this member that stays the same across restarts, such as kmirror-1)")
+	case !nodeIDPattern.MatchString(c.NodeID):
+		errs.add("node_id", "%q may only hold letters, digits, '.', '_' and '-'", c.NodeID)
+	}
+	if c.DataDir == "" {
+		errs.add("data_dir", "required (a directory for the raft log and snapshots, such as /var/lib/kmirror)")
+	}
+	errs.check("http_listen", checkAddress(c.HTTPListen, true))
+	errs.check("raft_listen", checkAddress(c.RaftListen, true))
+	if err := checkAddress(c.RaftAdvertise, false); err != nil {
+		errs.add("raft_advertise", "%v: set it to the host:port other members dial to reach this one (it defaults to raft_listen)", err)
+	}
+	if len(c.Destination.BootstrapServers) == 0 {
+		errs.add("destination.bootstrap_servers", "required (host:port list of the destination cluster)")
+	}
+	for i, server := range c.Destination.BootstrapServers {
+		errs.check(fmt.Sprintf("destination.bootstrap_servers[%d]", i), checkAddress(server, false))
+	}
+	if c.Destination.ClientID == "" && c.NodeID != "" {
+		errs.add("destination.client_id", "required (the Kafka client.id kmirror uses on the destination; defaults to kmirror-<node_id>)")
+	}
+	if rf := c.Destination.ReplicationFactor; rf != -1 && rf < 1 {
+		errs.add("destination.replication_factor", "%d is not allowed: use -1 (broker default) or 1 or more", rf)
+	}
+	if c.MemoryBudget < MiB {
+		errs.add("memory_budget", "%s is too small: use at least 1MiB, such as 256MiB or 1GiB", c.MemoryBudget)
+	}
+	if !contains(logLevels, c.LogLevel) {
+		errs.add("log_level", "%q is not one of %s", c.LogLevel, strings.Join(logLevels, ", "))
+	}
+	if c.CheckpointInterval <= 0 {
+		errs.add("checkpoint_interval", "%v is not allowed: use a positive duration such as 1s", c.CheckpointInterval)
+	}
+	if c.LeaseTTL <= 0 {
+		errs.add("lease_ttl", "%v is not allowed: use a positive duration such as 10s", c.LeaseTTL)
+	}
+	return errs.err()
+}
+
+// checkAddress accepts host:port with a numeric port. Listen addresses may
+// leave the host empty (all interfaces) and use port 0 (any free port);
+// addresses that others dial may not.
+func checkAddress(addr string, listen bool) error {
+	if addr == "" {
+		return errors.New("required (host:port)")
+	}
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return fmt.Errorf("%q: port must be a number from 1 to 65535", addr)
+	}
+	if listen {
+		return nil
+	}
+	if port == 0 {
+		return fmt.Errorf("%q: port must be a number from 1 to 65535", addr)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("%q has no host that can be dialed", addr)
+	}
+	return nil
+}
+
+// problems collects field errors and reports them as one line, so a user
+// fixes them all in one go.
+type problems []string
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, field+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *problems) check(field string, err error) {
+	if err != nil {
+		p.add(field, "%v", err)
+	}
+}
+
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(p, "; "))
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// typeErrorLine matches the "line N: " prefix yaml.v3 puts on each message
+// of a TypeError.
+var typeErrorLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// unknownFieldMessage is yaml.v3's message for a key with no struct field.
+var unknownFieldMessage = regexp.MustCompile(`^field (\S+) not found in type `)
+
+// explainTypeErrors rewrites yaml.v3's messages, which name Go types, to name
+// the config key on the reported line and what it accepts.
+func explainTypeErrors(data []byte, typeErr *yaml.TypeError) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return typeErr
+	}
+	var errs problems
+	for _, msg := range typeErr.Errors {
+		m := typeErrorLine.FindStringSubmatch(msg)
+		if m == nil {
+			errs = append(errs, msg)
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		unknown := unknownFieldMessage.FindStringSubmatch(m[2])
+		name := ""
+		if unknown != nil {
+			name = unknown[1]
+		}
+		keys := keysAtLine(&root, line, name)
+		if keys == nil {
+			errs = append(errs, msg)
+			continue
+		}
+		path, t := configField(keys)
+		switch {
+		case unknown != nil:
+			field := name
+			if path != "" {
+				field = path + "." + name
+			}
+			errs = append(errs, fmt.Sprintf("line %d: unknown field %q (allowed here: %s)",
+				line, field, strings.Join(yamlKeys(t), ", ")))
+		case path == "":
+			errs = append(errs, msg)
+		default:
+			errs = append(errs, fmt.Sprintf("line %d: %s: %s%s", line, path, m[2], typeHint(t)))
+		}
+	}
+	return errs.err()
+}
+
+// keysAtLine returns the keys (and "[i]" sequence indexes) leading to the
+// deepest key named name (any key if name is "") whose key or value starts
+// on line, or nil if there is none. yaml.v3 reports lines only, so items of
+// a one-line flow sequence are told apart only by their parent key.
+func keysAtLine(n *yaml.Node, line int, name string) []string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if p := keysAtLine(c, line, name); p != nil {
+				return p
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, value := n.Content[i], n.Content[i+1]
+			if p := keysAtLine(value, line, name); p != nil {
+				return append([]string{key.Value}, p...)
+			}
+			if (name == "" || key.Value == name) && (key.Line == line || value.Line == line) {
+				return []string{key.Value}
+			}
+		}
+	case yaml.SequenceNode:
+		if name == "" && itemsOnLine(n, line) > 1 {
+			return []string{} // a flow sequence: the item is unknown
+		}
+		for i, c := range n.Content {
+			index := fmt.Sprintf("[%d]", i)
+			if p := keysAtLine(c, line, name); p != nil {
+				return append([]string{index}, p...)
+			}
+			if name == "" && c.Line == line {
+				return []string{index}
+			}
+		}
+	}
+	return nil
+}
+
+func itemsOnLine(seq *yaml.Node, line int) int {
+	n := 0
+	for _, c := range seq.Content {
+		if c.Line == line {
+			n++
+		}
+	}
+	return n
+}
+
+// configField follows keys through Config as far as they name fields and
+// returns that part as a path, such as "destination.bootstrap_servers[1]",
+// with the Go type found there.
+func configField(keys []string) (string, reflect.Type) {
+	t := reflect.TypeOf(Config{})
+	var path strings.Builder
+	for _, key := range keys {
+		switch {
+		case t.Kind() == reflect.Struct:
+			f, ok := yamlField(t, key)
+			if !ok {
+				return path.String(), t
+			}
+			if path.Len() > 0 {
+				path.WriteByte('.')
+			}
+			path.WriteString(key)
+			t = f.Type
+		case t.Kind() == reflect.Slice && strings.HasPrefix(key, "["):
+			path.WriteString(key)
+			t = t.Elem()
+		default:
+			return path.String(), t
+		}
+	}
+	return path.String(), t
+}
+
+// yamlKeys lists the keys of the struct type t.
+func yamlKeys(t reflect.Type) []string {
+	keys := make([]string, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		keys = append(keys, yamlName(t.Field(i)))
+	}
+	return keys
+}
+
+// typeHint says what a field of type t accepts where yaml.v3's message
+// names only the Go type.
+func typeHint(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
+		return " (want a duration such as 500ms, 1s or 2m)"
+	case reflect.TypeOf(int16(0)):
+		return " (want a whole number from -32768 to 32767)"
+	case reflect.TypeOf([]string(nil)):
+		return " (want a list such as [\"host1:9092\", \"host2:9092\"])"
+	}
+	return ""
+}
+
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		if yamlName(t.Field(i)) == name {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
+}
+
+// ByteSize is a number of bytes. In YAML it is a plain integer or an integer
+// with a binary unit: 512KiB, 256MiB, 1GiB, 1TiB (or B).
+type ByteSize int64
+
+// Binary units of ByteSize.
+const (
+	KiB ByteSize = 1 << (10 * (iota + 1))
+	MiB
+	GiB
+	TiB
+)
+
+var byteUnits = []struct {
+	name string
+	size ByteSize
+}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}, {"B", 1}}
+
+// ParseByteSize parses a plain integer or an integer with one of the units
+// B, KiB, MiB, GiB or TiB, such as "256MiB".
+func ParseByteSize(s string) (ByteSize, error) {
+	text := strings.TrimSpace(s)
+	unit := ByteSize(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(text, u.name) {
+			text, unit = strings.TrimSpace(strings.TrimSuffix(text, u.name)), u.size
+			break
+		}
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q: want a whole number of bytes, optionally with a unit B, KiB, MiB, GiB or TiB, such as 256MiB", s)
+	}
+	if n > math.MaxInt64/int64(unit) {
+		return 0, fmt.Errorf("invalid size %q: too large", s)
+	}
+	return ByteSize(n) * unit, nil
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler. It reports a bad value as a
+// yaml.TypeError so LoadConfig can name the key.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a size such as 256MiB", n.Line)}}
+	}
+	size, err := ParseByteSize(n.Value)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*b = size
+	return nil
+}
+
+// String formats b in the largest unit that divides it, such as "256MiB".
+func (b ByteSize) String() string {
+	for _, u := range byteUnits {
+		if b != 0 && b%u.size == 0 {
+			return fmt.Sprintf("%d%s", b/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%dB", int64(b))
+}
+
+// ParseProperties reads a Kafka-style .properties file: "key=value" or
+// "key: value" lines, with keys and values trimmed; blank lines and lines
+// starting with # or ! are skipped; a line ending in a backslash continues on
+// the next one (as in the sasl.jaas.config examples of the Kafka docs).
+// Other backslash escapes are kept as written. Malformed lines and duplicate
+// keys are errors naming the line.
+func ParseProperties(r io.Reader) (map[string]string, error) {
+	props := make(map[string]string)
+	firstLine := make(map[string]int)
+	scanner := bufio.NewScanner(r)
+	scanner.Buffer(make([]byte, 64*1024), 1024*1024)
+	lineNo, start := 0, 0
+	var logical strings.Builder
+	for scanner.Scan() {
+		lineNo++
+		text := strings.TrimSpace(scanner.Text())
+		if logical.Len() == 0 {
+			if text == "" || text[0] == '#' || text[0] == '!' {
+				continue
+			}
+			start = lineNo
+		}
+		if continues(text) {
+			logical.WriteString(text[:len(text)-1])
+			continue
+		}
+		logical.WriteString(text)
+		if err := addProperty(props, firstLine, logical.String(), start); err != nil {
+			return nil, err
+		}
+		logical.Reset()
+	}
+	if err := scanner.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d: longer than 1 MiB", lineNo+1)
+		}
+		return nil, fmt.Errorf("line %d: %w", lineNo+1, err)
+	}
+	if logical.Len() > 0 {
+		if err := addProperty(props, firstLine, logical.String(), start); err != nil {
+			return nil, err
+		}
+	}
+	return props, nil
+}
+
+// continues reports whether a line ends in an odd number of backslashes,
+// that is in a backslash that is not itself escaped.
+func continues(line string) bool {
+	n := 0
+	for n < len(line) && line[len(line)-1-n] == '\\' {
+		n++
+	}
+	return n%2 == 1
+}
+
+func addProperty(props map[string]string, firstLine map[string]int, text string, line int) error {
+	sep := strings.IndexAny(text, "=:")
+	if sep < 0 {
+		return fmt.Errorf("line %d: %q is not key=value or key: value", line, text)
+	}
+	key, value := strings.TrimSpace(text[:sep]), strings.TrimSpace(text[sep+1:])
+	if key == "" {
+		return fmt.Errorf("line %d: %q has no key before %q", line, text, string(text[sep]))
+	}
+	if strings.ContainsAny(key, " \t") {
+		return fmt.Errorf("line %d: key %q contains whitespace", line, key)
+	}
+	if first, ok := firstLine[key]; ok {
+		return fmt.Errorf("line %d: duplicate key %q (first set on line %d): keep one", line, key, first)
+	}
+	firstLine[key] = line
+	props[key] = value
+	return nil
+}

@@ -1,0 +1,299 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimalConfig = `
+node_id: m1
+data_dir: /var/lib/kmirror
+destination:
+  bootstrap_servers: ["b1:9092", "b2:9092"]
+`
+
+func TestLoadConfigDefaults(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kmirror.yaml")
+	if err := os.WriteFile(path, []byte(minimalConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		NodeID:        "m1",
+		DataDir:       "/var/lib/kmirror",
+		HTTPListen:    "127.0.0.1:8080",
+		RaftListen:    "127.0.0.1:7080",
+		RaftAdvertise: "127.0.0.1:7080",
+		Bootstrap:     true,
+		Destination: DestinationConfig{
+			BootstrapServers:  []string{"b1:9092", "b2:9092"},
+			ClientID:          "kmirror-m1",
+			ReplicationFactor: -1,
+		},
+		MemoryBudget:       256 * MiB,
+		LogLevel:           "info",
+		CheckpointInterval: time.Second,
+		LeaseTTL:           10 * time.Second,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseConfigEveryField(t *testing.T) {
+	got, err := parseConfig([]byte(`
+node_id: m2
+data_dir: ./data
+http_listen: 0.0.0.0:9000
+raft_listen: 0.0.0.0:9001
+raft_advertise: 10.0.0.2:9001
+bootstrap: false
+destination:
+  bootstrap_servers: [b1:9092]
+  client_id: mirror-b
+  replication_factor: 3
+memory_budget: 1GiB
+log_level: debug
+checkpoint_interval: 500ms
+lease_ttl: 15s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		NodeID:        "m2",
+		DataDir:       "./data",
+		HTTPListen:    "0.0.0.0:9000",
+		RaftListen:    "0.0.0.0:9001",
+		RaftAdvertise: "10.0.0.2:9001",
+		Bootstrap:     false,
+		Destination: DestinationConfig{
+			BootstrapServers:  []string{"b1:9092"},
+			ClientID:          "mirror-b",
+			ReplicationFactor: 3,
+		},
+		MemoryBudget:       GiB,
+		LogLevel:           "debug",
+		CheckpointInterval: 500 * time.Millisecond,
+		LeaseTTL:           15 * time.Second,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+// TestExampleConfigLoads keeps deploy/kmirror.example.yaml in step with Config.
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := LoadConfig("../deploy/kmirror.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../deploy/kmirror.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range append(yamlKeys(reflect.TypeOf(Config{})), yamlKeys(reflect.TypeOf(DestinationConfig{}))...) {
+		if !strings.Contains(string(data), key+":") {
+			t.Errorf("example config does not show %s", key)
+		}
+	}
+	if cfg.NodeID == "" {
+		t.Error("example config has no node_id")
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings of the error
+	}{
+		{"empty", "", []string{"file is empty"}},
+		{"missing required", "log_level: info\n", []string{
+			"node_id: required",
+			"data_dir: required",
+			"destination.bootstrap_servers: required (host:port list of the destination cluster)",
+		}},
+		{"unknown top-level field", minimalConfig + "memory_limit: 1GiB\n", []string{
+			`line 6: unknown field "memory_limit" (allowed here: node_id, data_dir,`,
+		}},
+		{"unknown nested field", minimalConfig + "  acks: all\n", []string{
+			`line 6: unknown field "destination.acks" (allowed here: bootstrap_servers, client_id, replication_factor)`,
+		}},
+		{"bad duration", minimalConfig + "lease_ttl: soon\n", []string{
+			"line 6: lease_ttl: cannot unmarshal !!str `soon` into time.Duration (want a duration such as 500ms, 1s or 2m)",
+		}},
+		{"bad size", minimalConfig + "memory_budget: 1GB\n", []string{
+			`line 6: memory_budget: invalid size "1GB"`, "KiB, MiB, GiB or TiB",
+		}},
+		{"size too small", minimalConfig + "memory_budget: 1024\n", []string{
+			"memory_budget: 1KiB is too small: use at least 1MiB",
+		}},
+		{"bootstrap servers not a list", "node_id: m1\ndata_dir: d\ndestination:\n  bootstrap_servers: {a: b}\n", []string{
+			"line 4: destination.bootstrap_servers: cannot unmarshal", `(want a list such as ["host1:9092", "host2:9092"])`,
+		}},
+		{"bad log level", minimalConfig + "log_level: verbose\n", []string{
+			`log_level: "verbose" is not one of debug, info, warn, error`,
+		}},
+		{"bad node id", strings.Replace(minimalConfig, "m1", "m 1", 1), []string{
+			`node_id: "m 1" may only hold letters, digits`,
+		}},
+		{"bad bootstrap server", strings.Replace(minimalConfig, `"b2:9092"`, `"b2"`, 1), []string{
+			`destination.bootstrap_servers[1]: "b2" is not host:port`,
+		}},
+		{"bad listen port", minimalConfig + "http_listen: 127.0.0.1:http\n", []string{
+			`http_listen: "127.0.0.1:http": port must be a number from 1 to 65535`,
+		}},
+		{"unspecified advertise address", minimalConfig + "raft_listen: 0.0.0.0:7080\n", []string{
+			`raft_advertise: "0.0.0.0:7080" has no host that can be dialed: set it to the host:port other members dial`,
+		}},
+		{"replication factor zero", minimalConfig + "  replication_factor: 0\n", []string{
+			"destination.replication_factor: 0 is not allowed: use -1 (broker default) or 1 or more",
+		}},
+		{"zero durations", minimalConfig + "checkpoint_interval: 0s\nlease_ttl: -1s\n", []string{
+			"checkpoint_interval: 0s is not allowed", "lease_ttl: -1s is not allowed",
+		}},
+		{"two documents", minimalConfig + "---\nnode_id: m2\n", []string{"more than one YAML document"}},
+		{"syntax", "node_id: [\n", []string{"yaml:"}},
+		{"duplicate key", minimalConfig + "node_id: m2\n", []string{`"node_id" already defined`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tt.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans lines: %q", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q\ndoes not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadConfigNamesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kmirror.yaml")
+	if err := os.WriteFile(path, []byte("node_id: m1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadConfig(path)
+	if err == nil || !strings.HasPrefix(err.Error(), "config "+path+": ") {
+		t.Errorf("got %v", err)
+	}
+	_, err = LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want ByteSize
+		text string
+	}{
+		{"0", 0, "0B"},
+		{"1000", 1000, "1000B"},
+		{"1024", KiB, "1KiB"},
+		{"512B", 512, "512B"},
+		{"256MiB", 256 * MiB, "256MiB"},
+		{"256 MiB", 256 * MiB, "256MiB"},
+		{"1536MiB", 1536 * MiB, "1536MiB"},
+		{"1GiB", GiB, "1GiB"},
+		{"2TiB", 2 * TiB, "2TiB"},
+	}
+	for _, tt := range tests {
+		got, err := ParseByteSize(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+		if got.String() != tt.text {
+			t.Errorf("ByteSize(%d).String() = %q, want %q", got, got.String(), tt.text)
+		}
+	}
+	for _, bad := range []string{"", "MiB", "1.5GiB", "-1", "1GB", "1mib", "16777216TiB", "ten"} {
+		if _, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestValidateProgrammaticConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeID = "m1"
+	cfg.DataDir = t.TempDir()
+	cfg.HTTPListen = "127.0.0.1:0"
+	cfg.Destination.BootstrapServers = []string{"localhost:9092"}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Destination.ClientID != "kmirror-m1" || cfg.RaftAdvertise != DefaultRaftListen {
+		t.Errorf("derived defaults not applied: %+v", cfg)
+	}
+}
+
+func TestParseProperties(t *testing.T) {
+	input := `# source cluster A
+! also a comment
+
+bootstrap.servers=a1:9092,a2:9092
+security.protocol : SASL_SSL
+  sasl.mechanism=PLAIN
+empty.value=
+url=http://example.com:8080/x=y
+sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \
+    username="alice" \
+    password="a\\b";
+path=C:\\certs
+`
+	got, err := ParseProperties(strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"bootstrap.servers": "a1:9092,a2:9092",
+		"security.protocol": "SASL_SSL",
+		"sasl.mechanism":    "PLAIN",
+		"empty.value":       "",
+		"url":               "http://example.com:8080/x=y",
+		"sasl.jaas.config":  `org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="a\\b";`,
+		"path":              `C:\\certs`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestParsePropertiesErrors(t *testing.T) {
+	tests := []struct {
+		name, input, want string
+	}{
+		{"no separator", "a=1\n\njust words\n", `line 3: "just words" is not key=value or key: value`},
+		{"no key", "# c\n=value\n", `line 2: "=value" has no key before "="`},
+		{"space in key", "a b=1\n", `line 1: key "a b" contains whitespace`},
+		{"duplicate", "a=1\nb=2\na = 3\n", `line 3: duplicate key "a" (first set on line 1): keep one`},
+		{"duplicate after continuation", "a=1 \\\n 2\na=3\n", `line 3: duplicate key "a" (first set on line 1)`},
+		{"continued to end", "a=1\nbroken \\\n", `line 2: "broken " is not key=value`},
+		{"too long", "a=" + strings.Repeat("x", 2<<20) + "\n", "line 1: longer than 1 MiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseProperties(strings.NewReader(tt.input))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

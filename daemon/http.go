@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// maxBodyBytes bounds admin request bodies; real ones are a few KiB.
+const maxBodyBytes = 1 << 20
+
+// errorBody is the JSON body of every error reply. Code names the sentinel
+// error so clients can map 409 back to ErrExists or ErrConflict.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
+}
+
+// statusBody is the JSON body of replies that carry no data.
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+// errorCodes maps each sentinel error to its HTTP status and the code in
+// errorBody. Order matters only for errors that wrap more than one.
+var errorCodes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{ErrNotFound, http.StatusNotFound, "not_found"},
+	{ErrExists, http.StatusConflict, "exists"},
+	{ErrConflict, http.StatusConflict, "conflict"},
+	{ErrInvalid, http.StatusBadRequest, "invalid"},
+	{ErrNotLeader, http.StatusServiceUnavailable, "not_leader"},
+	{ErrUnavailable, http.StatusBadGateway, "unavailable"},
+}
+
+// classify returns the status and code for err; unknown errors are 500
+// without a code.
+func classify(err error) (status int, code string) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, "invalid"
+	}
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			return c.status, c.code
+		}
+	}
+	return http.StatusInternalServerError, ""
+}
+
+// handler serves the admin API on top of an API implementation.
+type handler struct {
+	api API
+	log *zap.Logger
+}
+
+// apiFunc handles one admin request: it returns the success status and the
+// value to encode as JSON, or an error for the wrapper to map.
+type apiFunc func(r *http.Request) (int, any, error)
+
+// NewHandler returns the HTTP handler of a member: the admin API under /v1,
+// /healthz, /readyz and, if metrics is not nil, /metrics.
+func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler {
+	h := &handler{api: api, log: logger.Named("http")}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/mirrors", h.wrap(h.createMirror))
+	mux.Handle("GET /v1/mirrors", h.wrap(h.listMirrors))
+	mux.Handle("DELETE /v1/mirrors/{name}", h.wrap(h.deleteMirror))
+	mux.Handle("POST /v1/mirrors/{name}/topics", h.wrap(h.addTopics))
+	mux.Handle("DELETE /v1/mirrors/{name}/topics/{topic}", h.wrap(h.removeTopic))
+	mux.Handle("GET /v1/describe", h.wrap(h.describe))
+	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+// wrap turns an apiFunc into an http.Handler: JSON on success, and errors
+// mapped to a status and {"error": ...}.
+func (h *handler) wrap(fn apiFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, body, err := fn(r)
+		if err == nil {
+			writeJSON(w, status, body)
+			return
+		}
+		status, code := classify(err)
+		fields := []zap.Field{zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err)}
+		if status >= 500 {
+			h.log.Warn("admin request failed", fields...)
+		} else {
+			h.log.Debug("admin request rejected", fields...)
+		}
+		writeJSON(w, status, errorBody{Error: err.Error(), Code: code})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// The status line is sent; an encode error means the client went away.
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func (h *handler) createMirror(r *http.Request) (int, any, error) {
+	var req CreateMirrorRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := h.api.CreateMirror(r.Context(), req); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, statusBody{"created"}, nil
+}
+
+func (h *handler) listMirrors(r *http.Request) (int, any, error) {
+	if _, err := queryParams(r); err != nil {
+		return 0, nil, err
+	}
+	mirrors, err := h.api.ListMirrors(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	if mirrors == nil {
+		mirrors = []MirrorSummary{}
+	}
+	return http.StatusOK, mirrors, nil
+}
+
+func (h *handler) deleteMirror(r *http.Request) (int, any, error) {
+	q, err := queryParams(r, "force")
+	if err != nil {
+		return 0, nil, err
+	}
+	force := false
+	if v := q["force"]; v != "" {
+		if force, err = strconv.ParseBool(v); err != nil {
+			return 0, nil, fmt.Errorf("%w: force=%q: use true or false", ErrInvalid, v)
+		}
+	}
+	if err := h.api.DeleteMirror(r.Context(), r.PathValue("name"), force); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{"deleted"}, nil
+}
+
+func (h *handler) addTopics(r *http.Request) (int, any, error) {
+	var req AddTopicsRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	name := r.PathValue("name")
+	if req.Mirror != "" && req.Mirror != name {
+		return 0, nil, fmt.Errorf("%w: mirror %q in the body does not match %q in the path: leave it out of the body", ErrInvalid, req.Mirror, name)
+	}
+	req.Mirror = name
+	if err := h.api.AddTopics(r.Context(), req); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{"added"}, nil
+}
+
+func (h *handler) removeTopic(r *http.Request) (int, any, error) {
+	if err := h.api.RemoveTopic(r.Context(), r.PathValue("name"), r.PathValue("topic")); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{"removed"}, nil
+}
+
+func (h *handler) describe(r *http.Request) (int, any, error) {
+	q, err := queryParams(r, "mirror", "topic")
+	if err != nil {
+		return 0, nil, err
+	}
+	rows, err := h.api.Describe(r.Context(), q["mirror"], q["topic"])
+	if err != nil {
+		return 0, nil, err
+	}
+	if rows == nil {
+		rows = []PartitionStatus{}
+	}
+	return http.StatusOK, rows, nil
+}
+
+// healthz answers as long as the process serves HTTP; orchestrators restart
+// a member only when this fails.
+func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, statusBody{"ok"})
+}
+
+// readyz is 503 whenever api.Ready fails, whatever the cause, so load
+// balancers take the member out of rotation.
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := h.api.Ready(r.Context()); err != nil {
+		_, code := classify(err)
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: code})
+		return
+	}
+	writeJSON(w, http.StatusOK, statusBody{"ok"})
+}
+
+// decodeBody decodes a JSON object into v, rejecting unknown fields, bodies
+// over maxBodyBytes and anything after the object.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			return fmt.Errorf("request body is larger than 1 MiB: %w", err)
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("%w: request body is empty: send a JSON object", ErrInvalid)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			// encoding/json has no typed error for unknown fields.
+			field := strings.TrimPrefix(err.Error(), "json: unknown field ")
+			return fmt.Errorf("%w: request body has unknown field %s (allowed: %s)", ErrInvalid, field, strings.Join(jsonFields(v), ", "))
+		default:
+			return fmt.Errorf("%w: request body: %v", ErrInvalid, err)
+		}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: request body has data after the JSON object: send one object", ErrInvalid)
+	}
+	return nil
+}
+
+// jsonFields lists the JSON names of the struct v points to.
+func jsonFields(v any) []string {
+	t := reflect.TypeOf(v).Elem()
+	names := make([]string, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names = append(names, name)
+	}
+	return names
+}
+
+// queryParams returns the query parameters of r, rejecting any not in
+// allowed so that a misspelt filter is not silently ignored.
+func queryParams(r *http.Request, allowed ...string) (map[string]string, error) {
+	values := make(map[string]string)
+	for name, v := range r.URL.Query() {
+		if !contains(allowed, name) {
+			allowedText := "none"
+			if len(allowed) > 0 {
+				allowedText = strings.Join(allowed, ", ")
+			}
+			return nil, fmt.Errorf("%w: unknown query parameter %q (allowed: %s)", ErrInvalid, name, allowedText)
+		}
+		if len(v) > 1 {
+			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", ErrInvalid, name, len(v))
+		}
+		values[name] = v[0]
+	}
+	return values, nil
+}

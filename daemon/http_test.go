@@ -1,0 +1,422 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// fakeAPI records calls and answers with canned values; it tests the HTTP
+// layer only.
+type fakeAPI struct {
+	mu       sync.Mutex
+	calls    []string
+	err      error // returned by every method but Ready
+	readyErr error
+	mirrors  []MirrorSummary
+	rows     []PartitionStatus
+}
+
+func (f *fakeAPI) record(format string, args ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+	return f.err
+}
+
+func (f *fakeAPI) lastCall() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) == 0 {
+		return ""
+	}
+	return f.calls[len(f.calls)-1]
+}
+
+func (f *fakeAPI) CreateMirror(_ context.Context, req CreateMirrorRequest) error {
+	return f.record("CreateMirror %s %v", req.Name, req.Properties)
+}
+
+func (f *fakeAPI) DeleteMirror(_ context.Context, name string, force bool) error {
+	return f.record("DeleteMirror %s force=%t", name, force)
+}
+
+func (f *fakeAPI) AddTopics(_ context.Context, req AddTopicsRequest) error {
+	return f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
+}
+
+func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
+	return f.record("RemoveTopic %s %s", mirror, topic)
+}
+
+func (f *fakeAPI) ListMirrors(context.Context) ([]MirrorSummary, error) {
+	if err := f.record("ListMirrors"); err != nil {
+		return nil, err
+	}
+	return f.mirrors, nil
+}
+
+func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]PartitionStatus, error) {
+	if err := f.record("Describe mirror=%s topic=%s", mirror, topic); err != nil {
+		return nil, err
+	}
+	return f.rows, nil
+}
+
+func (f *fakeAPI) Ready(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.readyErr
+}
+
+var (
+	testMirrors = []MirrorSummary{{Name: "a", Topics: []string{"t1", "t2"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}}
+	testRows    = []PartitionStatus{{Mirror: "a", Topic: "t1", Partition: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "MIRRORING", Owner: "m1"}}
+)
+
+func newTestHandler(t *testing.T, f *fakeAPI) http.Handler {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "kmirror_up 1\n")
+	})
+	return NewHandler(f, zaptest.NewLogger(t), metrics)
+}
+
+func serve(h http.Handler, method, target, body string) *httptest.ResponseRecorder {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, target, r))
+	return rec
+}
+
+func TestRoutes(t *testing.T) {
+	tests := []struct {
+		name, method, target, body string
+		status                     int
+		reply                      string // exact JSON reply
+		call                       string // call the API saw, "" for none
+	}{
+		{"create", "POST", "/v1/mirrors", `{"name":"a","properties":{"bootstrap.servers":"a1:9092"}}`,
+			201, `{"status":"created"}`, "CreateMirror a map[bootstrap.servers:a1:9092]"},
+		{"delete", "DELETE", "/v1/mirrors/a", "", 200, `{"status":"deleted"}`, "DeleteMirror a force=false"},
+		{"delete forced", "DELETE", "/v1/mirrors/a?force=true", "", 200, `{"status":"deleted"}`, "DeleteMirror a force=true"},
+		{"delete escaped name", "DELETE", "/v1/mirrors/a%2Fb", "", 200, `{"status":"deleted"}`, "DeleteMirror a/b force=false"},
+		{"list", "GET", "/v1/mirrors", "", 200,
+			`[{"name":"a","topics":["t1","t2"],"bootstrap":["a1:9092"],"state":"MIRRORING"}]`, "ListMirrors"},
+		{"add topics", "POST", "/v1/mirrors/a/topics", `{"topics":["t1","t2"],"start_from":"latest","replication_factor":3}`,
+			200, `{"status":"added"}`, "AddTopics a [t1 t2] from=latest rf=3"},
+		{"add topics with matching mirror", "POST", "/v1/mirrors/a/topics", `{"mirror":"a","topics":["t1"]}`,
+			200, `{"status":"added"}`, "AddTopics a [t1] from= rf=0"},
+		{"remove topic", "DELETE", "/v1/mirrors/a/topics/t1", "", 200, `{"status":"removed"}`, "RemoveTopic a t1"},
+		{"describe all", "GET", "/v1/describe", "", 200,
+			`[{"mirror":"a","topic":"t1","partition":0,"source_offset":10,"destination_offset":8,"lag":2,"state":"MIRRORING","owner":"m1"}]`,
+			"Describe mirror= topic="},
+		{"describe filtered", "GET", "/v1/describe?mirror=a&topic=t1", "", 200, "", "Describe mirror=a topic=t1"},
+		{"healthz", "GET", "/healthz", "", 200, `{"status":"ok"}`, ""},
+		{"readyz", "GET", "/readyz", "", 200, `{"status":"ok"}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeAPI{mirrors: testMirrors, rows: testRows}
+			rec := serve(newTestHandler(t, f), tt.method, tt.target, tt.body)
+			if rec.Code != tt.status {
+				t.Fatalf("status %d, want %d; body %s", rec.Code, tt.status, rec.Body)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if tt.reply != "" && strings.TrimSpace(rec.Body.String()) != tt.reply {
+				t.Errorf("reply %s\nwant  %s", rec.Body, tt.reply)
+			}
+			if got := f.lastCall(); got != tt.call {
+				t.Errorf("call %q, want %q", got, tt.call)
+			}
+		})
+	}
+}
+
+func TestEmptyListsAreArrays(t *testing.T) {
+	h := newTestHandler(t, &fakeAPI{})
+	for _, target := range []string{"/v1/mirrors", "/v1/describe"} {
+		if rec := serve(h, "GET", target, ""); strings.TrimSpace(rec.Body.String()) != "[]" {
+			t.Errorf("GET %s = %s, want []", target, rec.Body)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	rec := serve(newTestHandler(t, &fakeAPI{}), "GET", "/metrics", "")
+	if rec.Code != 200 || rec.Body.String() != "kmirror_up 1\n" {
+		t.Errorf("GET /metrics = %d %q", rec.Code, rec.Body)
+	}
+	rec = serve(NewHandler(&fakeAPI{}, zaptest.NewLogger(t), nil), "GET", "/metrics", "")
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("GET /metrics without a metrics handler = %d, want 404", rec.Code)
+	}
+}
+
+func TestReadyzNotReady(t *testing.T) {
+	f := &fakeAPI{readyErr: fmt.Errorf("destination cluster: %w: dial tcp b1:9092: connection refused", ErrUnavailable)}
+	rec := serve(newTestHandler(t, f), "GET", "/readyz", "")
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("status %d, want 503", rec.Code)
+	}
+	want := `{"error":"destination cluster: dependency unavailable: dial tcp b1:9092: connection refused","code":"unavailable"}`
+	if strings.TrimSpace(rec.Body.String()) != want {
+		t.Errorf("reply %s\nwant  %s", rec.Body, want)
+	}
+	// healthz stays 200: the process is alive.
+	if rec := serve(newTestHandler(t, f), "GET", "/healthz", ""); rec.Code != 200 {
+		t.Errorf("healthz %d while not ready", rec.Code)
+	}
+}
+
+func TestErrorStatus(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("mirror %q: %w", "a", ErrNotFound), 404, "not_found"},
+		{fmt.Errorf("mirror %q: %w", "a", ErrExists), 409, "exists"},
+		{fmt.Errorf("topic t1 is STOPPING: %w", ErrConflict), 409, "conflict"},
+		{fmt.Errorf("%w: topic name %q", ErrInvalid, "a b"), 400, "invalid"},
+		{fmt.Errorf("%w: leader is m2", ErrNotLeader), 503, "not_leader"},
+		{fmt.Errorf("source cluster: %w", ErrUnavailable), 502, "unavailable"},
+		{errors.New("disk full"), 500, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			rec := serve(newTestHandler(t, &fakeAPI{err: tt.err}), "DELETE", "/v1/mirrors/a", "")
+			if rec.Code != tt.status {
+				t.Errorf("status %d, want %d", rec.Code, tt.status)
+			}
+			var body errorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			if body != (errorBody{Error: tt.err.Error(), Code: tt.code}) {
+				t.Errorf("body %+v", body)
+			}
+		})
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	tests := []struct {
+		name, method, target, body string
+		status                     int
+		message                    string
+	}{
+		{"unknown field", "POST", "/v1/mirrors", `{"name":"a","propertes":{}}`, 400,
+			`invalid request: request body has unknown field "propertes" (allowed: name, properties)`},
+		{"unknown field in add", "POST", "/v1/mirrors/a/topics", `{"topics":["t"],"startFrom":"latest"}`, 400,
+			`request body has unknown field "startFrom" (allowed: mirror, topics, start_from, replication_factor)`},
+		{"empty body", "POST", "/v1/mirrors", "", 400, "request body is empty"},
+		{"malformed", "POST", "/v1/mirrors", `{"name":`, 400, "invalid request: request body: unexpected EOF"},
+		{"wrong type", "POST", "/v1/mirrors", `{"name":1}`, 400, "request body: json: cannot unmarshal number"},
+		{"two objects", "POST", "/v1/mirrors", `{"name":"a"} {"name":"b"}`, 400, "data after the JSON object"},
+		{"trailing brace", "POST", "/v1/mirrors", `{"name":"a"}}`, 400, "data after the JSON object"},
+		{"too large", "POST", "/v1/mirrors", `{"name":"` + strings.Repeat("x", maxBodyBytes) + `"}`, 413,
+			"request body is larger than 1 MiB"},
+		{"mirror mismatch", "POST", "/v1/mirrors/a/topics", `{"mirror":"b","topics":["t"]}`, 400,
+			`mirror "b" in the body does not match "a" in the path`},
+		{"bad force", "DELETE", "/v1/mirrors/a?force=yes", "", 400, `force="yes": use true or false`},
+		{"unknown query parameter", "GET", "/v1/describe?mirorr=a", "", 400,
+			`unknown query parameter "mirorr" (allowed: mirror, topic)`},
+		{"repeated query parameter", "GET", "/v1/describe?topic=a&topic=b", "", 400, `query parameter "topic" given 2 times`},
+		{"query on list", "GET", "/v1/mirrors?name=a", "", 400, `unknown query parameter "name" (allowed: none)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeAPI{}
+			rec := serve(newTestHandler(t, f), tt.method, tt.target, tt.body)
+			if rec.Code != tt.status {
+				t.Errorf("status %d, want %d", rec.Code, tt.status)
+			}
+			var body errorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("reply %q: %v", rec.Body, err)
+			}
+			if !strings.Contains(body.Error, tt.message) || body.Code != "invalid" {
+				t.Errorf("reply %+v, want message containing %q and code invalid", body, tt.message)
+			}
+			if call := f.lastCall(); call != "" {
+				t.Errorf("API called: %s", call)
+			}
+		})
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	h := newTestHandler(t, &fakeAPI{})
+	if rec := serve(h, "GET", "/v1/nothing", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("unknown path: %d", rec.Code)
+	}
+	if rec := serve(h, "PUT", "/v1/mirrors", ""); rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("wrong method: %d", rec.Code)
+	}
+}
+
+func newTestClient(t *testing.T, f *fakeAPI) *Client {
+	srv := httptest.NewServer(newTestHandler(t, f))
+	t.Cleanup(srv.Close)
+	c, err := NewClient(srv.URL+"/", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestClientRoundTrip(t *testing.T) {
+	f := &fakeAPI{mirrors: testMirrors, rows: testRows}
+	c := newTestClient(t, f)
+	ctx := context.Background()
+
+	steps := []struct {
+		call func() error
+		want string
+	}{
+		{func() error {
+			return c.CreateMirror(ctx, CreateMirrorRequest{Name: "a", Properties: map[string]string{"bootstrap.servers": "a1:9092"}})
+		}, "CreateMirror a map[bootstrap.servers:a1:9092]"},
+		{func() error {
+			return c.AddTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"t1"}, StartFrom: "latest", ReplicationFactor: 3})
+		}, "AddTopics a [t1] from=latest rf=3"},
+		{func() error { return c.RemoveTopic(ctx, "a", "t1") }, "RemoveTopic a t1"},
+		{func() error { return c.DeleteMirror(ctx, "a b/c", true) }, "DeleteMirror a b/c force=true"},
+		{func() error { return c.DeleteMirror(ctx, "a", false) }, "DeleteMirror a force=false"},
+		{func() error {
+			got, err := c.ListMirrors(ctx)
+			if err == nil && !reflect.DeepEqual(got, testMirrors) {
+				err = fmt.Errorf("ListMirrors = %+v", got)
+			}
+			return err
+		}, "ListMirrors"},
+		{func() error {
+			got, err := c.Describe(ctx, "a", "")
+			if err == nil && !reflect.DeepEqual(got, testRows) {
+				err = fmt.Errorf("Describe = %+v", got)
+			}
+			return err
+		}, "Describe mirror=a topic="},
+	}
+	for i, s := range steps {
+		if err := s.call(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := f.lastCall(); got != s.want {
+			t.Errorf("step %d: server saw %q, want %q", i, got, s.want)
+		}
+	}
+	if err := c.Ready(ctx); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+}
+
+func TestClientErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, sentinel := range []error{ErrNotFound, ErrExists, ErrConflict, ErrInvalid, ErrNotLeader, ErrUnavailable} {
+		serverErr := fmt.Errorf("mirror %q: %w", "a", sentinel)
+		c := newTestClient(t, &fakeAPI{err: serverErr})
+		err := c.DeleteMirror(ctx, "a", false)
+		if !errors.Is(err, sentinel) {
+			t.Errorf("%v: client error %v does not wrap it", sentinel, err)
+		}
+		if err == nil || err.Error() != serverErr.Error() {
+			t.Errorf("client error %q, want the server's message %q", err, serverErr)
+		}
+	}
+
+	// Exists and conflict share 409; the code keeps them apart.
+	c := newTestClient(t, &fakeAPI{err: ErrExists})
+	if err := c.CreateMirror(ctx, CreateMirrorRequest{Name: "a"}); errors.Is(err, ErrConflict) {
+		t.Errorf("ErrExists came back as ErrConflict: %v", err)
+	}
+
+	c = newTestClient(t, &fakeAPI{err: errors.New("disk full")})
+	if _, err := c.ListMirrors(ctx); err == nil || err.Error() != "disk full" {
+		t.Errorf("internal error: %v", err)
+	}
+
+	c = newTestClient(t, &fakeAPI{readyErr: errors.New("raft has no leader")})
+	if err := c.Ready(ctx); err == nil || err.Error() != "raft has no leader" || errors.Is(err, ErrNotLeader) {
+		t.Errorf("Ready: %v", err)
+	}
+
+	if err := c.RemoveTopic(ctx, "a", ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("empty topic: %v", err)
+	}
+}
+
+func TestClientNonJSONReply(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	c, err := NewClient(srv.URL, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.RemoveTopic(context.Background(), "a", "t1")
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("error %v does not wrap ErrNotFound", err)
+	}
+	want := "DELETE /v1/mirrors/a/topics/t1: 404 Not Found: 404 page not found (the daemon may run an older kmirror version than this CLI)"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %q\nwant  %q", err, want)
+	}
+}
+
+func TestClientConnectionRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	c, err := NewClient(url, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Ready(context.Background())
+	want := "cannot reach kmirror at " + url + ": is the daemon running? (set --server or KMIRROR_SERVER)"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %q\nwant  %q", err, want)
+	}
+}
+
+func TestClientTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c, err := NewClient(srv.URL, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ListMirrors(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "did not answer within 50ms") {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestNewClientRejectsBadURL(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:8080", "ftp://host", "http://"} {
+		if _, err := NewClient(u, time.Second); err == nil {
+			t.Errorf("NewClient(%q) accepted", u)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package daemon
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kmirror/kmirror/fetch"
+)
+
+// metrics exposes the data path's per-partition progress on /metrics from
+// the member's own registry (never the global one).
+type metrics struct {
+	engine *fetch.Engine
+	reg    *prometheus.Registry
+	lag    *prometheus.Desc
+	srcPos *prometheus.Desc
+	dstPos *prometheus.Desc
+	state  *prometheus.Desc
+}
+
+func newMetrics(engine *fetch.Engine) *metrics {
+	labels := []string{"mirror", "topic", "partition"}
+	m := &metrics{
+		engine: engine,
+		reg:    prometheus.NewRegistry(),
+		lag:    prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored.", labels, nil),
+		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
+		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
+		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
+	}
+	m.reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.lag
+	ch <- m.srcPos
+	ch <- m.dstPos
+	ch <- m.state
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range m.engine.Statuses() {
+		l := []string{st.Key.Mirror, st.Key.Topic, itoa(st.Key.Partition)}
+		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.Lag), l...)
+		ch <- prometheus.MustNewConstMetric(m.srcPos, prometheus.GaugeValue, float64(st.Position.SourceOffset), l...)
+		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
+		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)
+	}
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }

@@ -1,0 +1,480 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+var _ API = (*Member)(nil)
+
+// validName is what mirror names may be (Kafka's topic name alphabet).
+var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+// sourceProperties are the mirror properties this version understands.
+// Security settings (TLS, SASL) come with a later issue; until then a
+// property we do not act on is refused rather than ignored.
+var sourceProperties = map[string]bool{"bootstrap.servers": true, "client.id": true, "security.protocol": true}
+
+// adminTimeout bounds each call to a Kafka cluster made for an API request.
+const adminTimeout = 15 * time.Second
+
+func (m *Member) leaderOnly() error {
+	if !m.store.IsLeader() {
+		return fmt.Errorf("%w: send admin requests to the leader (forwarding comes with multi-member groups)", ErrNotLeader)
+	}
+	return nil
+}
+
+// CreateMirror defines a mirror after checking its source cluster answers.
+func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) error {
+	if err := m.leaderOnly(); err != nil {
+		return err
+	}
+	if !validName.MatchString(req.Name) {
+		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", ErrInvalid, req.Name)
+	}
+	var unknown []string
+	for k := range req.Properties {
+		if !sourceProperties[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("%w: unsupported mirror properties %s: this version supports bootstrap.servers, client.id and security.protocol=PLAINTEXT",
+			ErrInvalid, strings.Join(unknown, ", "))
+	}
+	if sp := req.Properties["security.protocol"]; sp != "" && sp != "PLAINTEXT" {
+		return fmt.Errorf("%w: security.protocol=%s is not supported yet: use PLAINTEXT", ErrInvalid, sp)
+	}
+	bootstrap := splitList(req.Properties["bootstrap.servers"])
+	if len(bootstrap) == 0 {
+		return fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", ErrInvalid)
+	}
+	exists := false
+	m.store.Read(func(s *raftstore.State) { _, exists = s.Mirrors[req.Name] })
+	if exists {
+		return fmt.Errorf("%w: mirror %s already exists: delete it first or pick another name", ErrExists, req.Name)
+	}
+	src := fetch.NewAdmin("source cluster", bootstrap, m.cfg.Destination.ClientID, nil)
+	defer src.Close()
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	clusterID, err := src.ClusterID(cctx)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	err = m.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{
+		Name: req.Name, Bootstrap: bootstrap, Properties: req.Properties, SourceClusterID: clusterID,
+	}})
+	return mapStoreErr(err)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// mapStoreErr turns raftstore errors into API sentinel errors.
+func mapStoreErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raftstore.ErrNotFound):
+		return fmt.Errorf("%w: %v", ErrNotFound, err)
+	case errors.Is(err, raftstore.ErrExists):
+		return fmt.Errorf("%w: %v", ErrExists, err)
+	case errors.Is(err, raftstore.ErrNotLeader):
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	return err
+}
+
+// DeleteMirror removes a mirror; with force, its mirroring topics are
+// stopped first (as remove does).
+func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) error {
+	if err := m.leaderOnly(); err != nil {
+		return err
+	}
+	var active []string
+	found := false
+	m.store.Read(func(s *raftstore.State) {
+		_, found = s.Mirrors[name]
+		for _, t := range s.Topics {
+			if t.Mirror == name && t.State != raftstore.StateStopped {
+				active = append(active, t.Topic)
+			}
+		}
+	})
+	if !found {
+		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, name)
+	}
+	sort.Strings(active)
+	if len(active) > 0 && !force {
+		return fmt.Errorf("%w: mirror %s still mirrors %s: remove those topics first, or use --force to stop them and delete",
+			ErrConflict, name, strings.Join(active, ", "))
+	}
+	for _, t := range active {
+		if err := m.RemoveTopic(ctx, name, t); err != nil {
+			return fmt.Errorf("stop %s before deleting mirror %s: %w", t, name, err)
+		}
+	}
+	return mapStoreErr(m.store.Apply(ctx, raftstore.DeleteMirror{Name: name}))
+}
+
+// plannedTopic is a topic checked and resolved by AddTopics before anything
+// is created.
+type plannedTopic struct {
+	topic   raftstore.MirrorTopic
+	configs map[string]string
+}
+
+// AddTopics starts mirroring topics. Every topic is checked first (source
+// topic exists, destination topic does not, offsets resolved); only then is
+// anything created, so a bad request leaves nothing half-done.
+func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
+	if err := m.leaderOnly(); err != nil {
+		return err
+	}
+	if len(req.Topics) == 0 {
+		return fmt.Errorf("%w: name at least one --topic", ErrInvalid)
+	}
+	which := fetch.Earliest
+	switch req.StartFrom {
+	case "", "earliest":
+	case "latest":
+		which = fetch.Latest
+	default:
+		return fmt.Errorf("%w: start-from %q: use earliest or latest", ErrInvalid, req.StartFrom)
+	}
+	var mir raftstore.Mirror
+	found := false
+	taken := map[string]string{}
+	m.store.Read(func(s *raftstore.State) {
+		if p, ok := s.Mirrors[req.Mirror]; ok {
+			mir, found = *p, true
+		}
+		for _, t := range s.Topics {
+			taken[t.Topic] = t.Mirror
+		}
+	})
+	if !found {
+		return fmt.Errorf("%w: mirror %s does not exist (create it with kmirror create)", ErrNotFound, req.Mirror)
+	}
+	seen := map[string]bool{}
+	for _, t := range req.Topics {
+		if seen[t] {
+			return fmt.Errorf("%w: topic %s named twice", ErrInvalid, t)
+		}
+		seen[t] = true
+		if owner, ok := taken[t]; ok {
+			return fmt.Errorf("%w: topic %s is already mirrored by mirror %s", ErrExists, t, owner)
+		}
+		if strings.HasPrefix(t, "__") {
+			return fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", ErrInvalid, t)
+		}
+	}
+	src := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
+	defer src.Close()
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	var plan []plannedTopic
+	for _, t := range req.Topics {
+		p, err := m.planTopic(cctx, src, mir, t, which)
+		if err != nil {
+			return err
+		}
+		plan = append(plan, p)
+	}
+	for i, p := range plan {
+		if err := m.createTopic(ctx, p, req.ReplicationFactor); err != nil {
+			if i > 0 {
+				return fmt.Errorf("%v (topics %s were added before this failure)", err, topicNames(plan[:i]))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func topicNames(plan []plannedTopic) string {
+	names := make([]string, len(plan))
+	for i, p := range plan {
+		names[i] = p.topic.Topic
+	}
+	return strings.Join(names, ", ")
+}
+
+func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64) (plannedTopic, error) {
+	n, err := src.Partitions(ctx, topic)
+	if errors.Is(err, fetch.ErrTopicNotFound) {
+		return plannedTopic{}, fmt.Errorf("%w: source topic %s does not exist on the source cluster of mirror %s (%s)",
+			ErrNotFound, topic, mir.Name, strings.Join(mir.Bootstrap, ","))
+	}
+	if err != nil {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if _, err := m.dest.Partitions(ctx, topic); err == nil {
+		return plannedTopic{}, fmt.Errorf("%w: destination topic %s already exists and was not created by kmirror: "+
+			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic)
+	} else if !errors.Is(err, fetch.ErrTopicNotFound) {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	offsets, err := src.Offsets(ctx, topic, n, which)
+	if err != nil {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	configs, err := src.TopicConfigs(ctx, topic)
+	if err != nil {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: topic, State: raftstore.StatePending,
+		Partitions: make([]raftstore.PartitionInfo, n)}
+	for i := range mt.Partitions {
+		mt.Partitions[i] = raftstore.PartitionInfo{State: raftstore.StatePending, StartOffset: offsets[i]}
+	}
+	return plannedTopic{topic: mt, configs: configs}, nil
+}
+
+// createTopic records the topic PENDING, creates the destination topic and
+// moves it to MIRRORING; if creation fails, the record is removed again.
+func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
+	t := p.topic
+	key := raftstore.TopicKey(t.Mirror, t.Topic)
+	m.creatingMu.Lock()
+	m.creating[key] = true
+	m.creatingMu.Unlock()
+	defer func() {
+		m.creatingMu.Lock()
+		delete(m.creating, key)
+		m.creatingMu.Unlock()
+	}()
+	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
+		return mapStoreErr(err)
+	}
+	if rf == 0 {
+		rf = m.cfg.Destination.ReplicationFactor
+	}
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	if err := m.dest.CreateTopic(cctx, t.Topic, len(t.Partitions), rf, p.configs); err != nil {
+		if rerr := m.store.Apply(ctx, raftstore.RemoveTopic{Mirror: t.Mirror, Topic: t.Topic}); rerr != nil {
+			m.log.Error("undo add topic", zap.String("topic", t.Topic), zap.Error(rerr))
+		}
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StateMirroring}))
+}
+
+// finishPending completes a topic left PENDING by a leader that stopped
+// between recording it and creating the destination topic.
+func (m *Member) finishPending(t raftstore.MirrorTopic) {
+	m.creatingMu.Lock()
+	busy := m.creating[raftstore.TopicKey(t.Mirror, t.Topic)]
+	m.creatingMu.Unlock()
+	if busy {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, adminTimeout)
+	defer cancel()
+	n, err := m.dest.Partitions(ctx, t.Topic)
+	switch {
+	case errors.Is(err, fetch.ErrTopicNotFound):
+		err = m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), m.cfg.Destination.ReplicationFactor, nil)
+	case err == nil && n != len(t.Partitions):
+		err = fmt.Errorf("destination topic %s has %d partitions, the source %d", t.Topic, n, len(t.Partitions))
+	}
+	state, reason := raftstore.StateMirroring, ""
+	if err != nil {
+		state, reason = raftstore.StateFailed, err.Error()
+	}
+	if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: state, Reason: reason}); aerr != nil {
+		m.log.Warn("finish pending topic", zap.String("topic", t.Topic), zap.Error(aerr))
+	}
+}
+
+// RemoveTopic stops mirroring a topic: no more fetching, in-flight batches
+// produced, final checkpoint, and the last mirrored position of every
+// partition recorded in raft and in the state topic. The destination topic
+// is then the writable copy.
+func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
+	if err := m.leaderOnly(); err != nil {
+		return err
+	}
+	var t raftstore.MirrorTopic
+	var mir raftstore.Mirror
+	found := false
+	m.store.Read(func(s *raftstore.State) {
+		if p, ok := s.Topic(mirror, topic); ok {
+			t, found = *p, true
+		}
+		if p, ok := s.Mirrors[mirror]; ok {
+			mir = *p
+		}
+	})
+	if !found {
+		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
+	}
+	if t.State == raftstore.StateStopped {
+		return nil
+	}
+	if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
+		return mapStoreErr(err)
+	}
+	positions := make([]raftstore.Position, len(t.Partitions))
+	for i := range t.Partitions {
+		k := fetch.Key{Mirror: mirror, Topic: topic, Partition: int32(i)}
+		pos, err := m.engine.Release(ctx, k)
+		if errors.Is(err, fetch.ErrUnknownPartition) {
+			pos, err = m.engine.LastPosition(ctx, k, t.Partitions[i].StartOffset)
+		}
+		if err != nil {
+			return fmt.Errorf("stop %s: %w (the topic stays STOPPING; run remove again)", k, err)
+		}
+		positions[i] = raftstore.Position{
+			SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
+			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: mir.SourceClusterID, SourceTopicID: t.SourceTopicID,
+		}
+		if err := m.engine.RecordStopped(ctx, k, positions[i]); err != nil {
+			return fmt.Errorf("record last mirrored position of %s: %w (run remove again)", k, err)
+		}
+	}
+	return mapStoreErr(m.store.Apply(ctx, raftstore.RecordStopped{Mirror: mirror, Topic: topic, Positions: positions}))
+}
+
+// ListMirrors summarises every mirror.
+func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
+	var out []MirrorSummary
+	m.store.Read(func(s *raftstore.State) {
+		for _, mir := range s.Mirrors {
+			sum := MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Topics: []string{}}
+			var states []raftstore.TopicState
+			for _, t := range s.Topics {
+				if t.Mirror == mir.Name {
+					sum.Topics = append(sum.Topics, t.Topic)
+					states = append(states, t.State)
+				}
+			}
+			sort.Strings(sum.Topics)
+			sum.State = summarise(states)
+			out = append(out, sum)
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// summarise is MIRRORING when every topic mirrors, else the worst state.
+func summarise(states []raftstore.TopicState) string {
+	if len(states) == 0 {
+		return "EMPTY"
+	}
+	order := []raftstore.TopicState{raftstore.StateDiverged, raftstore.StateFailed, raftstore.StateStopping,
+		raftstore.StatePending, raftstore.StatePaused, raftstore.StateStopped}
+	for _, o := range order {
+		for _, s := range states {
+			if s == o {
+				return string(o)
+			}
+		}
+	}
+	return string(raftstore.StateMirroring)
+}
+
+// Describe shows every partition of the selected topics.
+func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error) {
+	live := map[fetch.Key]fetch.Status{}
+	for _, st := range m.engine.Statuses() {
+		live[st.Key] = st
+	}
+	var out []PartitionStatus
+	mirrorFound := mirror == ""
+	m.store.Read(func(s *raftstore.State) {
+		if _, ok := s.Mirrors[mirror]; ok {
+			mirrorFound = true
+		}
+		for _, t := range s.Topics {
+			if (mirror != "" && t.Mirror != mirror) || (topic != "" && t.Topic != topic) {
+				continue
+			}
+			for i, p := range t.Partitions {
+				ps := PartitionStatus{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i),
+					State: string(p.State), Reason: p.Reason, Owner: p.Owner, SourceOffset: -1, DestinationOffset: -1, Lag: -1}
+				if t.State == raftstore.StatePending || t.State == raftstore.StateStopping {
+					ps.State = string(t.State)
+				}
+				if st, ok := live[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}]; ok {
+					ps.DestinationOffset = st.Position.DestinationOffset
+					if st.SourceEnd >= 0 {
+						ps.SourceOffset, ps.Lag = st.SourceEnd, st.Lag
+					}
+					if st.State == fetch.Starting && ps.State == string(raftstore.StateMirroring) {
+						ps.Reason = "resuming: verifying source and destination from the last checkpoint"
+					}
+				} else if p.LastMirrored != nil {
+					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0
+				}
+				out = append(out, ps)
+			}
+		}
+	})
+	if !mirrorFound {
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
+	}
+	if topic != "" && len(out) == 0 {
+		return nil, fmt.Errorf("%w: topic %s is not mirrored%s", ErrNotFound, topic, inMirror(mirror))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Mirror != b.Mirror {
+			return a.Mirror < b.Mirror
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	return out, nil
+}
+
+func inMirror(mirror string) string {
+	if mirror == "" {
+		return ""
+	}
+	return " by mirror " + mirror
+}
+
+// Ready is nil when raft has a leader, this member has applied what it
+// knows committed, and the destination cluster answers.
+func (m *Member) Ready(ctx context.Context) error {
+	if _, id := m.store.Leader(); id == "" {
+		return errors.New("raft group has no leader")
+	}
+	m.readyMu.Lock()
+	defer m.readyMu.Unlock()
+	if time.Since(m.readyAt) > 5*time.Second {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, m.readyErr = m.dest.ClusterID(cctx)
+		cancel()
+		m.readyAt = time.Now()
+	}
+	if m.readyErr != nil {
+		return fmt.Errorf("destination cluster unreachable: %v", m.readyErr)
+	}
+	return nil
+}

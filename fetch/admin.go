@@ -1,0 +1,232 @@
+package fetch
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	kafka "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/initproducerid"
+	"github.com/segmentio/kafka-go/protocol/listoffsets"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// ErrTopicNotFound is returned when a topic does not exist.
+var ErrTopicNotFound = errors.New("topic does not exist")
+
+// Admin runs the occasional administrative requests kmirror needs against
+// one cluster: topic metadata and configs, offsets, topic creation,
+// producer IDs.
+type Admin struct {
+	cl     *cluster
+	client *kafka.Client
+}
+
+// NewAdmin returns an Admin for the cluster at bootstrap; name is how
+// errors call the cluster ("source cluster of mirror m1").
+func NewAdmin(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *Admin {
+	return &Admin{
+		cl: newCluster(name, bootstrap, clientID, tlsConfig),
+		client: &kafka.Client{
+			Addr:    kafka.TCP(bootstrap...),
+			Timeout: 30 * time.Second,
+			Transport: &kafka.Transport{
+				ClientID:    clientID,
+				TLS:         tlsConfig,
+				MetadataTTL: time.Second,
+				DialTimeout: 10 * time.Second,
+			},
+		},
+	}
+}
+
+// Close releases connections.
+func (a *Admin) Close() {
+	a.cl.close()
+	if t, ok := a.client.Transport.(*kafka.Transport); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// ClusterID checks the cluster answers and returns its ID.
+func (a *Admin) ClusterID(ctx context.Context) (string, error) {
+	md, err := a.cl.metadata(ctx, 0)
+	if err != nil {
+		return "", err
+	}
+	return md.ClusterID, nil
+}
+
+// Partitions returns a topic's partition count, or ErrTopicNotFound.
+func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
+	a.cl.watch(topic)
+	md, err := a.cl.metadata(ctx, 0)
+	if err != nil {
+		return 0, err
+	}
+	if code, ok := md.TopicErrors[topic]; ok {
+		if code == kwire.CodeUnknownTopicOrPartition {
+			return 0, fmt.Errorf("%w: %s on %s", ErrTopicNotFound, topic, a.cl.name)
+		}
+		return 0, &kwire.Error{Code: code, Topic: topic, Partition: -1, Op: "metadata of " + a.cl.name}
+	}
+	return len(md.Topics[topic]), nil
+}
+
+// mirroredConfigs are the topic configs copied to a destination topic when
+// the source sets them explicitly. message.timestamp.type is not copied:
+// destination batches always carry CreateTime, and kmirror re-encodes
+// LogAppendTime batches with the source's append time as CreateTime, so
+// consumers of both clusters see the same timestamps.
+var mirroredConfigs = []string{
+	"cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes",
+	"compression.type", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
+	"max.compaction.lag.ms", "delete.retention.ms", "min.cleanable.dirty.ratio",
+	"message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+	"min.insync.replicas",
+}
+
+// TopicConfigs returns the topic's non-default configs among those kmirror
+// mirrors.
+func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]string, error) {
+	res, err := a.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
+		Resources: []kafka.DescribeConfigRequestResource{{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: mirroredConfigs,
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name, err)
+	}
+	out := map[string]string{}
+	for _, r := range res.Resources {
+		if r.Error != nil {
+			return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name, r.Error)
+		}
+		for _, e := range r.ConfigEntries {
+			// ConfigSource 1 = DYNAMIC_TOPIC_CONFIG: set on the topic itself.
+			if e.ConfigSource == 1 {
+				out[e.ConfigName] = e.ConfigValue
+			}
+		}
+	}
+	return out, nil
+}
+
+// CreateTopic creates a topic; rf <= 0 takes the broker default.
+func (a *Admin) CreateTopic(ctx context.Context, topic string, partitions int, rf int16, configs map[string]string) error {
+	if rf <= 0 {
+		rf = -1
+	}
+	tc := kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: int(rf)}
+	for k, v := range configs {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
+	res, err := a.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	if err != nil {
+		return fmt.Errorf("create topic %s on %s: %w", topic, a.cl.name, err)
+	}
+	if err := res.Errors[topic]; err != nil {
+		return fmt.Errorf("create topic %s on %s: %w", topic, a.cl.name, err)
+	}
+	// Wait until every partition has a leader, so producers can start.
+	for {
+		md, err := a.cl.metadata(ctx, 0)
+		if err == nil {
+			if parts, ok := md.Topics[topic]; ok && len(parts) == partitions && allLed(parts) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s on %s has no leader for every partition yet: %w", topic, a.cl.name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		a.cl.watch(topic)
+	}
+}
+
+func allLed(parts []kwire.PartitionMeta) bool {
+	for _, p := range parts {
+		if p.Leader < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Offset specifiers for Offsets.
+const (
+	Earliest int64 = -2
+	Latest   int64 = -1
+)
+
+// Offsets returns, per partition, the earliest or latest offset
+// (committed: read_committed isolation, so latest is the last stable offset).
+func (a *Admin) Offsets(ctx context.Context, topic string, partitions int, which int64) ([]int64, error) {
+	out := make([]int64, partitions)
+	for p := 0; p < partitions; p++ {
+		_, addr, epoch, err := a.cl.leader(ctx, topic, int32(p), time.Second)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := a.cl.dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		msg, err := conn.RoundTrip(ctx, &listoffsets.Request{
+			ReplicaID:      -1,
+			IsolationLevel: 1,
+			Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: []listoffsets.RequestPartition{{
+				Partition: int32(p), CurrentLeaderEpoch: epoch, Timestamp: which,
+			}}}},
+		})
+		conn.Close()
+		if err != nil {
+			return nil, fmt.Errorf("list offsets of %s/%d on %s: %w", topic, p, a.cl.name, err)
+		}
+		res := msg.(*listoffsets.Response)
+		if len(res.Topics) != 1 || len(res.Topics[0].Partitions) != 1 {
+			return nil, fmt.Errorf("list offsets of %s/%d on %s: malformed response", topic, p, a.cl.name)
+		}
+		rp := res.Topics[0].Partitions[0]
+		if rp.ErrorCode != 0 {
+			return nil, &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: int32(p), Op: "list offsets on " + a.cl.name}
+		}
+		out[p] = rp.Offset
+	}
+	return out, nil
+}
+
+// InitProducerID allocates a fresh idempotent producer identity.
+func (a *Admin) InitProducerID(ctx context.Context) (ProducerID, error) {
+	md, err := a.cl.metadata(ctx, time.Minute)
+	if err != nil {
+		return ProducerID{}, err
+	}
+	var lastErr error
+	for _, addr := range md.Brokers {
+		conn, err := a.cl.dial(ctx, addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		msg, err := conn.RoundTrip(ctx, &initproducerid.Request{
+			TransactionTimeoutMs: 60000, ProducerID: -1, ProducerEpoch: -1,
+		})
+		conn.Close()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		res := msg.(*initproducerid.Response)
+		if res.ErrorCode != 0 {
+			lastErr = &kwire.Error{Code: res.ErrorCode, Op: "init producer ID on " + a.cl.name}
+			continue
+		}
+		return ProducerID{ID: res.ProducerID, Epoch: res.ProducerEpoch}, nil
+	}
+	return ProducerID{}, fmt.Errorf("allocate a producer ID on %s: %w", a.cl.name, lastErr)
+}

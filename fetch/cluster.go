@@ -1,0 +1,151 @@
+package fetch
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// errNoLeader means metadata has no live leader for a partition yet.
+var errNoLeader = errors.New("no leader")
+
+// cluster tracks one Kafka cluster's metadata for the data path and dials
+// its brokers. Metadata is always asked fresh from a broker (at most once
+// per refreshGap), never served from a stale cache.
+type cluster struct {
+	name      string // for messages: "source cluster of mirror m1", "destination cluster"
+	bootstrap []string
+	clientID  string
+	tls       *tls.Config
+
+	mu      sync.Mutex
+	ctrl    *kwire.Conn
+	md      *kwire.Metadata
+	fetched time.Time
+	topics  map[string]bool
+}
+
+const refreshGap = 200 * time.Millisecond
+
+func newCluster(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *cluster {
+	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, tls: tlsConfig, topics: map[string]bool{}}
+}
+
+// watch adds topics to the set refreshed.
+func (c *cluster) watch(topics ...string) {
+	c.mu.Lock()
+	for _, t := range topics {
+		c.topics[t] = true
+	}
+	c.mu.Unlock()
+}
+
+// metadata returns metadata no older than maxAge, refreshing if needed.
+func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Metadata, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.md != nil && time.Since(c.fetched) < maxAge {
+		return c.md, nil
+	}
+	if c.md != nil && time.Since(c.fetched) < refreshGap {
+		return c.md, nil
+	}
+	topics := make([]string, 0, len(c.topics))
+	for t := range c.topics {
+		topics = append(topics, t)
+	}
+	sort.Strings(topics)
+	md, err := c.fetchMetadata(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	c.md, c.fetched = md, time.Now()
+	return md, nil
+}
+
+// fetchMetadata asks a known broker, then the bootstrap list, for metadata.
+// Called with c.mu held.
+func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Metadata, error) {
+	if c.ctrl != nil {
+		md, err := c.ctrl.Metadata(ctx, topics)
+		if err == nil {
+			return md, nil
+		}
+		c.ctrl.Close()
+		c.ctrl = nil
+	}
+	addrs := append([]string(nil), c.bootstrap...)
+	if c.md != nil {
+		for _, a := range c.md.Brokers {
+			addrs = append(addrs, a)
+		}
+	}
+	var errs []string
+	for _, a := range addrs {
+		conn, err := kwire.Dial(ctx, a, c.clientID, c.tls)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		md, err := conn.Metadata(ctx, topics)
+		if err != nil {
+			conn.Close()
+			errs = append(errs, err.Error())
+			continue
+		}
+		c.ctrl = conn
+		return md, nil
+	}
+	return nil, fmt.Errorf("%s unreachable (bootstrap %s): %s", c.name, strings.Join(c.bootstrap, ","), strings.Join(errs, "; "))
+}
+
+// leader returns the leader broker address and epoch of a partition.
+func (c *cluster) leader(ctx context.Context, topic string, partition int32, maxAge time.Duration) (id int32, addr string, epoch int32, err error) {
+	c.watch(topic)
+	md, err := c.metadata(ctx, maxAge)
+	if err != nil {
+		return -1, "", -1, err
+	}
+	if code, ok := md.TopicErrors[topic]; ok {
+		return -1, "", -1, &kwire.Error{Code: code, Topic: topic, Partition: partition, Op: "metadata of " + c.name}
+	}
+	parts, ok := md.Topics[topic]
+	if !ok || int(partition) >= len(parts) {
+		// The topic may have been added since the last refresh.
+		if maxAge > 0 {
+			return c.leader(ctx, topic, partition, 0)
+		}
+		return -1, "", -1, fmt.Errorf("%s has no partition %s/%d", c.name, topic, partition)
+	}
+	p := parts[partition]
+	a, ok := md.Brokers[p.Leader]
+	if p.Leader < 0 || !ok {
+		return -1, "", -1, fmt.Errorf("%s/%d on %s: %w", topic, partition, c.name, errNoLeader)
+	}
+	return p.Leader, a, p.LeaderEpoch, nil
+}
+
+// dial opens a new connection to a broker by address.
+func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {
+	conn, err := kwire.Dial(ctx, addr, c.clientID, c.tls)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.name, err)
+	}
+	return conn, nil
+}
+
+func (c *cluster) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctrl != nil {
+		c.ctrl.Close()
+		c.ctrl = nil
+	}
+}

@@ -1,0 +1,526 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	kafka "github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// ErrUnknownPartition is returned for a partition the engine does not hold.
+var ErrUnknownPartition = errors.New("partition not leased to this member")
+
+// Engine runs the data path of one member: every partition leased to it.
+type Engine struct {
+	cfg       Config
+	ctl       Control
+	log       *zap.Logger
+	dest      *cluster
+	destAdmin *Admin
+	store     *offsetStore
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kickRt chan struct{}
+
+	mu      sync.Mutex
+	sources map[string]*source
+	parts   map[Key]*partition
+	senders map[int32]*worker
+	inUse   int64 // bytes queued, charged to cfg.MemoryBudget
+}
+
+// source is one mirror's source cluster and its fetch loops by broker.
+type source struct {
+	cl       *cluster
+	fetchers map[int32]*worker
+}
+
+// worker is a fetch loop (per source broker) or a produce loop (per
+// destination broker).
+type worker struct {
+	broker int32
+	addr   string
+	kick   chan struct{}
+}
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// New returns an engine; call Start before Assign.
+func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
+	cfg.Defaults()
+	dest := newCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationTLS)
+	return &Engine{
+		cfg:       cfg,
+		ctl:       ctl,
+		log:       log.Named("fetch"),
+		dest:      dest,
+		destAdmin: NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationTLS),
+		store:     newOffsetStore(dest, cfg.OffsetsTopic),
+		kickRt:    make(chan struct{}, 1),
+		sources:   map[string]*source{},
+		parts:     map[Key]*partition{},
+		senders:   map[int32]*worker{},
+	}
+}
+
+// Start creates the internal topics if needed, loads checkpoints and starts
+// the background loops. The loops stop when ctx is cancelled or on Close.
+func (e *Engine) Start(ctx context.Context) error {
+	for _, t := range []string{e.cfg.OffsetsTopic, e.cfg.StateTopic} {
+		if err := e.ensureInternalTopic(ctx, t); err != nil {
+			return err
+		}
+	}
+	if err := e.store.catchUp(ctx); err != nil {
+		return fmt.Errorf("load checkpoints from %s: %w", e.cfg.OffsetsTopic, err)
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.goLoop(e.routeLoop)
+	e.goLoop(e.checkpointLoop)
+	return nil
+}
+
+func (e *Engine) ensureInternalTopic(ctx context.Context, topic string) error {
+	_, err := e.destAdmin.Partitions(ctx, topic)
+	if errors.Is(err, ErrTopicNotFound) {
+		err = e.destAdmin.CreateTopic(ctx, topic, 1, e.cfg.InternalRF, map[string]string{
+			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
+		})
+		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("create internal topic %s: %w", topic, err)
+		}
+		return nil
+	}
+	return err
+}
+
+func (e *Engine) goLoop(f func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+}
+
+// SetSource tells the engine how to reach a mirror's source cluster.
+func (e *Engine) SetSource(mirror string, src Source) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s, ok := e.sources[mirror]; ok && equalStrings(s.cl.bootstrap, src.Bootstrap) {
+		return
+	}
+	e.sources[mirror] = &source{
+		cl:       newCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.TLS),
+		fetchers: map[int32]*worker{},
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Assign makes the engine mirror exactly the given partitions: new ones
+// start (resume from their checkpoint), missing ones are drained and
+// released in the background.
+func (e *Engine) Assign(specs []Spec) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	want := make(map[Key]Spec, len(specs))
+	for _, s := range specs {
+		want[s.Key] = s
+	}
+	for k, s := range want {
+		p, ok := e.parts[k]
+		if ok {
+			if s.Generation != p.spec.Generation {
+				p.spec.Generation = s.Generation
+			}
+			continue
+		}
+		p = &partition{spec: s, state: Starting, srcLeader: -1, dstLeader: -1, srcEnd: -1}
+		e.parts[k] = p
+		e.startLocked(p, 0)
+	}
+	for k, p := range e.parts {
+		if _, ok := want[k]; !ok && !p.draining {
+			go func(k Key) {
+				if _, err := e.Release(e.ctx, k); err != nil {
+					e.log.Warn("release partition", zap.Stringer("partition", k), zap.Error(err))
+				}
+			}(k)
+		}
+	}
+}
+
+// startLocked launches the resume of p after delay. Called with e.mu held.
+func (e *Engine) startLocked(p *partition, delay time.Duration) {
+	p.gen++
+	gen := p.gen
+	e.goLoop(func() { e.runStart(p, gen, delay) })
+}
+
+func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
+	if delay > 0 {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+	err := e.resume(e.ctx, p, gen)
+	if err == nil || e.ctx.Err() != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.gen != gen {
+		return
+	}
+	var dv *Divergence
+	if errors.As(err, &dv) {
+		e.setStateLocked(p, Diverged, err.Error())
+		return
+	}
+	e.failLocked(p, err)
+}
+
+// failLocked puts p in FAILED and schedules a restart with backoff.
+func (e *Engine) failLocked(p *partition, err error) {
+	p.failures++
+	backoff := e.cfg.RetryBackoff << min(p.failures, 10)
+	if backoff > e.cfg.MaxRetryBackoff {
+		backoff = e.cfg.MaxRetryBackoff
+	}
+	e.setStateLocked(p, Failed, err.Error())
+	e.dropQueueLocked(p)
+	e.log.Warn("partition failed; retrying", zap.Stringer("partition", p.key()),
+		zap.Duration("backoff", backoff), zap.Error(err))
+	e.startLocked(p, backoff)
+}
+
+// divergeLocked stops p for good: it needs an operator.
+func (e *Engine) divergeLocked(p *partition, reason string) {
+	e.setStateLocked(p, Diverged, reason)
+	e.dropQueueLocked(p)
+	p.gen++
+	e.log.Error("partition diverged", zap.Stringer("partition", p.key()), zap.String("reason", reason))
+}
+
+func (e *Engine) dropQueueLocked(p *partition) {
+	e.inUse -= p.queued
+	p.queue, p.queued = nil, 0
+	if p.draining && p.released != nil && !p.inflight {
+		closeOnce(p)
+	}
+}
+
+func (e *Engine) setStateLocked(p *partition, s State, reason string) {
+	if p.state == s && p.reason == reason {
+		return
+	}
+	p.state, p.reason = s, reason
+	k := p.key()
+	go e.ctl.Report(k, s, reason)
+}
+
+func closeOnce(p *partition) {
+	select {
+	case <-p.released:
+	default:
+		close(p.released)
+	}
+}
+
+// Release stops mirroring a partition gracefully: no more fetching, every
+// fetched batch produced, a final checkpoint written. It returns the last
+// mirrored position.
+func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
+	e.mu.Lock()
+	p, ok := e.parts[k]
+	if !ok {
+		e.mu.Unlock()
+		return Position{}, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
+	}
+	if p.released == nil {
+		p.released = make(chan struct{})
+	}
+	p.draining = true
+	if p.active() {
+		p.state = Draining
+		if p.drained() {
+			closeOnce(p)
+		}
+	} else {
+		// Not resumed (starting, failed or diverged): stop any restart;
+		// the position is the persisted one.
+		p.gen++
+		closeOnce(p)
+	}
+	done := p.released
+	e.mu.Unlock()
+	kick(e.kickRt)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Position{}, fmt.Errorf("drain %s: %w", k, ctx.Err())
+	}
+	e.mu.Lock()
+	pos, resumed := p.pos, p.producer.Valid()
+	up := e.updateLocked(p)
+	e.mu.Unlock()
+	if !resumed {
+		var err error
+		if pos, err = e.LastPosition(ctx, k, p.spec.StartOffset); err != nil {
+			return Position{}, err
+		}
+	} else if err := e.store.write(ctx, []update{up}); err != nil {
+		return Position{}, fmt.Errorf("final checkpoint of %s: %w", k, err)
+	}
+	e.mu.Lock()
+	if e.parts[k] == p {
+		delete(e.parts, k)
+	}
+	e.mu.Unlock()
+	return pos, nil
+}
+
+// LastPosition is the last checkpointed position of a partition this
+// engine does not hold, or the start offset if it never mirrored.
+func (e *Engine) LastPosition(ctx context.Context, k Key, startOffset int64) (Position, error) {
+	if err := e.store.catchUp(ctx); err != nil {
+		return Position{}, fmt.Errorf("read checkpoints: %w", err)
+	}
+	cp, ok, _ := e.store.load(k)
+	if !ok {
+		return Position{SourceOffset: startOffset}, nil
+	}
+	return Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}, nil
+}
+
+// RecordStopped writes a stopped partition's last mirrored position to the
+// state topic, where the other side can read it with plain Kafka.
+func (e *Engine) RecordStopped(ctx context.Context, k Key, rec any) error {
+	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, rec)
+}
+
+// updateLocked snapshots p's progress for a checkpoint write and clears
+// its unsaved state.
+func (e *Engine) updateLocked(p *partition) update {
+	u := update{key: p.key(), entries: p.unsaved, cp: checkpoint{
+		Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset, Seq: p.nextSeq,
+		PID: p.producer.ID, Epoch: p.producer.Epoch, LeaderEpoch: p.pos.SourceLeaderEpoch,
+	}}
+	p.unsaved, p.dirty = nil, false
+	return u
+}
+
+// Statuses returns every held partition's progress, sorted.
+func (e *Engine) Statuses() []Status {
+	e.mu.Lock()
+	out := make([]Status, 0, len(e.parts))
+	for _, p := range e.parts {
+		out = append(out, p.status())
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Key, out[j].Key
+		if a.Mirror != b.Mirror {
+			return a.Mirror < b.Mirror
+		}
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	return out
+}
+
+// Translate maps a source offset to the destination offset of a held
+// partition (design.md section 5).
+func (e *Engine) Translate(k Key, sourceOffset int64) (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.parts[k]
+	if !ok || !p.active() {
+		return 0, false
+	}
+	return p.xl.Translate(sourceOffset)
+}
+
+// Close drains every partition (bounded by ctx), writes final checkpoints
+// and stops all loops.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.cancel == nil {
+		return nil
+	}
+	e.mu.Lock()
+	keys := make([]Key, 0, len(e.parts))
+	for k := range e.parts {
+		keys = append(keys, k)
+	}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		wg.Add(1)
+		go func(i int, k Key) {
+			defer wg.Done()
+			_, errs[i] = e.Release(ctx, k)
+		}(i, k)
+	}
+	wg.Wait()
+	e.cancel()
+	e.wg.Wait()
+	e.mu.Lock()
+	for _, s := range e.sources {
+		s.cl.close()
+	}
+	e.mu.Unlock()
+	e.dest.close()
+	e.destAdmin.Close()
+	e.store.close()
+	return errors.Join(errs...)
+}
+
+// routeLoop finds the source and destination leaders of partitions that
+// need routing and makes sure a fetch or produce loop runs for each broker.
+func (e *Engine) routeLoop() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		case <-e.kickRt:
+		}
+		e.route()
+	}
+}
+
+func (e *Engine) route() {
+	e.mu.Lock()
+	var needSrc, needDst []*partition
+	for _, p := range e.parts {
+		if !p.active() {
+			continue
+		}
+		if p.srcLeader < 0 && !p.draining {
+			needSrc = append(needSrc, p)
+		}
+		if p.dstLeader < 0 {
+			needDst = append(needDst, p)
+		}
+	}
+	e.mu.Unlock()
+	if len(needSrc)+len(needDst) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	for _, p := range needSrc {
+		k := p.key()
+		e.mu.Lock()
+		src := e.sources[k.Mirror]
+		e.mu.Unlock()
+		if src == nil {
+			continue
+		}
+		id, addr, epoch, err := src.cl.leader(ctx, k.Topic, k.Partition, 0)
+		if err != nil {
+			e.log.Debug("source leader unknown", zap.Stringer("partition", k), zap.Error(err))
+			continue
+		}
+		e.mu.Lock()
+		if p.active() && p.srcLeader < 0 {
+			p.srcLeader, p.srcEpoch = id, epoch
+			w := src.fetchers[id]
+			if w == nil || w.addr != addr {
+				w = &worker{broker: id, addr: addr, kick: make(chan struct{}, 1)}
+				src.fetchers[id] = w
+				e.goLoop(func() { e.fetchLoop(k.Mirror, src, w) })
+			}
+			kick(w.kick)
+		}
+		e.mu.Unlock()
+	}
+	for _, p := range needDst {
+		k := p.key()
+		id, addr, _, err := e.dest.leader(ctx, k.Topic, k.Partition, 0)
+		if err != nil {
+			e.log.Debug("destination leader unknown", zap.Stringer("partition", k), zap.Error(err))
+			continue
+		}
+		e.mu.Lock()
+		if p.active() && p.dstLeader < 0 {
+			p.dstLeader = id
+			w := e.senders[id]
+			if w == nil || w.addr != addr {
+				w = &worker{broker: id, addr: addr, kick: make(chan struct{}, 1)}
+				e.senders[id] = w
+				e.goLoop(func() { e.produceLoop(w) })
+			}
+			kick(w.kick)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// checkpointLoop persists progress and new translation breakpoints of
+// every partition that moved, every cfg.Checkpoint.
+func (e *Engine) checkpointLoop() {
+	t := time.NewTicker(e.cfg.Checkpoint)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		var ups []update
+		for _, p := range e.parts {
+			if p.dirty && p.active() {
+				ups = append(ups, e.updateLocked(p))
+			}
+		}
+		e.mu.Unlock()
+		if len(ups) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		err := e.store.write(ctx, ups)
+		cancel()
+		if err != nil {
+			e.log.Warn("checkpoint write failed; will retry", zap.Error(err))
+			e.mu.Lock()
+			for _, u := range ups {
+				if p, ok := e.parts[u.key]; ok {
+					p.unsaved = append(u.entries, p.unsaved...)
+					p.dirty = true
+				}
+			}
+			e.mu.Unlock()
+		}
+	}
+}

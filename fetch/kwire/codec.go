@@ -1,0 +1,124 @@
+package kwire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// errShort reports a response that ended before a field it must contain.
+var errShort = errors.New("kafka response truncated")
+
+// writer appends big-endian Kafka primitives to a byte slice.
+type writer struct{ b []byte }
+
+func (w *writer) int8(v int8)   { w.b = append(w.b, byte(v)) }
+func (w *writer) int16(v int16) { w.b = binary.BigEndian.AppendUint16(w.b, uint16(v)) }
+func (w *writer) int32(v int32) { w.b = binary.BigEndian.AppendUint32(w.b, uint32(v)) }
+func (w *writer) int64(v int64) { w.b = binary.BigEndian.AppendUint64(w.b, uint64(v)) }
+
+func (w *writer) string(s string) {
+	w.int16(int16(len(s)))
+	w.b = append(w.b, s...)
+}
+
+func (w *writer) nullString() { w.int16(-1) }
+
+func (w *writer) bytes(p []byte) {
+	w.int32(int32(len(p)))
+	w.b = append(w.b, p...)
+}
+
+// reader consumes big-endian Kafka primitives; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) need(n int) bool {
+	if r.err != nil {
+		return false
+	}
+	if len(r.b) < n {
+		r.err = errShort
+		return false
+	}
+	return true
+}
+
+func (r *reader) int8() int8 {
+	if !r.need(1) {
+		return 0
+	}
+	v := int8(r.b[0])
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) int16() int16 {
+	if !r.need(2) {
+		return 0
+	}
+	v := int16(binary.BigEndian.Uint16(r.b))
+	r.b = r.b[2:]
+	return v
+}
+
+func (r *reader) int32() int32 {
+	if !r.need(4) {
+		return 0
+	}
+	v := int32(binary.BigEndian.Uint32(r.b))
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) int64() int64 {
+	if !r.need(8) {
+		return 0
+	}
+	v := int64(binary.BigEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) string() string {
+	n := int(r.int16())
+	if n < 0 {
+		return ""
+	}
+	if !r.need(n) {
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// bytes returns a sub-slice of the response buffer (no copy), nil for null.
+func (r *reader) bytes() []byte {
+	n := int(r.int32())
+	if n < 0 {
+		return nil
+	}
+	if !r.need(n) {
+		return nil
+	}
+	p := r.b[:n:n]
+	r.b = r.b[n:]
+	return p
+}
+
+// arrayLen reads an array length and checks it is plausible for the bytes
+// left, so a corrupt length cannot make the caller allocate gigabytes.
+func (r *reader) arrayLen(minElem int) int {
+	n := int(r.int32())
+	if n < 0 {
+		return 0
+	}
+	if r.err == nil && n*minElem > len(r.b) {
+		r.err = fmt.Errorf("kafka response array of %d elements does not fit in %d bytes", n, len(r.b))
+		return 0
+	}
+	return n
+}

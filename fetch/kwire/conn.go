@@ -1,0 +1,184 @@
+package kwire
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/segmentio/kafka-go/protocol"
+)
+
+// API keys kwire encodes itself.
+const (
+	apiProduce     int16 = 0
+	apiFetch       int16 = 1
+	apiApiVersions int16 = 18
+)
+
+// Versions kwire encodes for Fetch and Produce. Both are the newest
+// non-flexible versions, accepted by Kafka 3.x and 4.x (KIP-896 removed only
+// older ones).
+const (
+	fetchVersion   int16 = 11
+	produceVersion int16 = 8
+)
+
+type versionRange struct{ min, max int16 }
+
+// Conn is one connection to one broker. It is not safe for concurrent use:
+// Kafka answers requests on a connection in order and kmirror keeps one
+// request in flight per connection.
+type Conn struct {
+	addr     string
+	nc       net.Conn
+	br       *bufio.Reader
+	clientID string
+	corr     int32
+	versions map[int16]versionRange
+	wbuf     []byte
+}
+
+// Dial connects to addr, negotiates API versions and checks that the broker
+// supports the Fetch and Produce versions kwire speaks.
+func Dial(ctx context.Context, addr, clientID string, tlsConfig *tls.Config) (*Conn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to kafka broker %s: %w", addr, err)
+	}
+	if tlsConfig != nil {
+		tc := tls.Client(nc, tlsConfig)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("TLS handshake with kafka broker %s: %w", addr, err)
+		}
+		nc = tc
+	}
+	c := &Conn{addr: addr, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), clientID: clientID}
+	if err := c.negotiate(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Addr is the broker address the connection was dialled to.
+func (c *Conn) Addr() string { return c.addr }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.nc.Close() }
+
+func (c *Conn) negotiate(ctx context.Context) error {
+	w := c.header(apiApiVersions, 0)
+	body, err := c.roundTrip(ctx, w)
+	if err != nil {
+		return fmt.Errorf("ApiVersions to kafka broker %s: %w", c.addr, err)
+	}
+	r := reader{b: body}
+	if code := r.int16(); code != 0 {
+		return fmt.Errorf("ApiVersions to kafka broker %s: error code %d", c.addr, code)
+	}
+	n := r.arrayLen(6)
+	c.versions = make(map[int16]versionRange, n)
+	for i := 0; i < n; i++ {
+		k, lo, hi := r.int16(), r.int16(), r.int16()
+		c.versions[k] = versionRange{lo, hi}
+	}
+	if r.err != nil {
+		return fmt.Errorf("ApiVersions from kafka broker %s: %w", c.addr, r.err)
+	}
+	for _, need := range []struct {
+		key int16
+		v   int16
+	}{{apiFetch, fetchVersion}, {apiProduce, produceVersion}} {
+		vr, ok := c.versions[need.key]
+		if !ok || need.v < vr.min || need.v > vr.max {
+			return fmt.Errorf("kafka broker %s does not support %s v%d (supports v%d..v%d): kmirror needs Kafka 2.6 or newer",
+				c.addr, protocol.ApiKey(need.key), need.v, vr.min, vr.max)
+		}
+	}
+	return nil
+}
+
+// header starts a request (header v1) in the connection's write buffer,
+// leaving room for the size prefix.
+func (c *Conn) header(apiKey, version int16) *writer {
+	c.corr++
+	w := &writer{b: c.wbuf[:0]}
+	w.int32(0)
+	w.int16(apiKey)
+	w.int16(version)
+	w.int32(c.corr)
+	w.string(c.clientID)
+	return w
+}
+
+// roundTrip sends the request in w and returns the response body (after the
+// correlation ID). The body is a fresh buffer the caller owns: fetched
+// record batches are sub-slices of it.
+func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
+	binary.BigEndian.PutUint32(w.b, uint32(len(w.b)-4))
+	c.wbuf = w.b
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetDeadline(dl)
+	} else {
+		c.nc.SetDeadline(time.Time{})
+	}
+	if _, err := c.nc.Write(w.b); err != nil {
+		return nil, err
+	}
+	var hdr [8]byte
+	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(hdr[:4]))
+	corr := int32(binary.BigEndian.Uint32(hdr[4:]))
+	if size < 4 || size > 1<<30 {
+		return nil, fmt.Errorf("kafka broker %s sent a response of %d bytes", c.addr, size)
+	}
+	if corr != c.corr {
+		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, corr, c.corr)
+	}
+	body := make([]byte, size-4)
+	if _, err := io.ReadFull(c.br, body); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// RoundTrip sends one of kafka-go's typed protocol messages at the newest
+// version both sides support.
+func (c *Conn) RoundTrip(ctx context.Context, msg protocol.Message) (protocol.Message, error) {
+	key := msg.ApiKey()
+	vr, ok := c.versions[int16(key)]
+	if !ok {
+		return nil, fmt.Errorf("kafka broker %s does not support %s", c.addr, key)
+	}
+	v := key.MaxVersion()
+	if vr.max < v {
+		v = vr.max
+	}
+	if v < vr.min || v < key.MinVersion() {
+		return nil, fmt.Errorf("kafka broker %s supports %s v%d..v%d, kmirror speaks v%d..v%d",
+			c.addr, key, vr.min, vr.max, key.MinVersion(), key.MaxVersion())
+	}
+	if p, ok := msg.(protocol.PreparedMessage); ok {
+		p.Prepare(v)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.nc.SetDeadline(dl)
+	} else {
+		c.nc.SetDeadline(time.Time{})
+	}
+	c.corr++
+	rw := struct {
+		io.Reader
+		io.Writer
+	}{c.br, c.nc}
+	return protocol.RoundTrip(rw, v, c.corr, c.clientID, msg)
+}

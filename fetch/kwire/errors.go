@@ -1,0 +1,97 @@
+package kwire
+
+import (
+	"fmt"
+
+	kafka "github.com/segmentio/kafka-go"
+)
+
+// Action is what the data path does about a Kafka error code.
+type Action int
+
+const (
+	// Retry the same request after a backoff; nothing else changes.
+	Retry Action = 1
+	// Refresh the partition's leader from fresh metadata, then retry.
+	RefreshMetadata Action = 2
+	// Fatal: the partition cannot continue without an operator or a
+	// different decision (it goes FAILED or DIVERGED, with the reason).
+	Fatal Action = 3
+)
+
+// Kafka error codes the data path handles by name.
+const (
+	CodeNone                    int16 = 0
+	CodeOffsetOutOfRange        int16 = 1
+	CodeCorruptMessage          int16 = 2
+	CodeUnknownTopicOrPartition int16 = 3
+	CodeLeaderNotAvailable      int16 = 5
+	CodeNotLeaderOrFollower     int16 = 6
+	CodeRequestTimedOut         int16 = 7
+	CodeMessageTooLarge         int16 = 10
+	CodeNetworkException        int16 = 13
+	CodeNotEnoughReplicas       int16 = 19
+	CodeNotEnoughReplicasAfter  int16 = 20
+	CodeInvalidTimestamp        int16 = 32
+	CodeDuplicateSequence       int16 = 46
+	CodeOutOfOrderSequence      int16 = 45
+	CodeInvalidProducerEpoch    int16 = 47
+	CodeUnknownProducerID       int16 = 59
+	CodeKafkaStorageError       int16 = 56
+	CodeFencedLeaderEpoch       int16 = 74
+	CodeUnknownLeaderEpoch      int16 = 75
+	CodeOffsetNotAvailable      int16 = 78
+	CodeThrottlingQuotaExceeded int16 = 89
+	CodeProducerFenced          int16 = 90
+)
+
+// actions classifies the codes a Fetch or Produce partition response can
+// carry. Anything not listed is Fatal: the partition stops with the broker's
+// error named rather than looping on an error nobody planned for.
+var actions = map[int16]Action{
+	CodeRequestTimedOut:         Retry,
+	CodeNetworkException:        Retry,
+	CodeNotEnoughReplicas:       Retry,
+	CodeNotEnoughReplicasAfter:  Retry,
+	CodeKafkaStorageError:       RefreshMetadata,
+	CodeThrottlingQuotaExceeded: Retry,
+	CodeOffsetNotAvailable:      Retry,
+	CodeUnknownTopicOrPartition: RefreshMetadata,
+	CodeLeaderNotAvailable:      RefreshMetadata,
+	CodeNotLeaderOrFollower:     RefreshMetadata,
+	CodeFencedLeaderEpoch:       RefreshMetadata,
+	CodeUnknownLeaderEpoch:      RefreshMetadata,
+	CodeCorruptMessage:          Fatal,
+	CodeMessageTooLarge:         Fatal,
+	CodeInvalidTimestamp:        Fatal,
+	CodeOutOfOrderSequence:      Fatal,
+	CodeDuplicateSequence:       Fatal,
+	CodeInvalidProducerEpoch:    Fatal,
+	CodeUnknownProducerID:       Fatal,
+	CodeProducerFenced:          Fatal,
+	CodeOffsetOutOfRange:        Fatal,
+}
+
+// Classify returns what to do about a Kafka error code.
+func Classify(code int16) Action {
+	if a, ok := actions[code]; ok {
+		return a
+	}
+	return Fatal
+}
+
+// Error is a Kafka error code returned for one partition.
+type Error struct {
+	Code      int16
+	Topic     string
+	Partition int32
+	Op        string // "fetch", "produce", ...
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s %s/%d: kafka error %d %s: %s", e.Op, e.Topic, e.Partition,
+		e.Code, kafka.Error(e.Code).Title(), kafka.Error(e.Code).Description())
+}
+
+// Action classifies the error.
+func (e *Error) Action() Action { return Classify(e.Code) }

@@ -1,0 +1,141 @@
+package kwire
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// FetchPartition asks for one partition from Offset on.
+type FetchPartition struct {
+	Topic       string
+	Partition   int32
+	Offset      int64
+	LeaderEpoch int32 // current leader epoch from metadata; -1 = unknown
+	MaxBytes    int32
+}
+
+// FetchRequest is a multi-partition fetch to one broker.
+type FetchRequest struct {
+	MaxWait       time.Duration
+	MinBytes      int32
+	MaxBytes      int32
+	ReadCommitted bool
+	Partitions    []FetchPartition // grouped by topic by the caller or not: Fetch groups them
+}
+
+// AbortedTxn is one entry of a partition's aborted-transaction list.
+type AbortedTxn struct {
+	ProducerID  int64
+	FirstOffset int64
+}
+
+// FetchedPartition is one partition of a fetch response. Records aliases
+// the response buffer.
+type FetchedPartition struct {
+	Topic            string
+	Partition        int32
+	Err              int16
+	HighWatermark    int64
+	LastStableOffset int64
+	LogStartOffset   int64
+	Aborted          []AbortedTxn
+	Records          []byte
+}
+
+// Fetch sends one Fetch (v11, sessionless) and parses the response without
+// decoding record batches.
+func (c *Conn) Fetch(ctx context.Context, req *FetchRequest) ([]FetchedPartition, error) {
+	w := c.header(apiFetch, fetchVersion)
+	w.int32(-1) // replica ID: a consumer
+	w.int32(int32(req.MaxWait / time.Millisecond))
+	w.int32(req.MinBytes)
+	w.int32(req.MaxBytes)
+	if req.ReadCommitted {
+		w.int8(1)
+	} else {
+		w.int8(0)
+	}
+	w.int32(0)  // session ID: none
+	w.int32(-1) // session epoch -1: a full fetch that opens no session
+	groups := groupByTopic(len(req.Partitions), func(i int) string { return req.Partitions[i].Topic })
+	w.int32(int32(len(groups)))
+	for _, g := range groups {
+		w.string(g.topic)
+		w.int32(int32(len(g.idx)))
+		for _, i := range g.idx {
+			p := &req.Partitions[i]
+			w.int32(p.Partition)
+			w.int32(p.LeaderEpoch)
+			w.int64(p.Offset)
+			w.int64(-1) // log start offset: only followers send it
+			w.int32(p.MaxBytes)
+		}
+	}
+	w.int32(0) // forgotten topics
+	w.string("")
+	body, err := c.roundTrip(ctx, w)
+	if err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", c.addr, err)
+	}
+	return parseFetchResponse(body, c.addr)
+}
+
+func parseFetchResponse(body []byte, addr string) ([]FetchedPartition, error) {
+	r := reader{b: body}
+	r.int32() // throttle
+	if code := r.int16(); code != 0 {
+		return nil, &Error{Code: code, Op: "fetch from " + addr}
+	}
+	r.int32() // session ID
+	var out []FetchedPartition
+	nt := r.arrayLen(6)
+	for t := 0; t < nt; t++ {
+		topic := r.string()
+		np := r.arrayLen(40)
+		for p := 0; p < np; p++ {
+			fp := FetchedPartition{Topic: topic}
+			fp.Partition = r.int32()
+			fp.Err = r.int16()
+			fp.HighWatermark = r.int64()
+			fp.LastStableOffset = r.int64()
+			fp.LogStartOffset = r.int64()
+			if na := r.arrayLen(16); na > 0 {
+				fp.Aborted = make([]AbortedTxn, na)
+				for i := range fp.Aborted {
+					fp.Aborted[i] = AbortedTxn{ProducerID: r.int64(), FirstOffset: r.int64()}
+				}
+			}
+			r.int32() // preferred read replica
+			fp.Records = r.bytes()
+			out = append(out, fp)
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("fetch response from %s: %w", addr, r.err)
+	}
+	return out, nil
+}
+
+type topicGroup struct {
+	topic string
+	idx   []int
+}
+
+// groupByTopic groups n items by topic, keeping first-seen order: Kafka
+// expects each topic once per request.
+func groupByTopic(n int, topic func(int) string) []topicGroup {
+	var groups []topicGroup
+	pos := map[string]int{}
+	for i := 0; i < n; i++ {
+		t := topic(i)
+		g, ok := pos[t]
+		if !ok {
+			g = len(groups)
+			pos[t] = g
+			groups = append(groups, topicGroup{topic: t})
+		}
+		groups[g].idx = append(groups[g].idx, i)
+	}
+	return groups
+}

@@ -1,0 +1,81 @@
+package kwire
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ProducePartition is one batch for one partition.
+type ProducePartition struct {
+	Topic     string
+	Partition int32
+	Batch     Batch
+}
+
+// ProduceResult is one partition of a produce response.
+type ProduceResult struct {
+	Topic      string
+	Partition  int32
+	Err        int16
+	BaseOffset int64
+	Message    string // broker's error message, if any
+}
+
+// Produce sends one Produce (v8) with acks=all (-1) or the given acks.
+// Kafka takes at most one batch per partition per request.
+func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, parts []ProducePartition) ([]ProduceResult, error) {
+	w := c.header(apiProduce, produceVersion)
+	w.nullString() // transactional ID
+	w.int16(acks)
+	w.int32(int32(timeout / time.Millisecond))
+	groups := groupByTopic(len(parts), func(i int) string { return parts[i].Topic })
+	w.int32(int32(len(groups)))
+	for _, g := range groups {
+		w.string(g.topic)
+		w.int32(int32(len(g.idx)))
+		for _, i := range g.idx {
+			w.int32(parts[i].Partition)
+			w.bytes(parts[i].Batch)
+		}
+	}
+	body, err := c.roundTrip(ctx, w)
+	if err != nil {
+		return nil, fmt.Errorf("produce to %s: %w", c.addr, err)
+	}
+	return parseProduceResponse(body, c.addr)
+}
+
+func parseProduceResponse(body []byte, addr string) ([]ProduceResult, error) {
+	r := reader{b: body}
+	var out []ProduceResult
+	nt := r.arrayLen(6)
+	for t := 0; t < nt; t++ {
+		topic := r.string()
+		np := r.arrayLen(36)
+		for p := 0; p < np; p++ {
+			pr := ProduceResult{Topic: topic}
+			pr.Partition = r.int32()
+			pr.Err = r.int16()
+			pr.BaseOffset = r.int64()
+			r.int64() // log append time
+			r.int64() // log start offset
+			ne := r.arrayLen(6)
+			for i := 0; i < ne; i++ {
+				r.int32()
+				if msg := r.string(); msg != "" && pr.Message == "" {
+					pr.Message = msg
+				}
+			}
+			if msg := r.string(); msg != "" {
+				pr.Message = msg
+			}
+			out = append(out, pr)
+		}
+	}
+	r.int32() // throttle
+	if r.err != nil {
+		return nil, fmt.Errorf("produce response from %s: %w", addr, r.err)
+	}
+	return out, nil
+}

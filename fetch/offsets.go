@@ -1,0 +1,260 @@
+package fetch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// checkpoint is a partition's persisted progress: everything below Src is
+// mirrored (or skipped) into the destination below Dst, and the next batch
+// carries sequence Seq of producer PID.
+type checkpoint struct {
+	Src         int64 `json:"src"`
+	Dst         int64 `json:"dst"`
+	Seq         int32 `json:"seq"`
+	PID         int64 `json:"pid"`
+	Epoch       int16 `json:"epoch"`
+	LeaderEpoch int32 `json:"le"`
+}
+
+// Record keys of the offsets topic (compacted; the latest value per key
+// wins). Topic and mirror names cannot hold a NUL byte.
+const (
+	kindCheckpoint = "ckpt"
+	kindEntry      = "xlat"
+	kindStopped    = "stopped"
+)
+
+func recordKey(kind string, k Key, extra ...string) []byte {
+	parts := append([]string{kind, k.Mirror, k.Topic, strconv.Itoa(int(k.Partition))}, extra...)
+	return []byte(strings.Join(parts, "\x00"))
+}
+
+func parseKey(b []byte) (kind string, k Key, extra []string, ok bool) {
+	parts := strings.Split(string(b), "\x00")
+	if len(parts) < 4 {
+		return "", Key{}, nil, false
+	}
+	p, err := strconv.Atoi(parts[3])
+	if err != nil {
+		return "", Key{}, nil, false
+	}
+	return parts[0], Key{Mirror: parts[1], Topic: parts[2], Partition: int32(p)}, parts[4:], true
+}
+
+// offsetStore keeps checkpoints and translation breakpoints in a
+// single-partition compacted topic on the destination cluster. It reads the
+// topic up to its high watermark on demand (catchUp) and appends with
+// acks=all.
+type offsetStore struct {
+	dest  *cluster
+	topic string
+
+	mu          sync.Mutex
+	next        int64 // next offset to read
+	checkpoints map[Key]checkpoint
+	entries     map[Key]map[int64]int64 // src -> dst
+
+	wmu   sync.Mutex
+	wconn *kwire.Conn
+}
+
+func newOffsetStore(dest *cluster, topic string) *offsetStore {
+	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{}, entries: map[Key]map[int64]int64{}}
+}
+
+// catchUp reads everything appended since the last call.
+func (s *offsetStore) catchUp(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, addr, epoch, err := s.dest.leader(ctx, s.topic, 0, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	conn, err := s.dest.dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for {
+		res, err := conn.Fetch(ctx, &kwire.FetchRequest{
+			MaxBytes: 8 << 20,
+			Partitions: []kwire.FetchPartition{{Topic: s.topic, Partition: 0, Offset: s.next,
+				LeaderEpoch: epoch, MaxBytes: 8 << 20}},
+		})
+		if err != nil {
+			return err
+		}
+		if len(res) != 1 {
+			return fmt.Errorf("read %s: malformed fetch response", s.topic)
+		}
+		fp := res[0]
+		if fp.Err != 0 {
+			return &kwire.Error{Code: fp.Err, Topic: s.topic, Op: "read checkpoints"}
+		}
+		batches, _, err := kwire.SplitBatches(fp.Records)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", s.topic, err)
+		}
+		for _, b := range batches {
+			if b.LastOffset() < s.next {
+				continue
+			}
+			recs, err := b.Records()
+			if err != nil {
+				return fmt.Errorf("read %s: %w", s.topic, err)
+			}
+			for _, r := range recs {
+				if r.Offset >= s.next {
+					s.apply(r)
+				}
+			}
+			s.next = b.LastOffset() + 1
+		}
+		if s.next >= fp.HighWatermark || len(batches) == 0 {
+			if s.next < fp.HighWatermark {
+				return fmt.Errorf("read %s: no progress at offset %d below high watermark %d", s.topic, s.next, fp.HighWatermark)
+			}
+			return nil
+		}
+	}
+}
+
+// apply folds one record of the topic into memory. Records this version
+// does not know are ignored, so a newer kmirror can add kinds.
+func (s *offsetStore) apply(r kwire.Record) {
+	kind, k, extra, ok := parseKey(r.Key)
+	if !ok {
+		return
+	}
+	switch kind {
+	case kindCheckpoint:
+		if r.Value == nil {
+			delete(s.checkpoints, k)
+			return
+		}
+		var cp checkpoint
+		if json.Unmarshal(r.Value, &cp) == nil {
+			s.checkpoints[k] = cp
+		}
+	case kindEntry:
+		if len(extra) != 1 {
+			return
+		}
+		src, err1 := strconv.ParseInt(extra[0], 10, 64)
+		dst, err2 := strconv.ParseInt(string(r.Value), 10, 64)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		m := s.entries[k]
+		if m == nil {
+			m = map[int64]int64{}
+			s.entries[k] = m
+		}
+		m[src] = dst
+	}
+}
+
+// load returns the checkpoint and breakpoints known for a partition.
+func (s *offsetStore) load(k Key) (checkpoint, bool, []Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp, ok := s.checkpoints[k]
+	var es []Entry
+	for src, dst := range s.entries[k] {
+		es = append(es, Entry{Src: src, Dst: dst})
+	}
+	return cp, ok, es
+}
+
+// update is one partition's contribution to a checkpoint write.
+type update struct {
+	key     Key
+	cp      checkpoint
+	entries []Entry
+}
+
+// write appends breakpoints before checkpoints in one batch, so a
+// persisted checkpoint implies its breakpoints are persisted.
+func (s *offsetStore) write(ctx context.Context, ups []update) error {
+	var recs []kwire.Record
+	now := time.Now().UnixMilli()
+	for _, u := range ups {
+		for _, e := range u.entries {
+			recs = append(recs, kwire.Record{Timestamp: now,
+				Key:   recordKey(kindEntry, u.key, strconv.FormatInt(e.Src, 10)),
+				Value: []byte(strconv.FormatInt(e.Dst, 10))})
+		}
+	}
+	for _, u := range ups {
+		v, err := json.Marshal(u.cp)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, u.key), Value: v})
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	return s.append(ctx, s.topic, recs)
+}
+
+// append produces records to partition 0 of topic with acks=all.
+func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Record) error {
+	b, err := kwire.EncodeBatch(recs, 0)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wconn == nil {
+		_, addr, _, err := s.dest.leader(ctx, topic, 0, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		if s.wconn, err = s.dest.dial(ctx, addr); err != nil {
+			return err
+		}
+	}
+	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
+	if err == nil && (len(res) != 1 || res[0].Err != 0) {
+		if len(res) == 1 {
+			err = &kwire.Error{Code: res[0].Err, Topic: topic, Op: "write checkpoints"}
+		} else {
+			err = fmt.Errorf("write %s: malformed produce response", topic)
+		}
+	}
+	if err != nil {
+		s.wconn.Close()
+		s.wconn = nil
+		s.dest.metadata(ctx, 0)
+		return fmt.Errorf("write %s: %w", topic, err)
+	}
+	return nil
+}
+
+// writeStopped records a partition's last mirrored position in the state
+// topic, readable with plain Kafka by the other side at failback.
+func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, rec any) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}})
+}
+
+func (s *offsetStore) close() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wconn != nil {
+		s.wconn.Close()
+		s.wconn = nil
+	}
+}

@@ -1,0 +1,91 @@
+package fetch
+
+import (
+	"time"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// partition is the engine's state for one leased partition. All fields are
+// guarded by Engine.mu.
+type partition struct {
+	spec   Spec
+	state  State
+	reason string
+	// gen counts (re)starts so a stale start goroutine or fetch response
+	// can tell it is no longer current.
+	gen int
+
+	// Source side: who leads it, how far it is fetched.
+	srcLeader   int32 // -1: route needed
+	srcEpoch    int32
+	fetchOffset int64
+	fetchBytes  int32
+	srcEnd      int64 // last stable offset at the last fetch; -1 unknown
+
+	// Destination side.
+	dstLeader int32 // -1: route needed
+	queue     []*item
+	queued    int64 // bytes in queue
+	inflight  bool
+	producer  ProducerID
+	nextSeq   int32
+	retryAt   time.Time
+	failures  int
+
+	// Mirrored (acknowledged) progress and translation.
+	pos     Position
+	xl      Translation
+	unsaved []Entry
+	dirty   bool
+
+	draining bool
+	released chan struct{} // closed when a drain completes
+}
+
+func (p *partition) key() Key { return p.spec.Key }
+
+// active reports whether the data path works on the partition.
+func (p *partition) active() bool { return p.state == Mirroring || p.state == Draining }
+
+// wantsFetch reports whether the fetcher should ask for more data.
+func (p *partition) wantsFetch(limit int64) bool {
+	return p.state == Mirroring && !p.draining && p.srcLeader >= 0 && p.queued < limit
+}
+
+// drained reports whether a draining partition has nothing left to send.
+func (p *partition) drained() bool { return len(p.queue) == 0 && !p.inflight }
+
+// ack applies a successful produce of the queue head at destination
+// offset base.
+func (p *partition) ack(it *item, base int64) {
+	for i := 0; i < int(it.count); i++ {
+		if e, ok := p.xl.Observe(it.sourceOffset(i), base+int64(i)); ok {
+			p.unsaved = append(p.unsaved, e)
+		}
+		if it.srcOffsets == nil {
+			break // contiguous: the first record decides the whole batch
+		}
+	}
+	p.pos.DestinationOffset = base + int64(it.count)
+	p.pos.SourceOffset = it.srcNext
+	p.pos.SourceLeaderEpoch = it.epoch
+	p.nextSeq = kwire.NextSequence(it.seq, it.count)
+	p.xl.Advance(p.pos.SourceOffset, p.pos.DestinationOffset)
+	p.dirty = true
+}
+
+// skipped applies a skip item at the queue head.
+func (p *partition) skipped(it *item) {
+	p.pos.SourceOffset = it.srcNext
+	p.xl.Advance(p.pos.SourceOffset, p.pos.DestinationOffset)
+	p.dirty = true
+}
+
+func (p *partition) status() Status {
+	st := Status{Key: p.key(), State: p.state, Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd}
+	if p.srcEnd >= 0 && p.srcEnd > p.pos.SourceOffset {
+		st.Lag = p.srcEnd - p.pos.SourceOffset
+	}
+	return st
+}

@@ -1,0 +1,354 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// Divergence means the source and destination disagree: the partition
+// stops (DIVERGED) and needs an operator. It is never retried silently.
+type Divergence struct {
+	Key    Key
+	Reason string
+}
+
+func (d *Divergence) Error() string { return fmt.Sprintf("%s diverged: %s", d.Key, d.Reason) }
+
+// resume takes over a partition exactly (design.md section 4): adopt the
+// producer identity, read the last checkpoint, walk source and destination
+// from it up to the destination's high watermark verifying every record,
+// and start mirroring after the last verified batch with the next sequence.
+func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
+	e.mu.Lock()
+	spec := p.spec
+	src := e.sources[spec.Key.Mirror]
+	e.mu.Unlock()
+	k := spec.Key
+	if src == nil {
+		return fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
+	}
+	if err := e.waitIdle(ctx, p, gen); err != nil {
+		return err
+	}
+	if err := e.store.catchUp(ctx); err != nil {
+		return fmt.Errorf("read checkpoints: %w", err)
+	}
+	cp, hasCP, entries := e.store.load(k)
+	pid := spec.Producer
+	if !pid.Valid() {
+		var err error
+		if pid, err = e.destAdmin.InitProducerID(ctx); err != nil {
+			return err
+		}
+		if err := e.ctl.SaveProducer(ctx, k, spec.Generation, pid); err != nil {
+			return fmt.Errorf("save producer identity of %s: %w", k, err)
+		}
+	}
+	start := Entry{Src: spec.StartOffset}
+	var seq int32
+	if hasCP {
+		start = Entry{Src: cp.Src, Dst: cp.Dst}
+		if cp.PID == pid.ID && cp.Epoch == pid.Epoch {
+			seq = cp.Seq
+		}
+	}
+	var xl Translation
+	xl.Restore(entries, start)
+	w, err := e.walk(ctx, src.cl, k, start, pid, &xl)
+	if err != nil {
+		return err
+	}
+	if w.sawOwn {
+		seq = w.nextSeq
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.gen != gen || p.draining {
+		if p.draining && p.released != nil {
+			closeOnce(p)
+		}
+		return nil
+	}
+	p.producer, p.spec.Producer = pid, pid
+	p.nextSeq = seq
+	p.pos = Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}
+	p.xl = xl
+	p.xl.Advance(w.end.Src, w.end.Dst)
+	p.unsaved, p.dirty = w.entries, true
+	p.fetchOffset = w.end.Src
+	p.fetchBytes = e.cfg.PartitionBytes
+	p.srcLeader, p.dstLeader = -1, -1
+	p.failures = 0
+	e.setStateLocked(p, Mirroring, "")
+	e.log.Info("partition resumed", zap.Stringer("partition", k), zap.Int64("source_offset", w.end.Src),
+		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
+		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))
+	kick(e.kickRt)
+	return nil
+}
+
+// waitIdle waits until no produce of p's is in flight, so the walk sees
+// every batch an earlier run of the partition may still land.
+func (e *Engine) waitIdle(ctx context.Context, p *partition, gen int) error {
+	for {
+		e.mu.Lock()
+		idle := !p.inflight || p.gen != gen
+		e.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// walkResult is where a walk ended.
+type walkResult struct {
+	end     Entry // next source offset and destination offset (the HW)
+	epoch   int32
+	nextSeq int32
+	sawOwn  bool // a destination batch of our producer identity was walked
+	entries []Entry
+	walked  int64
+}
+
+// walk reads the destination from start.Dst to its high watermark and the
+// source from start.Src, through the same filter the data path applies, and
+// checks that they hold the same records in the same order.
+func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, xl *Translation) (walkResult, error) {
+	res := walkResult{end: start}
+	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, start.Dst, false)
+	if err != nil {
+		return res, err
+	}
+	defer dst.close()
+	srcIt := &sourceIter{}
+	if srcIt.r, err = openPartitionReader(ctx, srcCl, k.Topic, k.Partition, start.Src, true); err != nil {
+		return res, err
+	}
+	defer srcIt.r.close()
+	diverge := func(format string, args ...any) error {
+		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...)}
+	}
+	for {
+		batches, hw, err := dst.next(ctx)
+		if err != nil {
+			return res, err
+		}
+		if len(batches) == 0 {
+			if res.end.Dst < hw {
+				return res, fmt.Errorf("destination %s/%d: no data readable at offset %d below high watermark %d", k.Topic, k.Partition, res.end.Dst, hw)
+			}
+			return res, nil
+		}
+		for _, b := range batches {
+			if b.BaseOffset() < res.end.Dst {
+				return res, diverge("destination batch %d..%d starts before the checkpointed offset %d", b.BaseOffset(), b.LastOffset(), res.end.Dst)
+			}
+			recs, err := b.Records()
+			if err != nil {
+				return res, fmt.Errorf("destination %s/%d: %w", k.Topic, k.Partition, err)
+			}
+			for _, r := range recs {
+				sr, ok, err := srcIt.next(ctx)
+				if err != nil {
+					return res, err
+				}
+				if !ok {
+					return res, diverge("destination offset %d holds a record beyond the source's committed data (source offset %d): "+
+						"the destination was written by someone else or the source lost records", r.Offset, srcIt.r.offset)
+				}
+				if why := recordDiff(sr, r); why != "" {
+					return res, diverge("destination offset %d does not match source offset %d (%s): "+
+						"the destination was written by someone else or the source log changed", r.Offset, sr.Offset, why)
+				}
+				if en, ok := xl.Observe(sr.Offset, r.Offset); ok {
+					res.entries = append(res.entries, en)
+				}
+				res.walked++
+			}
+			if srcIt.pending() {
+				return res, diverge("destination batch %d..%d ends inside source batch ending at offset %d", b.BaseOffset(), b.LastOffset(), srcIt.cur.srcNext-1)
+			}
+			res.end = Entry{Src: srcIt.cur.srcNext, Dst: b.LastOffset() + 1}
+			res.epoch = srcIt.cur.epoch
+			if b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch {
+				res.nextSeq = kwire.NextSequence(b.BaseSequence(), b.RecordCount())
+				res.sawOwn = true
+			}
+		}
+	}
+}
+
+// recordDiff names the first difference between two records, or "".
+func recordDiff(a, b kwire.Record) string {
+	switch {
+	case a.Timestamp != b.Timestamp:
+		return fmt.Sprintf("timestamp %d != %d", a.Timestamp, b.Timestamp)
+	case !sameBytes(a.Key, b.Key):
+		return "key differs"
+	case !sameBytes(a.Value, b.Value):
+		return "value differs"
+	case len(a.Headers) != len(b.Headers):
+		return fmt.Sprintf("%d headers != %d", len(a.Headers), len(b.Headers))
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !sameBytes(a.Headers[i].Value, b.Headers[i].Value) {
+			return fmt.Sprintf("header %d differs", i)
+		}
+	}
+	return ""
+}
+
+// sameBytes compares byte slices keeping null and empty apart.
+func sameBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+
+// sourceIter yields the source records the data path would mirror, in
+// order, through the same buildItems filter.
+type sourceIter struct {
+	r     *partitionReader
+	items []*item
+	cur   *item
+	recs  []kwire.Record
+}
+
+func (s *sourceIter) pending() bool { return len(s.recs) > 0 }
+
+func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
+	for len(s.recs) == 0 {
+		for len(s.items) > 0 && len(s.recs) == 0 {
+			s.cur, s.items = s.items[0], s.items[1:]
+			if s.cur.skip() {
+				continue
+			}
+			recs, err := s.cur.records()
+			if err != nil {
+				return kwire.Record{}, false, err
+			}
+			s.recs = recs
+		}
+		if len(s.recs) > 0 {
+			break
+		}
+		fp, err := s.r.fetch(ctx)
+		if err != nil {
+			return kwire.Record{}, false, err
+		}
+		items, next, need, err := buildItems(fp.Records, fp.Aborted, s.r.offset)
+		if err != nil {
+			return kwire.Record{}, false, err
+		}
+		if len(items) == 0 && need == 0 {
+			return kwire.Record{}, false, nil // nothing more committed
+		}
+		if len(items) == 0 {
+			s.r.maxBytes = max(int32(need), 2*s.r.maxBytes)
+		}
+		s.items, s.r.offset = items, next
+	}
+	r := s.recs[0]
+	s.recs = s.recs[1:]
+	return r, true, nil
+}
+
+// partitionReader fetches one partition sequentially from its leader.
+type partitionReader struct {
+	cl            *cluster
+	topic         string
+	partition     int32
+	offset        int64
+	readCommitted bool
+	maxBytes      int32
+	conn          *kwire.Conn
+	epoch         int32
+}
+
+func openPartitionReader(ctx context.Context, cl *cluster, topic string, partition int32, offset int64, committed bool) (*partitionReader, error) {
+	r := &partitionReader{cl: cl, topic: topic, partition: partition, offset: offset, readCommitted: committed, maxBytes: 4 << 20}
+	if err := r.connect(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *partitionReader) connect(ctx context.Context) error {
+	_, addr, epoch, err := r.cl.leader(ctx, r.topic, r.partition, 0)
+	if err != nil {
+		return err
+	}
+	if r.conn, err = r.cl.dial(ctx, addr); err != nil {
+		return err
+	}
+	r.epoch = epoch
+	return nil
+}
+
+func (r *partitionReader) close() {
+	if r.conn != nil {
+		r.conn.Close()
+	}
+}
+
+// fetch reads at r.offset without waiting for new data.
+func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, error) {
+	res, err := r.conn.Fetch(ctx, &kwire.FetchRequest{
+		MaxBytes: r.maxBytes, ReadCommitted: r.readCommitted,
+		Partitions: []kwire.FetchPartition{{Topic: r.topic, Partition: r.partition, Offset: r.offset,
+			LeaderEpoch: r.epoch, MaxBytes: r.maxBytes}},
+	})
+	if err != nil {
+		return kwire.FetchedPartition{}, err
+	}
+	if len(res) != 1 {
+		return kwire.FetchedPartition{}, fmt.Errorf("fetch %s/%d: malformed response", r.topic, r.partition)
+	}
+	if res[0].Err != 0 {
+		kerr := &kwire.Error{Code: res[0].Err, Topic: r.topic, Partition: r.partition, Op: "fetch from " + r.cl.name}
+		if res[0].Err == kwire.CodeOffsetOutOfRange {
+			return kwire.FetchedPartition{}, &Divergence{
+				Key:    Key{Topic: r.topic, Partition: r.partition},
+				Reason: fmt.Sprintf("offset %d is out of range on the %s (log starts at %d)", r.offset, r.cl.name, res[0].LogStartOffset),
+			}
+		}
+		return kwire.FetchedPartition{}, kerr
+	}
+	return res[0], nil
+}
+
+// next returns the destination batches at r.offset (advancing past them)
+// and the high watermark.
+func (r *partitionReader) next(ctx context.Context) ([]kwire.Batch, int64, error) {
+	for {
+		fp, err := r.fetch(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		batches, need, err := kwire.SplitBatches(fp.Records)
+		if err != nil {
+			return nil, 0, err
+		}
+		var out []kwire.Batch
+		for _, b := range batches {
+			if b.LastOffset() >= r.offset {
+				out = append(out, b)
+			}
+		}
+		if len(out) == 0 && need > 0 {
+			r.maxBytes = max(int32(need), 2*r.maxBytes)
+			continue
+		}
+		if len(out) > 0 {
+			r.offset = out[len(out)-1].LastOffset() + 1
+		}
+		return out, fp.HighWatermark, nil
+	}
+}

@@ -1,0 +1,75 @@
+package fetch
+
+import "testing"
+
+// mirrorRun feeds a translation the source offsets that were mirrored, in
+// order, and returns it with the expected answer for every source offset
+// computed the slow way: the destination offset of the first mirrored
+// record at or after it.
+func mirrorRun(t *testing.T, start int64, mirrored []int64, srcEnd int64) (*Translation, map[int64]int64) {
+	t.Helper()
+	var tr Translation
+	for i, src := range mirrored {
+		tr.Observe(src, int64(i))
+		tr.Advance(src+1, int64(i)+1)
+	}
+	tr.Advance(srcEnd, int64(len(mirrored)))
+	want := map[int64]int64{}
+	for o := start; o <= srcEnd; o++ {
+		want[o] = int64(len(mirrored))
+		for i, src := range mirrored {
+			if src >= o {
+				want[o] = int64(i)
+				break
+			}
+		}
+	}
+	return &tr, want
+}
+
+func TestTranslateExact(t *testing.T) {
+	cases := []struct {
+		name     string
+		start    int64
+		mirrored []int64
+		end      int64
+		entries  int
+	}{
+		{"contiguous from zero", 0, []int64{0, 1, 2, 3, 4}, 5, 1},
+		{"contiguous from an offset", 100, []int64{100, 101, 102}, 103, 1},
+		{"aborted records in the middle", 0, []int64{0, 1, 5, 6, 7}, 8, 2},
+		{"control marker after each batch", 0, []int64{0, 1, 3, 4, 6, 7}, 9, 3},
+		{"compaction holes", 10, []int64{10, 12, 15, 16, 20}, 21, 4},
+		{"trailing skipped records", 0, []int64{0, 1, 2}, 10, 1},
+		{"leading skipped records", 0, []int64{4, 5, 6}, 7, 1},
+		{"nothing mirrored yet", 7, nil, 9, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr, want := mirrorRun(t, c.start, c.mirrored, c.end)
+			if got := len(tr.Entries()); got != c.entries {
+				t.Errorf("entries = %d (%v), want %d", got, tr.Entries(), c.entries)
+			}
+			for o := c.start; o <= c.end; o++ {
+				got, ok := tr.Translate(o)
+				if !ok || got != want[o] {
+					t.Errorf("Translate(%d) = %d,%v want %d", o, got, ok, want[o])
+				}
+			}
+			if _, ok := tr.Translate(c.end + 1); ok {
+				t.Errorf("Translate beyond the mirrored position must not answer")
+			}
+		})
+	}
+}
+
+func TestTranslateRestoreMatches(t *testing.T) {
+	tr, want := mirrorRun(t, 0, []int64{0, 2, 3, 9, 10, 11, 30}, 31)
+	var back Translation
+	back.Restore(tr.Entries(), tr.End())
+	for o := int64(0); o <= 31; o++ {
+		if got, _ := back.Translate(o); got != want[o] {
+			t.Fatalf("restored Translate(%d) = %d want %d", o, got, want[o])
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package fetch
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"time"
+)
+
+// Key names one mirrored partition.
+type Key struct {
+	Mirror    string
+	Topic     string
+	Partition int32
+}
+
+func (k Key) String() string { return fmt.Sprintf("%s:%s/%d", k.Mirror, k.Topic, k.Partition) }
+
+// ProducerID is an idempotent producer identity.
+type ProducerID struct {
+	ID    int64
+	Epoch int16
+}
+
+// Valid reports whether the identity was allocated.
+func (p ProducerID) Valid() bool { return p.ID > 0 || (p.ID == 0 && p.Epoch > 0) }
+
+// Spec is a partition lease handed to the engine by the control plane.
+type Spec struct {
+	Key        Key
+	Generation uint64
+	Producer   ProducerID // zero: allocate one
+	// StartOffset is where mirroring starts when no checkpoint exists.
+	StartOffset int64
+}
+
+// Source is how to reach a mirror's source cluster.
+type Source struct {
+	Bootstrap []string
+	TLS       *tls.Config
+}
+
+// State of a partition as the engine reports it.
+type State string
+
+const (
+	Starting  State = "STARTING"  // resuming: walking source and destination
+	Mirroring State = "MIRRORING" // copying
+	Draining  State = "DRAINING"  // finishing in-flight work before a stop
+	Stopped   State = "STOPPED"   // released
+	Failed    State = "FAILED"    // retrying with backoff
+	Diverged  State = "DIVERGED"  // source and destination disagree: needs an operator
+)
+
+// Control is what the engine needs from the control plane.
+type Control interface {
+	// SaveProducer durably records a newly allocated producer identity for
+	// the partition at the given lease generation. It must fail if the
+	// generation is no longer current (the lease moved).
+	SaveProducer(ctx context.Context, key Key, generation uint64, id ProducerID) error
+	// Report tells the control plane about a state change with its reason.
+	Report(key Key, state State, reason string)
+}
+
+// Position is where a partition's mirroring stands.
+type Position struct {
+	SourceOffset      int64 // next source offset to mirror
+	DestinationOffset int64 // next destination offset
+	SourceLeaderEpoch int32 // leader epoch of the last mirrored batch
+}
+
+// Status is a partition's progress for describe.
+type Status struct {
+	Key   Key
+	State State
+	// Reason is set for FAILED and DIVERGED.
+	Reason   string
+	Position Position
+	// SourceEnd is the source's last stable offset at the last fetch.
+	SourceEnd int64
+	// Lag is SourceEnd - Position.SourceOffset (committed offsets not yet
+	// mirrored).
+	Lag int64
+}
+
+// Config configures the engine.
+type Config struct {
+	ClientID        string
+	Destination     []string // destination bootstrap servers
+	DestinationTLS  *tls.Config
+	MemoryBudget    int64 // bytes of fetched data held at once
+	Checkpoint      time.Duration
+	FetchMaxWait    time.Duration
+	FetchMaxBytes   int32
+	PartitionBytes  int32 // per-partition fetch size
+	ProduceTimeout  time.Duration
+	OffsetsTopic    string // internal topic: checkpoints and translation log
+	StateTopic      string // internal topic: last mirrored positions
+	InternalRF      int16  // replication factor of internal topics (-1: broker default)
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+}
+
+// Defaults fills zero fields.
+func (c *Config) Defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.MemoryBudget == 0 {
+		c.MemoryBudget = 256 << 20
+	}
+	def(&c.Checkpoint, time.Second)
+	def(&c.FetchMaxWait, 500*time.Millisecond)
+	def(&c.ProduceTimeout, 5*time.Second)
+	def(&c.RetryBackoff, 100*time.Millisecond)
+	def(&c.MaxRetryBackoff, 5*time.Second)
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = 16 << 20
+	}
+	if c.PartitionBytes == 0 {
+		c.PartitionBytes = 2 << 20
+	}
+	if c.OffsetsTopic == "" {
+		c.OffsetsTopic = "__kmirror_offsets"
+	}
+	if c.StateTopic == "" {
+		c.StateTopic = "__kmirror_state"
+	}
+	if c.InternalRF == 0 {
+		c.InternalRF = -1
+	}
+	if c.ClientID == "" {
+		c.ClientID = "kmirror"
+	}
+}

@@ -1,0 +1,228 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+// env is shared by every test of the package: one source and one
+// destination cluster started once, and the kmirror binary. Tests isolate
+// themselves with their own topics.
+var env struct {
+	src, dst *harness.Cluster
+	bin      string
+	tmp      string
+}
+
+// brokerProps lets the fidelity test send ~1 MiB values.
+var brokerProps = map[string]string{
+	"message.max.bytes":       "4194304",
+	"replica.fetch.max.bytes": "4194304",
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tmp, err := os.MkdirTemp("", "kmirror-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	env.tmp = tmp
+	env.bin = filepath.Join(tmp, "kmirror")
+	build := exec.Command("go", "build", "-o", env.bin, "github.com/kmirror/kmirror/cmd/kmirror")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build kmirror:", err)
+		return 1
+	}
+	for _, c := range []struct {
+		name string
+		dst  **harness.Cluster
+	}{{"source", &env.src}, {"destination", &env.dst}} {
+		cl, err := harness.Start(ctx, harness.Options{Name: c.name, BrokerProps: brokerProps})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "start", c.name, "cluster:", err)
+			return 1
+		}
+		defer cl.Close()
+		*c.dst = cl
+	}
+	stop := harness.CloseOnSignal(env.src, env.dst)
+	defer stop()
+	defer func() {
+		if shared != nil {
+			shared.kill()
+		}
+	}()
+	return m.Run()
+}
+
+// member is a kmirror daemon running as its own process.
+type member struct {
+	t       testing.TB
+	cfgPath string
+	logPath string
+	url     string
+	cmd     *exec.Cmd
+	done    chan error
+	client  *daemon.Client
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startMember writes a config and starts a daemon with it; dir keeps its
+// raft data across restarts.
+func startMember(t testing.TB, name string) *member {
+	t.Helper()
+	m := newMember(t, name)
+	t.Cleanup(func() { m.kill() })
+	return m
+}
+
+func newMember(t testing.TB, name string) *member {
+	t.Helper()
+	dir := filepath.Join(env.tmp, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := freeAddr(t)
+	cfg := fmt.Sprintf(`node_id: %s
+data_dir: %s
+http_listen: %s
+raft_listen: %s
+bootstrap: true
+checkpoint_interval: 200ms
+log_level: info
+destination:
+  bootstrap_servers: [%s]
+`, name, filepath.Join(dir, "data"), httpAddr, freeAddr(t), env.dst.Bootstrap())
+	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
+		url: "http://" + httpAddr}
+	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if m.client, err = daemon.NewClient(m.url, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	m.start()
+	return m
+}
+
+func (m *member) start() {
+	m.t.Helper()
+	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.cmd = exec.Command(env.bin, "daemon", "--config", m.cfgPath)
+	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	m.done = make(chan error, 1)
+	go func() { m.done <- m.cmd.Wait(); logf.Close() }()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(m.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-m.done:
+			m.t.Fatalf("kmirror daemon exited during start-up (%v); log:\n%s", err, m.logTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("kmirror daemon not ready after 90s; log:\n%s", m.logTail())
+		}
+	}
+}
+
+func (m *member) logTail() string {
+	b, _ := os.ReadFile(m.logPath)
+	if len(b) > 6000 {
+		b = b[len(b)-6000:]
+	}
+	return string(b)
+}
+
+// kill9 kills the daemon with SIGKILL, as a crash would.
+func (m *member) kill9() {
+	if m.cmd == nil || m.cmd.Process == nil {
+		return
+	}
+	m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+	m.cmd = nil
+}
+
+func (m *member) kill() {
+	if m.cmd != nil {
+		m.kill9()
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (m *member) stop() {
+	m.t.Helper()
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-m.done:
+		m.cmd = nil
+		if err != nil {
+			m.t.Fatalf("kmirror daemon exited with %v after SIGTERM; log:\n%s", err, m.logTail())
+		}
+	case <-time.After(60 * time.Second):
+		m.t.Fatalf("kmirror daemon did not exit within 60s of SIGTERM")
+	}
+}
+
+// sharedMember is the daemon most tests use, with mirror "src" pointing at
+// the source cluster.
+var shared *member
+
+func sharedMirror(t *testing.T) *member {
+	t.Helper()
+	if shared != nil && shared.cmd != nil {
+		shared.t = t
+		return shared
+	}
+	shared = newMember(t, "shared")
+	err := shared.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
+		Name: "src", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	return shared
+}

@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+// fidelityRecords are the awkward records every codec must carry intact:
+// null keys, null and empty values, binary and repeated headers (one with a
+// null value), old timestamps and ~1 MiB values.
+func fidelityRecords(partitions int, round int) []*kgo.Record {
+	old := time.Date(2001, 9, 9, 1, 46, 40, 0, time.UTC)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 65000) // ~1 MiB
+	var out []*kgo.Record
+	for i := 0; i < 60; i++ {
+		r := &kgo.Record{Partition: int32(i % partitions)}
+		switch i % 6 {
+		case 0:
+			r.Key, r.Value = nil, []byte(fmt.Sprintf("null-key-%d-%d", round, i))
+		case 1:
+			r.Key, r.Value = []byte(fmt.Sprintf("k%d", i)), nil
+		case 2:
+			r.Key, r.Value = []byte{}, []byte{}
+		case 3:
+			r.Key, r.Value = []byte{0, 1, 2, 0xff}, []byte(fmt.Sprintf("headers-%d", i))
+			r.Headers = []kgo.RecordHeader{
+				{Key: "bin", Value: []byte{0, 0xfe, 0xff}},
+				{Key: "dup", Value: []byte("first")},
+				{Key: "dup", Value: []byte("second")},
+				{Key: "null", Value: nil},
+				{Key: "", Value: []byte("empty key")},
+			}
+		case 4:
+			r.Key, r.Value = []byte("old"), []byte(fmt.Sprintf("old-%d", i))
+			r.Timestamp = old.Add(time.Duration(i) * time.Millisecond)
+		case 5:
+			if i%12 == 5 {
+				r.Key, r.Value = []byte("big"), big
+			} else {
+				r.Key, r.Value = []byte("plain"), []byte(fmt.Sprintf("plain-%d-%d", round, i))
+			}
+		}
+		if r.Timestamp.IsZero() {
+			r.Timestamp = time.UnixMilli(1700000000000 + int64(round*1000+i))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func produceSync(t testing.TB, c *kgo.Client, recs []*kgo.Record) {
+	t.Helper()
+	if err := c.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// TestFidelity mirrors, for every codec, a backlog produced before the topic
+// is added and records produced while it mirrors, and compares both
+// clusters record by record.
+func TestFidelity(t *testing.T) {
+	m := sharedMirror(t)
+	codecs := []struct {
+		name  string
+		codec kgo.CompressionCodec
+	}{
+		{"none", kgo.NoCompression()},
+		{"gzip", kgo.GzipCompression()},
+		{"snappy", kgo.SnappyCompression()},
+		{"lz4", kgo.Lz4Compression()},
+		{"zstd", kgo.ZstdCompression()},
+	}
+	const partitions = 3
+	for _, cc := range codecs {
+		t.Run(cc.name, func(t *testing.T) {
+			topic := "fidelity-" + cc.name
+			// retention.ms=-1: the old timestamps must not be deleted.
+			if err := env.src.CreateTopic(context.Background(), topic, partitions, 1,
+				map[string]string{"max.message.bytes": "4194304", "retention.ms": "-1"}); err != nil {
+				t.Fatal(err)
+			}
+			prod := kgoClient(t, env.src, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+				kgo.ProducerBatchCompression(cc.codec), kgo.ProducerBatchMaxBytes(4<<20),
+				kgo.ProducerLinger(5*time.Millisecond))
+			produceSync(t, prod, fidelityRecords(partitions, 0))
+			if err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+				t.Fatal(err)
+			}
+			produceSync(t, prod, fidelityRecords(partitions, 1))
+			waitCaughtUp(t, m, "src", topic)
+			requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+		})
+	}
+}

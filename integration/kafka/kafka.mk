@@ -1,0 +1,22 @@
+# Real Apache Kafka for the integration tests, demo and benchmarks.
+# Included by the top-level Makefile.
+#
+#   make kafka                     assemble the pinned Kafka version
+#   make kafka KAFKA_VERSION=4.0.1 another version (also read from the env)
+#   make test-integration          go test ./integration/... against real Kafka
+#
+# KAFKA_VERSION empty means the version pinned in assemble.sh (its only pin).
+
+KAFKA_MK_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+KAFKA_VERSION ?=
+# JVM clusters need the cores: one package at a time, never cached results,
+# and a timeout above go test's 10-minute default.
+INTEGRATION_TIMEOUT ?= 20m
+
+.PHONY: kafka test-integration
+
+kafka:
+	KAFKA_VERSION='$(KAFKA_VERSION)' '$(KAFKA_MK_DIR)/assemble.sh'
+
+test-integration: kafka
+	KAFKA_VERSION='$(KAFKA_VERSION)' go test -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...

@@ -1,0 +1,129 @@
+package raftstore
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// newCluster starts n in-memory stores on raft's in-memory transport:
+// node 0 bootstraps, the others join it as voters.
+func newCluster(t *testing.T, n int) []*Store {
+	t.Helper()
+	addrs := make([]raft.ServerAddress, n)
+	trans := make([]*raft.InmemTransport, n)
+	for i := range n {
+		// A short RPC timeout keeps shutdown fast once peers are gone.
+		addrs[i], trans[i] = raft.NewInmemTransportWithTimeout("", 100*time.Millisecond)
+	}
+	for i := range n {
+		for j := range n {
+			if i != j {
+				trans[i].Connect(addrs[j], trans[j])
+			}
+		}
+	}
+	stores := make([]*Store, n)
+	for i := range n {
+		cfg := fastConfig(t, fmt.Sprintf("n%d", i+1))
+		cfg.InMemory, cfg.Transport, cfg.Bootstrap = true, trans[i], i == 0
+		stores[i] = mustOpen(t, cfg)
+	}
+	eventually(t, "n1 to lead", stores[0].IsLeader)
+	for i := 1; i < n; i++ {
+		if err := stores[0].AddVoter(fmt.Sprintf("n%d", i+1), string(addrs[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return stores
+}
+
+func TestClusterReplicates(t *testing.T) {
+	ctx := ctxT(t)
+	stores := newCluster(t, 3)
+	leader, followers := stores[0], stores[1:]
+
+	watch, cancel := followers[0].Watch()
+	defer cancel()
+	if err := leader.Apply(ctx, CreateMirror{Mirror: Mirror{Name: "m1", Bootstrap: []string{"src:9092"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range followers {
+		eventually(t, fmt.Sprintf("mirror m1 on follower %d", i+2), func() bool {
+			_, ok := storeState(f).Mirrors["m1"]
+			return ok
+		})
+		if err := f.WaitForLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, id := f.Leader(); id != "n1" {
+			t.Fatalf("follower %d sees leader %q, want n1", i+2, id)
+		}
+		if f.LastContact().IsZero() {
+			t.Fatalf("follower %d never heard from the leader", i+2)
+		}
+	}
+	select {
+	case <-watch:
+	default:
+		t.Fatal("follower watcher not notified of the replicated change")
+	}
+
+	err := followers[0].Apply(ctx, CreateMirror{Mirror: Mirror{Name: "m2"}})
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("apply on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := followers[0].VerifyLeader(); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("VerifyLeader on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := followers[0].Barrier(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Barrier on a follower: %v, want ErrNotLeader", err)
+	}
+
+	// The leader goes away; the other two elect a new one, keep the state
+	// and accept writes.
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var next *Store
+	eventually(t, "a new leader", func() bool {
+		for _, f := range followers {
+			if f.IsLeader() {
+				next = f
+				return true
+			}
+		}
+		return false
+	})
+	if err := next.Apply(ctx, CreateMirror{Mirror: Mirror{Name: "m2"}}); err != nil {
+		t.Fatalf("apply on the new leader: %v", err)
+	}
+	for _, f := range followers {
+		eventually(t, "m1 and m2 on both survivors", func() bool {
+			st := storeState(f)
+			return st.Mirrors["m1"] != nil && st.Mirrors["m2"] != nil
+		})
+	}
+}
+
+func TestClusterRemoveServer(t *testing.T) {
+	stores := newCluster(t, 3)
+	if err := stores[0].RemoveServer("n3"); err != nil {
+		t.Fatal(err)
+	}
+	f := stores[0].raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range f.Configuration().Servers {
+		if srv.ID == "n3" {
+			t.Fatal("n3 still in the raft configuration")
+		}
+	}
+	if err := stores[1].RemoveServer("n2"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("RemoveServer on a follower: %v, want ErrNotLeader", err)
+	}
+}

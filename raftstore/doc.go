@@ -1,0 +1,27 @@
+// Package raftstore is kmirror's replicated control plane: mirrors, mirror
+// topics with their partition assignments, and members, kept identical on
+// every member by hashicorp/raft (design.md section 3). It knows nothing
+// about Kafka.
+//
+// Files by job:
+//   - state.go: the State and its types; Clone for copies.
+//   - command.go: the commands and their log encoding. An entry is one type
+//     byte (explicit numbers, never reused), one payload version byte, then
+//     JSON. Types with the 0x80 bit are ignorable: a member that does not
+//     know one skips it; any other unknown entry panics, because skipping
+//     it would let the member diverge silently.
+//   - fsm.go: Apply, a deterministic switch over small applyX methods (no
+//     clock, no I/O, no leadership checks). A refused command leaves the
+//     state unchanged and returns its error (ErrNotFound, ErrExists,
+//     ErrStaleGeneration, ErrInvalid) as the apply response. Watch
+//     notifies after every change.
+//   - snapshot.go: snapshots are a header {format version, last index},
+//     typed length-prefixed records and an end marker; restore builds a
+//     fresh State and swaps it in, refusing unknown versions and records.
+//   - store.go: Store wires the FSM to raft, raft-boltdb and the TCP
+//     transport and turns raft's errors into ErrNotLeader.
+//   - hclog.go: routes raft's hclog output to the injected zap logger.
+//
+// Per-record progress, lag and the translation log never go through raft:
+// they change at data rate.
+package raftstore

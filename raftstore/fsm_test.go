@@ -1,0 +1,443 @@
+package raftstore
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// fixture drives an FSM through Apply of encoded raft logs, as raft does.
+type fixture struct {
+	t   *testing.T
+	f   *FSM
+	idx uint64
+}
+
+// newFixture returns an FSM holding mirror "m1" (topic "orders", 3
+// PENDING partitions), mirror "m2" (topic "orders", 1 partition) and
+// member "n1".
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	x := &fixture{t: t, f: NewFSM()}
+	x.mustApply(CreateMirror{Mirror: Mirror{Name: "m1", Bootstrap: []string{"a:9092", "b:9092"}, Properties: map[string]string{"security.protocol": "SSL"}, SourceClusterID: "src-1"}})
+	x.mustApply(CreateMirror{Mirror: Mirror{Name: "m2", Bootstrap: []string{"c:9092"}}})
+	x.mustApply(AddTopic{Topic: MirrorTopic{
+		Mirror: "m1", Topic: "orders", State: StatePending, SourceTopicID: "tid-1",
+		Partitions: []PartitionInfo{
+			{State: StatePending, StartOffset: 0},
+			{State: StatePending, StartOffset: 10},
+			{State: StatePending, StartOffset: 20},
+		},
+	}})
+	x.mustApply(AddTopic{Topic: MirrorTopic{Mirror: "m2", Topic: "orders", State: StatePending, Partitions: []PartitionInfo{{State: StatePending}}}})
+	x.mustApply(UpsertMember{Member: Member{ID: "n1", RaftAddr: "h1:7000", HTTPAddr: "h1:8080", Voter: true}})
+	return x
+}
+
+func (x *fixture) apply(cmd Command) error {
+	x.t.Helper()
+	b, err := Encode(cmd)
+	if err != nil {
+		x.t.Fatalf("encode %s: %v", cmd.Type(), err)
+	}
+	x.idx++
+	resp := x.f.Apply(&raft.Log{Index: x.idx, Term: 1, Type: raft.LogCommand, Data: b})
+	if got := x.state().Index; got != x.idx {
+		x.t.Fatalf("state index %d after applying log %d", got, x.idx)
+	}
+	if resp == nil {
+		return nil
+	}
+	err, ok := resp.(error)
+	if !ok {
+		x.t.Fatalf("apply %s: response %T(%v) is not an error", cmd.Type(), resp, resp)
+	}
+	return err
+}
+
+func (x *fixture) mustApply(cmd Command) {
+	x.t.Helper()
+	if err := x.apply(cmd); err != nil {
+		x.t.Fatalf("apply %s: %v", cmd.Type(), err)
+	}
+}
+
+// mustFail applies cmd, expects an error wrapping want, and checks that
+// nothing but the applied index changed.
+func (x *fixture) mustFail(cmd Command, want error) {
+	x.t.Helper()
+	before := x.state()
+	err := x.apply(cmd)
+	if !errors.Is(err, want) {
+		x.t.Fatalf("apply %s: got error %v, want %v", cmd.Type(), err, want)
+	}
+	after := x.state()
+	before.Index = after.Index
+	if !reflect.DeepEqual(before, after) {
+		x.t.Fatalf("apply %s failed (%v) but changed the state", cmd.Type(), err)
+	}
+}
+
+func (x *fixture) state() *State {
+	var s *State
+	x.f.Read(func(st *State) { s = st.Clone() })
+	return s
+}
+
+func (x *fixture) topic(mirror, topic string) *MirrorTopic {
+	x.t.Helper()
+	t, ok := x.state().Topic(mirror, topic)
+	if !ok {
+		x.t.Fatalf("topic %s missing", TopicKey(mirror, topic))
+	}
+	return t
+}
+
+var p1 = PartitionKey{Mirror: "m1", Topic: "orders", Partition: 1}
+
+func TestApplyCreateMirror(t *testing.T) {
+	x := newFixture(t)
+	m := Mirror{Name: "m3", Bootstrap: []string{"d:9092"}, Properties: map[string]string{"sasl.mechanism": "PLAIN"}}
+	x.mustApply(CreateMirror{Mirror: m})
+	if got := x.state().Mirrors["m3"]; !reflect.DeepEqual(got, &m) {
+		t.Fatalf("mirror m3 = %+v, want %+v", got, m)
+	}
+	x.mustFail(CreateMirror{Mirror: Mirror{Name: "m1"}}, ErrExists)
+	x.mustFail(CreateMirror{Mirror: Mirror{Name: ""}}, ErrInvalid)
+	x.mustFail(CreateMirror{Mirror: Mirror{Name: "a/b"}}, ErrInvalid)
+}
+
+func TestApplyDeleteMirror(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(DeleteMirror{Name: "m1"})
+	s := x.state()
+	if _, ok := s.Mirrors["m1"]; ok {
+		t.Fatal("mirror m1 still present")
+	}
+	if _, ok := s.Topic("m1", "orders"); ok {
+		t.Fatal("topic m1/orders survived its mirror")
+	}
+	if _, ok := s.Topic("m2", "orders"); !ok {
+		t.Fatal("topic m2/orders of another mirror was deleted")
+	}
+	x.mustFail(DeleteMirror{Name: "m1"}, ErrNotFound)
+}
+
+func TestApplyAddTopic(t *testing.T) {
+	x := newFixture(t)
+	mt := MirrorTopic{Mirror: "m1", Topic: "payments", State: StatePending, SourceTopicID: "tid-2",
+		Partitions: []PartitionInfo{{State: StatePending, StartOffset: 42}}}
+	x.mustApply(AddTopic{Topic: mt})
+	if got := x.topic("m1", "payments"); !reflect.DeepEqual(got, &mt) {
+		t.Fatalf("topic = %+v, want %+v", got, mt)
+	}
+	x.mustFail(AddTopic{Topic: MirrorTopic{Mirror: "nope", Topic: "x", State: StatePending}}, ErrNotFound)
+	x.mustFail(AddTopic{Topic: MirrorTopic{Mirror: "m1", Topic: "orders", State: StatePending}}, ErrExists)
+	x.mustFail(AddTopic{Topic: MirrorTopic{Mirror: "m1", Topic: "", State: StatePending}}, ErrInvalid)
+	x.mustFail(AddTopic{Topic: MirrorTopic{Mirror: "m1", Topic: "y", State: "BOGUS"}}, ErrInvalid)
+}
+
+func TestApplySetTopicState(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetPartitionState{Key: p1, State: StateDiverged, Reason: "source truncated"})
+
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring, DestTopicID: "dest-1"})
+	mt := x.topic("m1", "orders")
+	if mt.State != StateMirroring || mt.DestTopicID != "dest-1" {
+		t.Fatalf("topic state %s dest %q, want MIRRORING dest-1", mt.State, mt.DestTopicID)
+	}
+	wantParts := []TopicState{StateMirroring, StateDiverged, StateMirroring}
+	for i, p := range mt.Partitions {
+		if p.State != wantParts[i] {
+			t.Fatalf("partition %d state %s, want %s", i, p.State, wantParts[i])
+		}
+	}
+	if mt.Partitions[1].Reason != "source truncated" {
+		t.Fatalf("DIVERGED partition lost its reason: %q", mt.Partitions[1].Reason)
+	}
+
+	// An empty DestTopicID keeps the recorded one.
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StatePaused, Reason: "operator"})
+	mt = x.topic("m1", "orders")
+	if mt.DestTopicID != "dest-1" || mt.State != StatePaused || mt.Reason != "operator" || mt.Partitions[0].State != StatePaused {
+		t.Fatalf("after PAUSED: %+v", mt)
+	}
+
+	// FAILED and DIVERGED describe the topic only.
+	for _, st := range []TopicState{StateFailed, StateDiverged} {
+		x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: st, Reason: "why"})
+		mt = x.topic("m1", "orders")
+		if mt.State != st || mt.Reason != "why" {
+			t.Fatalf("topic state %s reason %q, want %s why", mt.State, mt.Reason, st)
+		}
+		if mt.Partitions[0].State != StatePaused || mt.Partitions[2].State != StatePaused {
+			t.Fatalf("%s changed partition states: %+v", st, mt.Partitions)
+		}
+	}
+
+	x.mustFail(SetTopicState{Mirror: "m1", Topic: "nope", State: StateMirroring}, ErrNotFound)
+	x.mustFail(SetTopicState{Mirror: "m1", Topic: "orders", State: ""}, ErrInvalid)
+}
+
+func TestApplySetPartitionState(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetPartitionState{Key: p1, State: StateFailed, Reason: "produce: timeout"})
+	mt := x.topic("m1", "orders")
+	if p := mt.Partitions[1]; p.State != StateFailed || p.Reason != "produce: timeout" {
+		t.Fatalf("partition 1 = %+v", p)
+	}
+	if mt.State != StatePending || mt.Partitions[0].State != StatePending {
+		t.Fatal("SetPartitionState touched the topic or another partition")
+	}
+	x.mustFail(SetPartitionState{Key: PartitionKey{Mirror: "m1", Topic: "nope"}, State: StateMirroring}, ErrNotFound)
+	x.mustFail(SetPartitionState{Key: PartitionKey{Mirror: "m1", Topic: "orders", Partition: 3}, State: StateMirroring}, ErrNotFound)
+	x.mustFail(SetPartitionState{Key: PartitionKey{Mirror: "m1", Topic: "orders", Partition: -1}, State: StateMirroring}, ErrNotFound)
+	x.mustFail(SetPartitionState{Key: p1, State: "BOGUS"}, ErrInvalid)
+}
+
+func TestApplyAssign(t *testing.T) {
+	x := newFixture(t)
+	for i, owner := range []string{"n1", "n2", ""} {
+		x.mustApply(Assign{Key: p1, Owner: owner})
+		p, _ := x.state().Partition(p1)
+		if p.Owner != owner || p.Generation != uint64(i+1) {
+			t.Fatalf("after assign %d: owner %q generation %d, want %q %d", i, p.Owner, p.Generation, owner, i+1)
+		}
+	}
+	if p, _ := x.state().Partition(PartitionKey{Mirror: "m1", Topic: "orders"}); p.Generation != 0 {
+		t.Fatalf("partition 0 generation %d, want 0", p.Generation)
+	}
+	x.mustFail(Assign{Key: PartitionKey{Mirror: "m9", Topic: "orders"}, Owner: "n1"}, ErrNotFound)
+	x.mustFail(Assign{Key: PartitionKey{Mirror: "m1", Topic: "orders", Partition: 7}, Owner: "n1"}, ErrNotFound)
+}
+
+func TestApplySetProducer(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(Assign{Key: p1, Owner: "n1"})
+	x.mustApply(Assign{Key: p1, Owner: "n2"})
+	id := ProducerIdentity{ProducerID: 4711, Epoch: 3}
+	x.mustApply(SetProducer{Key: p1, Producer: id, Generation: 2})
+	if p, _ := x.state().Partition(p1); p.Producer != id {
+		t.Fatalf("producer %+v, want %+v", p.Producer, id)
+	}
+	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: 1}, ErrStaleGeneration)
+	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: 3}, ErrStaleGeneration)
+	x.mustFail(SetProducer{Key: PartitionKey{Mirror: "m1", Topic: "nope"}, Generation: 0}, ErrNotFound)
+}
+
+func TestApplyRecordStopped(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateStopping})
+	x.mustApply(Assign{Key: p1, Owner: "n1"})
+	pos := []Position{
+		{SourceOffset: 5, DestinationOffset: 5, SourceLeaderEpoch: 1, SourceClusterID: "src-1", SourceTopicID: "tid-1"},
+		{SourceOffset: 15, DestinationOffset: 5, SourceLeaderEpoch: 2, SourceClusterID: "src-1", SourceTopicID: "tid-1"},
+		{SourceOffset: 20, DestinationOffset: 0, SourceLeaderEpoch: 2, SourceClusterID: "src-1", SourceTopicID: "tid-1"},
+	}
+	x.mustApply(RecordStopped{Mirror: "m1", Topic: "orders", Positions: pos})
+	mt := x.topic("m1", "orders")
+	if mt.State != StateStopped {
+		t.Fatalf("topic state %s, want STOPPED", mt.State)
+	}
+	for i, p := range mt.Partitions {
+		if p.State != StateStopped || p.Owner != "" || p.LastMirrored == nil || *p.LastMirrored != pos[i] {
+			t.Fatalf("partition %d = %+v, want STOPPED, unowned, at %+v", i, p, pos[i])
+		}
+	}
+	// Releasing n1 fenced it: generation 1 -> 2. Unowned partitions keep 0.
+	if mt.Partitions[1].Generation != 2 || mt.Partitions[0].Generation != 0 {
+		t.Fatalf("generations %d %d, want 0 2", mt.Partitions[0].Generation, mt.Partitions[1].Generation)
+	}
+	x.mustFail(RecordStopped{Mirror: "m1", Topic: "nope", Positions: pos}, ErrNotFound)
+	x.mustFail(RecordStopped{Mirror: "m1", Topic: "orders", Positions: pos[:2]}, ErrInvalid)
+}
+
+func TestApplyUpsertMember(t *testing.T) {
+	x := newFixture(t)
+	m := Member{ID: "n2", RaftAddr: "h2:7000", HTTPAddr: "h2:8080"}
+	x.mustApply(UpsertMember{Member: m})
+	m.Voter, m.Draining = true, true
+	x.mustApply(UpsertMember{Member: m})
+	if got := x.state().Members["n2"]; !reflect.DeepEqual(got, &m) {
+		t.Fatalf("member n2 = %+v, want %+v", got, m)
+	}
+	x.mustFail(UpsertMember{Member: Member{RaftAddr: "h3:7000"}}, ErrInvalid)
+}
+
+func TestApplyRemoveMember(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(RemoveMember{ID: "n1"})
+	if _, ok := x.state().Members["n1"]; ok {
+		t.Fatal("member n1 still present")
+	}
+	x.mustFail(RemoveMember{ID: "n1"}, ErrNotFound)
+}
+
+func TestApplyRemoveTopic(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(RemoveTopic{Mirror: "m1", Topic: "orders"})
+	s := x.state()
+	if _, ok := s.Topic("m1", "orders"); ok {
+		t.Fatal("topic m1/orders still present")
+	}
+	if _, ok := s.Mirrors["m1"]; !ok {
+		t.Fatal("RemoveTopic removed the mirror")
+	}
+	x.mustFail(RemoveTopic{Mirror: "m1", Topic: "orders"}, ErrNotFound)
+}
+
+func TestApplyUndecodablePanics(t *testing.T) {
+	cases := map[string][]byte{
+		"unknown type":            {0x7F, 1, '{', '}'},
+		"unknown payload version": {byte(TypeCreateMirror), 2, '{', '}'},
+		"empty entry":             {},
+		"bad JSON":                {byte(TypeCreateMirror), 1, '{'},
+	}
+	for name, data := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := NewFSM()
+			defer func() {
+				r := recover()
+				if r == nil {
+					t.Fatal("Apply did not panic")
+				}
+				if !strings.Contains(r.(error).Error(), "raft log entry 7") {
+					t.Fatalf("panic %q does not name the log entry", r)
+				}
+			}()
+			f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: data})
+		})
+	}
+}
+
+func TestApplyUnknownIgnorableSkipped(t *testing.T) {
+	x := newFixture(t)
+	before := x.state()
+	for _, data := range [][]byte{
+		{0x80 | 0x05, 1, '{', '}'},
+		{0xFE, 9, 'x'}, // an unknown type's payload version and body are not ours to judge
+	} {
+		x.idx++
+		if resp := x.f.Apply(&raft.Log{Index: x.idx, Type: raft.LogCommand, Data: data}); resp != nil {
+			t.Fatalf("ignorable entry %x: response %v, want nil", data, resp)
+		}
+	}
+	after := x.state()
+	if after.Index != x.idx {
+		t.Fatalf("index %d, want %d", after.Index, x.idx)
+	}
+	before.Index = after.Index
+	if !reflect.DeepEqual(before, after) {
+		t.Fatal("skipping an ignorable entry changed the state")
+	}
+}
+
+func TestWatch(t *testing.T) {
+	x := newFixture(t)
+	ch, cancel := x.f.Watch()
+	other, cancelOther := x.f.Watch()
+	defer cancelOther()
+
+	x.mustApply(UpsertMember{Member: Member{ID: "n2"}})
+	x.mustFail(RemoveMember{ID: "n9"}, ErrNotFound) // a refused command moves Index too
+	for _, c := range []<-chan struct{}{ch, other} {
+		select {
+		case <-c:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no notification after apply")
+		}
+	}
+	// Two applies coalesce into one pending notification.
+	select {
+	case <-ch:
+		t.Fatal("second notification pending; want them coalesced")
+	default:
+	}
+
+	cancel()
+	x.mustApply(RemoveMember{ID: "n2"})
+	select {
+	case <-ch:
+		t.Fatal("notification after cancel")
+	default:
+	}
+	select {
+	case <-other:
+	default:
+		t.Fatal("remaining watcher missed a change")
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	cmds := []Command{
+		CreateMirror{Mirror: Mirror{Name: "m", Bootstrap: []string{"a:1"}, Properties: map[string]string{"k": "v"}, SourceClusterID: "c"}},
+		DeleteMirror{Name: "m"},
+		AddTopic{Topic: MirrorTopic{Mirror: "m", Topic: "t", State: StatePending, Partitions: []PartitionInfo{{State: StatePending, StartOffset: 3}}}},
+		SetTopicState{Mirror: "m", Topic: "t", State: StateFailed, Reason: "r", DestTopicID: "d"},
+		SetPartitionState{Key: PartitionKey{Mirror: "m", Topic: "t", Partition: 2}, State: StatePaused, Reason: "r"},
+		Assign{Key: PartitionKey{Mirror: "m", Topic: "t", Partition: 2}, Owner: "n1"},
+		SetProducer{Key: PartitionKey{Mirror: "m", Topic: "t"}, Producer: ProducerIdentity{ProducerID: 9, Epoch: 1}, Generation: 4},
+		RecordStopped{Mirror: "m", Topic: "t", Positions: []Position{{SourceOffset: 1, DestinationOffset: 2, SourceLeaderEpoch: 3, SourceClusterID: "c", SourceTopicID: "i"}}},
+		UpsertMember{Member: Member{ID: "n1", RaftAddr: "r", HTTPAddr: "h", Voter: true, Draining: true}},
+		RemoveMember{ID: "n1"},
+		RemoveTopic{Mirror: "m", Topic: "t"},
+	}
+	seen := make(map[CommandType]bool)
+	for _, cmd := range cmds {
+		b, err := Encode(cmd)
+		if err != nil {
+			t.Fatalf("encode %s: %v", cmd.Type(), err)
+		}
+		if CommandType(b[0]) != cmd.Type() || b[1] != 1 {
+			t.Fatalf("%s header %x, want type %d version 1", cmd.Type(), b[:2], cmd.Type())
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("decode %s: %v", cmd.Type(), err)
+		}
+		if !reflect.DeepEqual(got, cmd) {
+			t.Fatalf("round trip of %s: got %#v, want %#v", cmd.Type(), got, cmd)
+		}
+		seen[cmd.Type()] = true
+	}
+	for ct := CommandType(1); ct <= TypeRemoveTopic; ct++ {
+		if !seen[ct] {
+			t.Errorf("command type %s has no round-trip case", ct)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	if _, err := Decode([]byte{1}); err == nil {
+		t.Fatal("one-byte entry decoded")
+	}
+	if _, err := Decode([]byte{0x42, 1, '{', '}'}); !errors.Is(err, ErrUnknownCommand) {
+		t.Fatalf("unknown type: %v, want ErrUnknownCommand", err)
+	}
+	if _, err := Decode([]byte{byte(TypeAssign), 0, '{', '}'}); !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("unknown version: %v, want ErrUnknownVersion", err)
+	}
+}
+
+func TestStateCloneIsDeep(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(RecordStopped{Mirror: "m2", Topic: "orders", Positions: []Position{{SourceOffset: 1}}})
+	orig := x.state()
+	c := orig.Clone()
+	if !reflect.DeepEqual(orig, c) {
+		t.Fatal("clone differs from original")
+	}
+	c.Mirrors["m1"].Bootstrap[0] = "changed"
+	c.Mirrors["m1"].Properties["security.protocol"] = "changed"
+	mt, _ := c.Topic("m2", "orders")
+	mt.Partitions[0].LastMirrored.SourceOffset = 99
+	mt.Partitions[0].Owner = "changed"
+	c.Members["n1"].Draining = true
+	if !reflect.DeepEqual(orig, x.state()) {
+		t.Fatal("mutating the clone changed the original")
+	}
+}

@@ -1,0 +1,184 @@
+package raftstore
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// TopicState is the state of a mirror topic or of one of its partitions
+// (design.md section 7). Stored as text so snapshots stay readable.
+type TopicState string
+
+const (
+	StatePending   TopicState = "PENDING"   // destination topic being created
+	StateMirroring TopicState = "MIRRORING" // data flowing
+	StatePaused    TopicState = "PAUSED"    // operator paused; no fetching
+	StateStopping  TopicState = "STOPPING"  // remove requested: draining
+	StateStopped   TopicState = "STOPPED"   // failed over; destination writable
+	StateFailed    TopicState = "FAILED"    // retrying with backoff, Reason says why
+	StateDiverged  TopicState = "DIVERGED"  // needs an operator, Reason says why
+)
+
+// Mirror is one source cluster connection and what it mirrors.
+type Mirror struct {
+	Name string `json:"name"`
+	// Bootstrap is the source cluster's bootstrap.servers list.
+	Bootstrap []string `json:"bootstrap"`
+	// Properties are the source connection properties as given (Kafka style,
+	// without secrets: secrets are referenced by file path).
+	Properties map[string]string `json:"properties,omitempty"`
+	// SourceClusterID is the source cluster ID seen when the mirror was created.
+	SourceClusterID string `json:"source_cluster_id,omitempty"`
+}
+
+// PartitionKey names one mirrored partition.
+type PartitionKey struct {
+	Mirror    string `json:"mirror"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+}
+
+func (k PartitionKey) String() string {
+	return fmt.Sprintf("%s/%s/%d", k.Mirror, k.Topic, k.Partition)
+}
+
+// Position is the last mirrored position of a partition, recorded when a
+// topic stops mirroring (failover record, design.md section 8).
+type Position struct {
+	SourceOffset      int64  `json:"source_offset"`      // next source offset not mirrored
+	DestinationOffset int64  `json:"destination_offset"` // next destination offset
+	SourceLeaderEpoch int32  `json:"source_leader_epoch"`
+	SourceClusterID   string `json:"source_cluster_id"`
+	SourceTopicID     string `json:"source_topic_id"`
+}
+
+// ProducerIdentity is the idempotent producer identity owned by one
+// destination partition (design.md section 4, rule 1).
+type ProducerIdentity struct {
+	ProducerID int64 `json:"producer_id"`
+	Epoch      int16 `json:"epoch"`
+}
+
+// PartitionInfo is the control-plane state of one mirrored partition.
+type PartitionInfo struct {
+	State  TopicState `json:"state"`
+	Reason string     `json:"reason,omitempty"`
+	// Owner is the member ID that leases the partition; Generation grows
+	// by one on every assignment change so a stale owner can tell.
+	Owner      string `json:"owner,omitempty"`
+	Generation uint64 `json:"generation"`
+	// Producer is zero until the first owner allocates it.
+	Producer ProducerIdentity `json:"producer"`
+	// StartOffset is the source offset mirroring starts from, resolved when
+	// the topic was added (earliest or latest at that moment).
+	StartOffset int64 `json:"start_offset"`
+	// LastMirrored is set when the topic stops (STOPPED).
+	LastMirrored *Position `json:"last_mirrored,omitempty"`
+}
+
+// MirrorTopic is one topic mirrored by a mirror.
+type MirrorTopic struct {
+	Mirror        string     `json:"mirror"`
+	Topic         string     `json:"topic"`
+	State         TopicState `json:"state"`
+	Reason        string     `json:"reason,omitempty"`
+	SourceTopicID string     `json:"source_topic_id"`
+	DestTopicID   string     `json:"dest_topic_id"`
+	// Partitions is indexed by partition number.
+	Partitions []PartitionInfo `json:"partitions"`
+}
+
+// Member is one kmirror daemon of the group.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Voter    bool   `json:"voter"`
+	Draining bool   `json:"draining"`
+}
+
+// State is the whole replicated control-plane state held by the FSM.
+type State struct {
+	Mirrors map[string]*Mirror `json:"mirrors"`
+	// Topics is keyed by TopicKey(mirror, topic).
+	Topics  map[string]*MirrorTopic `json:"topics"`
+	Members map[string]*Member      `json:"members"`
+	// Index is the raft index of the last command applied to this state.
+	Index uint64 `json:"index"`
+}
+
+// NewState returns an empty state with all maps allocated.
+func NewState() *State {
+	return &State{
+		Mirrors: make(map[string]*Mirror),
+		Topics:  make(map[string]*MirrorTopic),
+		Members: make(map[string]*Member),
+	}
+}
+
+// TopicKey is the State.Topics key of a mirror topic. Mirror names cannot
+// contain "/" (CreateMirror rejects them), so the key is unambiguous.
+func TopicKey(mirror, topic string) string {
+	return mirror + "/" + topic
+}
+
+// Topic returns the mirror topic (mirror, topic) if it exists.
+func (s *State) Topic(mirror, topic string) (*MirrorTopic, bool) {
+	t, ok := s.Topics[TopicKey(mirror, topic)]
+	return t, ok
+}
+
+// Partition returns the partition named by k if it exists.
+func (s *State) Partition(k PartitionKey) (*PartitionInfo, bool) {
+	t, ok := s.Topic(k.Mirror, k.Topic)
+	if !ok || k.Partition < 0 || int(k.Partition) >= len(t.Partitions) {
+		return nil, false
+	}
+	return &t.Partitions[k.Partition], true
+}
+
+// Clone returns a deep copy that shares no memory with s.
+func (s *State) Clone() *State {
+	c := &State{
+		Mirrors: make(map[string]*Mirror, len(s.Mirrors)),
+		Topics:  make(map[string]*MirrorTopic, len(s.Topics)),
+		Members: make(map[string]*Member, len(s.Members)),
+		Index:   s.Index,
+	}
+	for k, m := range s.Mirrors {
+		c.Mirrors[k] = m.Clone()
+	}
+	for k, t := range s.Topics {
+		c.Topics[k] = t.Clone()
+	}
+	for k, m := range s.Members {
+		mm := *m
+		c.Members[k] = &mm
+	}
+	return c
+}
+
+// Clone returns a deep copy of m.
+func (m *Mirror) Clone() *Mirror {
+	c := *m
+	c.Bootstrap = slices.Clone(m.Bootstrap)
+	c.Properties = maps.Clone(m.Properties)
+	return &c
+}
+
+// Clone returns a deep copy of t.
+func (t *MirrorTopic) Clone() *MirrorTopic {
+	c := *t
+	if t.Partitions != nil {
+		c.Partitions = make([]PartitionInfo, len(t.Partitions))
+		for i, p := range t.Partitions {
+			if p.LastMirrored != nil {
+				pos := *p.LastMirrored
+				p.LastMirrored = &pos
+			}
+			c.Partitions[i] = p
+		}
+	}
+	return &c
+}

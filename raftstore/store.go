@@ -1,0 +1,382 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+	"go.uber.org/zap"
+)
+
+// ErrNotLeader is returned by writes made on a member that is not the raft
+// leader; the command was not applied. Send it to the leader (Leader).
+var ErrNotLeader = errors.New("not the raft leader")
+
+const (
+	retainSnapshots = 2
+	logCacheSize    = 512
+	tcpMaxPool      = 3
+	tcpTimeout      = 10 * time.Second
+	// boltOpenTimeout bounds the wait for bolt's file lock, so a second
+	// daemon on the same DataDir fails instead of hanging.
+	boltOpenTimeout = time.Second
+)
+
+// Config configures a Store.
+type Config struct {
+	// NodeID is this member's raft server ID, unique in the group.
+	NodeID string
+	// RaftAddr is the host:port the raft TCP transport listens on and
+	// advertises, so it must be dialable by the other members.
+	RaftAddr string
+	// DataDir holds raft.db (log and stable store) and the snapshots.
+	DataDir string
+	// Bootstrap makes this member a single-voter cluster when DataDir has
+	// no raft state yet. Ignored when state exists.
+	Bootstrap bool
+	// Logger receives raft's logs under "raft"; nil discards them.
+	Logger *zap.Logger
+	// Transport replaces the TCP transport on RaftAddr (tests use raft's
+	// in-memory transport). The Store closes it on Close.
+	Transport raft.Transport
+	// Zero means raft's default.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// InMemory keeps the log and snapshots in memory (tests); DataDir is
+	// then unused.
+	InMemory bool
+}
+
+// Validate reports the first setting that cannot work, naming the field.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeID == "":
+		return errors.New("raftstore: NodeID is empty; set it to this member's unique ID")
+	case c.DataDir == "" && !c.InMemory:
+		return errors.New("raftstore: DataDir is empty; set the directory for the raft log and snapshots")
+	case c.RaftAddr == "" && c.Transport == nil:
+		return errors.New("raftstore: RaftAddr is empty; set the host:port other members reach this one on")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatTimeout", c.HeartbeatTimeout},
+		{"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout},
+		{"CommitTimeout", c.CommitTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("raftstore: %s is %s; it must be positive, or 0 for raft's default", d.name, d.v)
+		}
+	}
+	if err := raft.ValidateConfig(c.raftConfig()); err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	return nil
+}
+
+func (c Config) raftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	if c.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = c.HeartbeatTimeout
+	}
+	if c.ElectionTimeout > 0 {
+		rc.ElectionTimeout = c.ElectionTimeout
+	}
+	if c.LeaderLeaseTimeout > 0 {
+		rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	}
+	if c.CommitTimeout > 0 {
+		rc.CommitTimeout = c.CommitTimeout
+	}
+	return rc
+}
+
+// Store is one member's replica of the control-plane state: the FSM behind
+// hashicorp/raft, with raft-boltdb as log and stable store.
+type Store struct {
+	log  *zap.Logger
+	fsm  *FSM
+	raft *raft.Raft
+	bolt *raftboltdb.BoltStore // nil when InMemory
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts raft for cfg and returns once it is running (not
+// necessarily with a leader: see WaitForLeader).
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	rc := cfg.raftConfig()
+	rc.Logger = newHCLog(logger, "raft")
+	s := &Store{log: logger.Named("raftstore"), fsm: NewFSM()}
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+		trans  = cfg.Transport
+	)
+	cleanup := func() {
+		if trans != nil && cfg.Transport == nil {
+			if c, ok := trans.(raft.WithClose); ok {
+				_ = c.Close()
+			}
+		}
+		if s.bolt != nil {
+			_ = s.bolt.Close()
+		}
+	}
+	if cfg.InMemory {
+		mem := raft.NewInmemStore()
+		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
+	} else {
+		if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("raftstore: create DataDir: %w", err)
+		}
+		path := filepath.Join(cfg.DataDir, "raft.db")
+		bolt, err := raftboltdb.New(raftboltdb.Options{
+			Path:        path,
+			BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
+		})
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("raftstore: %s is locked; is another kmirror daemon using DataDir %s?", path, cfg.DataDir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("raftstore: open %s: %w", path, err)
+		}
+		s.bolt = bolt
+		cache, err := raft.NewLogCache(logCacheSize, bolt)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("raftstore: log cache: %w", err)
+		}
+		logs, stable = cache, bolt
+		if snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, retainSnapshots, rc.Logger); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("raftstore: snapshot store in %s: %w", cfg.DataDir, err)
+		}
+	}
+	if trans == nil {
+		// A nil advertise address advertises the listener's, which raft
+		// refuses for 0.0.0.0.
+		nt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, tcpMaxPool, tcpTimeout, rc.Logger)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("raftstore: listen on RaftAddr %q (it must be an address other members can dial): %w", cfg.RaftAddr, err)
+		}
+		trans = nt
+	}
+
+	if cfg.Bootstrap {
+		existing, err := raft.HasExistingState(logs, stable, snaps)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("raftstore: check for existing raft state: %w", err)
+		}
+		if !existing {
+			conf := raft.Configuration{Servers: []raft.Server{{
+				Suffrage: raft.Voter,
+				ID:       rc.LocalID,
+				Address:  trans.LocalAddr(),
+			}}}
+			if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
+				cleanup()
+				return nil, fmt.Errorf("raftstore: bootstrap: %w", err)
+			}
+			s.log.Info("bootstrapped single-voter raft cluster", zap.String("node", cfg.NodeID), zap.String("addr", string(trans.LocalAddr())))
+		}
+	}
+
+	r, err := raft.NewRaft(rc, s.fsm, logs, stable, snaps, trans)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("raftstore: start raft: %w", err)
+	}
+	s.raft = r
+	s.log.Info("raft started", zap.String("node", cfg.NodeID), zap.String("addr", string(trans.LocalAddr())), zap.Bool("in_memory", cfg.InMemory))
+	return s, nil
+}
+
+// Apply replicates cmd and applies it. It returns ErrNotLeader on a
+// follower, the command's own error (ErrNotFound, ErrExists, ...) if the
+// FSM refused it, or ctx's error. A raft.ErrLeadershipLost error means the
+// outcome is unknown: read the state before retrying.
+func (s *Store) Apply(ctx context.Context, cmd Command) error {
+	b, err := Encode(cmd)
+	if err != nil {
+		return err
+	}
+	timeout, err := timeoutOf(ctx)
+	if err != nil {
+		return err
+	}
+	f := s.raft.Apply(b, timeout)
+	if err := s.wait(ctx, f); err != nil {
+		return fmt.Errorf("apply %s: %w", cmd.Type(), err)
+	}
+	if err, ok := f.Response().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// Barrier waits until every command committed before it is applied to the
+// local state. Only the leader can issue it.
+func (s *Store) Barrier(ctx context.Context) error {
+	timeout, err := timeoutOf(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.wait(ctx, s.raft.Barrier(timeout)); err != nil {
+		return fmt.Errorf("raft barrier: %w", err)
+	}
+	return nil
+}
+
+// VerifyLeader checks with a quorum that this member is still the leader.
+func (s *Store) VerifyLeader() error {
+	return s.mapErr(s.raft.VerifyLeader().Error())
+}
+
+// Read calls fn with the local state under a read lock; see FSM.Read.
+func (s *Store) Read(fn func(*State)) { s.fsm.Read(fn) }
+
+// Watch notifies on every change of the local state; see FSM.Watch.
+func (s *Store) Watch() (<-chan struct{}, func()) { return s.fsm.Watch() }
+
+// IsLeader reports whether this member currently is the raft leader.
+func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// LeaderCh is raft's leadership channel: true on gaining leadership, false
+// on losing it. Signals are dropped when not received in time, so only
+// one goroutine should read it.
+func (s *Store) LeaderCh() <-chan bool { return s.raft.LeaderCh() }
+
+// Leader returns the raft address and ID of the current leader, or empty
+// strings when none is known.
+func (s *Store) Leader() (addr, id string) {
+	a, i := s.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// LastContact is when this member last heard from the leader (zero if
+// never; the leader reports the current time).
+func (s *Store) LastContact() time.Time { return s.raft.LastContact() }
+
+// AppliedIndex is the last raft index handed to the FSM.
+func (s *Store) AppliedIndex() uint64 { return s.raft.AppliedIndex() }
+
+// Stats returns raft's diagnostic counters.
+func (s *Store) Stats() map[string]string { return s.raft.Stats() }
+
+// WaitForLeader returns once this member knows a leader, or ctx's error.
+func (s *Store) WaitForLeader(ctx context.Context) error {
+	changed := make(chan raft.Observation, 1)
+	obs := raft.NewObserver(changed, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(obs)
+	defer s.raft.DeregisterObserver(obs)
+	for {
+		if addr, _ := s.Leader(); addr != "" {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for raft leader: %w", ctx.Err())
+		}
+	}
+}
+
+// AddVoter adds (or updates) a voting member. Leader only.
+func (s *Store) AddVoter(id, addr string) error {
+	err := s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0).Error()
+	if err != nil {
+		return fmt.Errorf("add voter %s at %s: %w", id, addr, s.mapErr(err))
+	}
+	return nil
+}
+
+// RemoveServer removes a member from the raft configuration. Leader only.
+func (s *Store) RemoveServer(id string) error {
+	if err := s.raft.RemoveServer(raft.ServerID(id), 0, 0).Error(); err != nil {
+		return fmt.Errorf("remove server %s: %w", id, s.mapErr(err))
+	}
+	return nil
+}
+
+// Close stops raft, its transport and the log store. Safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		err := s.raft.Shutdown().Error()
+		if s.bolt != nil {
+			err = errors.Join(err, s.bolt.Close())
+		}
+		s.closeErr = err
+		s.log.Info("raft stopped")
+	})
+	return s.closeErr
+}
+
+// wait waits for f or ctx. raft futures always resolve (commit, lost
+// leadership or shutdown), so the waiting goroutine never leaks for long.
+func (s *Store) wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return s.mapErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// mapErr turns raft's "not leader" refusals, where nothing was applied,
+// into ErrNotLeader naming the leader to use instead.
+func (s *Store) mapErr(err error) error {
+	if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+		return err
+	}
+	addr, id := s.Leader()
+	if addr == "" {
+		return fmt.Errorf("%w (no leader known yet; retry shortly)", ErrNotLeader)
+	}
+	return fmt.Errorf("%w (leader is %s at %s)", ErrNotLeader, id, addr)
+}
+
+// timeoutOf converts ctx's deadline into a raft timeout (0 = none).
+func timeoutOf(ctx context.Context) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0, nil
+	}
+	t := time.Until(d)
+	if t <= 0 {
+		return 0, context.DeadlineExceeded
+	}
+	return t, nil
+}
