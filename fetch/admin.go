@@ -73,7 +73,11 @@ func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
 		}
 		return 0, &kwire.Error{Code: code, Topic: topic, Partition: -1, Op: "metadata of " + a.cl.name}
 	}
-	return len(md.Topics[topic]), nil
+	parts, ok := md.Topics[topic]
+	if !ok {
+		return 0, fmt.Errorf("metadata of %s does not mention topic %s", a.cl.name, topic)
+	}
+	return len(parts), nil
 }
 
 // mirroredConfigs are the topic configs copied to a destination topic when
@@ -165,39 +169,59 @@ const (
 
 // Offsets returns, per partition, the earliest or latest offset
 // (committed: read_committed isolation, so latest is the last stable offset).
+// Leader moves and not-yet-ready partitions are retried until ctx ends.
 func (a *Admin) Offsets(ctx context.Context, topic string, partitions int, which int64) ([]int64, error) {
 	out := make([]int64, partitions)
 	for p := 0; p < partitions; p++ {
-		_, addr, epoch, err := a.cl.leader(ctx, topic, int32(p), time.Second)
-		if err != nil {
-			return nil, err
+		for {
+			off, err := a.offset(ctx, topic, int32(p), which)
+			if err == nil {
+				out[p] = off
+				break
+			}
+			var kerr *kwire.Error
+			if !errors.As(err, &kerr) || kerr.Action() == kwire.Fatal {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
-		conn, err := a.cl.dial(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		msg, err := conn.RoundTrip(ctx, &listoffsets.Request{
-			ReplicaID:      -1,
-			IsolationLevel: 1,
-			Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: []listoffsets.RequestPartition{{
-				Partition: int32(p), CurrentLeaderEpoch: epoch, Timestamp: which,
-			}}}},
-		})
-		conn.Close()
-		if err != nil {
-			return nil, fmt.Errorf("list offsets of %s/%d on %s: %w", topic, p, a.cl.name, err)
-		}
-		res := msg.(*listoffsets.Response)
-		if len(res.Topics) != 1 || len(res.Topics[0].Partitions) != 1 {
-			return nil, fmt.Errorf("list offsets of %s/%d on %s: malformed response", topic, p, a.cl.name)
-		}
-		rp := res.Topics[0].Partitions[0]
-		if rp.ErrorCode != 0 {
-			return nil, &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: int32(p), Op: "list offsets on " + a.cl.name}
-		}
-		out[p] = rp.Offset
 	}
 	return out, nil
+}
+
+func (a *Admin) offset(ctx context.Context, topic string, p int32, which int64) (int64, error) {
+	_, addr, epoch, err := a.cl.leader(ctx, topic, p, 0)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := a.cl.dial(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	msg, err := conn.RoundTrip(ctx, &listoffsets.Request{
+		ReplicaID:      -1,
+		IsolationLevel: 1,
+		Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: []listoffsets.RequestPartition{{
+			Partition: p, CurrentLeaderEpoch: epoch, Timestamp: which,
+		}}}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list offsets of %s/%d on %s: %w", topic, p, a.cl.name, err)
+	}
+	res := msg.(*listoffsets.Response)
+	if len(res.Topics) != 1 || len(res.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("list offsets of %s/%d on %s: malformed response", topic, p, a.cl.name)
+	}
+	rp := res.Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 {
+		return 0, &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: p, Op: "list offsets on " + a.cl.name}
+	}
+	return rp.Offset, nil
 }
 
 // InitProducerID allocates a fresh idempotent producer identity.

@@ -30,6 +30,8 @@ type cluster struct {
 	md      *kwire.Metadata
 	fetched time.Time
 	topics  map[string]bool
+	// grown is set when watch adds a topic the cached metadata lacks.
+	grown bool
 }
 
 const refreshGap = 200 * time.Millisecond
@@ -42,7 +44,10 @@ func newCluster(name string, bootstrap []string, clientID string, tlsConfig *tls
 func (c *cluster) watch(topics ...string) {
 	c.mu.Lock()
 	for _, t := range topics {
-		c.topics[t] = true
+		if !c.topics[t] {
+			c.topics[t] = true
+			c.grown = true
+		}
 	}
 	c.mu.Unlock()
 }
@@ -51,10 +56,7 @@ func (c *cluster) watch(topics ...string) {
 func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Metadata, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.md != nil && time.Since(c.fetched) < maxAge {
-		return c.md, nil
-	}
-	if c.md != nil && time.Since(c.fetched) < refreshGap {
+	if c.md != nil && !c.grown && time.Since(c.fetched) < max(maxAge, refreshGap) {
 		return c.md, nil
 	}
 	topics := make([]string, 0, len(c.topics))
@@ -66,7 +68,7 @@ func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Me
 	if err != nil {
 		return nil, err
 	}
-	c.md, c.fetched = md, time.Now()
+	c.md, c.fetched, c.grown = md, time.Now(), false
 	return md, nil
 }
 
