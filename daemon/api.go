@@ -58,6 +58,15 @@ type PartitionStatus struct {
 	Owner             string `json:"owner,omitempty"`
 }
 
+// Translation answers GET /v1/translate.
+type Translation struct {
+	Mirror            string `json:"mirror"`
+	Topic             string `json:"topic"`
+	Partition         int32  `json:"partition"`
+	SourceOffset      int64  `json:"source_offset"`
+	DestinationOffset int64  `json:"destination_offset"`
+}
+
 // API is what the HTTP layer serves. The member implements it.
 type API interface {
 	CreateMirror(ctx context.Context, req CreateMirrorRequest) error
@@ -66,6 +75,9 @@ type API interface {
 	RemoveTopic(ctx context.Context, mirror, topic string) error
 	ListMirrors(ctx context.Context) ([]MirrorSummary, error)
 	Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error)
+	// Translate returns the destination offset at which a consumer that
+	// stopped at sourceOffset on the source continues (design.md section 5).
+	Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error)
 	// Ready returns nil when raft has a leader, the FSM has caught up and the
 	// destination cluster answers; otherwise an error saying which is not.
 	Ready(ctx context.Context) error

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -97,6 +98,18 @@ func (c *Client) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 		return nil, err
 	}
 	return rows, nil
+}
+
+// Translate implements API.
+func (c *Client) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error) {
+	query := url.Values{}
+	query.Set("mirror", mirror)
+	query.Set("topic", topic)
+	query.Set("partition", strconv.Itoa(int(partition)))
+	query.Set("offset", strconv.FormatInt(sourceOffset, 10))
+	var res Translation
+	err := c.do(ctx, http.MethodGet, "/v1/translate", query, nil, &res)
+	return res, err
 }
 
 // Ready implements API: nil when the member's /readyz answers 200.

@@ -79,6 +79,7 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 	mux.Handle("POST /v1/mirrors/{name}/topics", h.wrap(h.addTopics))
 	mux.Handle("DELETE /v1/mirrors/{name}/topics/{topic}", h.wrap(h.removeTopic))
 	mux.Handle("GET /v1/describe", h.wrap(h.describe))
+	mux.Handle("GET /v1/translate", h.wrap(h.translate))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	if metrics != nil {
@@ -192,6 +193,23 @@ func (h *handler) describe(r *http.Request) (int, any, error) {
 		rows = []PartitionStatus{}
 	}
 	return http.StatusOK, rows, nil
+}
+
+func (h *handler) translate(r *http.Request) (int, any, error) {
+	q, err := queryParams(r, "mirror", "topic", "partition", "offset")
+	if err != nil {
+		return 0, nil, err
+	}
+	partition, err1 := strconv.ParseInt(q["partition"], 10, 32)
+	offset, err2 := strconv.ParseInt(q["offset"], 10, 64)
+	if q["mirror"] == "" || q["topic"] == "" || err1 != nil || err2 != nil || partition < 0 || offset < 0 {
+		return 0, nil, fmt.Errorf("%w: translate needs mirror, topic, partition and offset (non-negative integers)", ErrInvalid)
+	}
+	res, err := h.api.Translate(r.Context(), q["mirror"], q["topic"], int32(partition), offset)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, res, nil
 }
 
 // healthz answers as long as the process serves HTTP; orchestrators restart

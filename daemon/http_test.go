@@ -75,6 +75,10 @@ func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]Partition
 	return f.rows, nil
 }
 
+func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (Translation, error) {
+	return Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
+}
+
 func (f *fakeAPI) Ready(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -478,3 +478,15 @@ func (m *Member) Ready(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Translate maps a source offset of a partition this member mirrors to the
+// destination offset a consumer continues from.
+func (m *Member) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error) {
+	k := fetch.Key{Mirror: mirror, Topic: topic, Partition: partition}
+	d, ok := m.engine.Translate(k, sourceOffset)
+	if !ok {
+		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d: the partition is not mirrored by this member, "+
+			"or the offset is beyond what has been mirrored so far", ErrNotFound, k, sourceOffset)
+	}
+	return Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: sourceOffset, DestinationOffset: d}, nil
+}

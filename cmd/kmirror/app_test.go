@@ -56,6 +56,10 @@ func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]daemon.Pa
 	return f.rows, f.record("Describe mirror=%s topic=%s", mirror, topic)
 }
 
+func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (daemon.Translation, error) {
+	return daemon.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
+}
+
 func (f *fakeAPI) Ready(context.Context) error { return nil }
 
 type cliResult struct {
