@@ -224,12 +224,15 @@ func (m *Member) memberReconcile() {
 				if p.Owner != m.cfg.NodeID || p.State == raftstore.StateDiverged || p.State == raftstore.StateStopped {
 					continue
 				}
-				specs = append(specs, fetch.Spec{
+				spec := fetch.Spec{
 					Key:         fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)},
 					Generation:  p.Generation,
-					Producer:    fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch},
 					StartOffset: p.StartOffset,
-				})
+				}
+				if p.Producer.Allocated {
+					spec.Producer = &fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
+				}
+				specs = append(specs, spec)
 			}
 		}
 	})
@@ -245,7 +248,7 @@ type control struct{ m *Member }
 func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id fetch.ProducerID) error {
 	return c.m.store.Apply(ctx, raftstore.SetProducer{
 		Key:        raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition},
-		Producer:   raftstore.ProducerIdentity{ProducerID: id.ID, Epoch: id.Epoch},
+		Producer:   raftstore.ProducerIdentity{ProducerID: id.ID, Epoch: id.Epoch, Allocated: true},
 		Generation: gen,
 	})
 }

@@ -285,7 +285,7 @@ func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 		return Position{}, fmt.Errorf("drain %s: %w", k, ctx.Err())
 	}
 	e.mu.Lock()
-	pos, resumed := p.pos, p.producer.Valid()
+	pos, resumed := p.pos, p.resumed
 	up := e.updateLocked(p)
 	e.mu.Unlock()
 	if !resumed {

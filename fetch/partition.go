@@ -29,6 +29,7 @@ type partition struct {
 	queued    int64 // bytes in queue
 	inflight  bool
 	producer  ProducerID
+	resumed   bool // producer, pos and translation are valid
 	nextSeq   int32
 	retryAt   time.Time
 	failures  int

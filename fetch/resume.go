@@ -40,8 +40,10 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		return fmt.Errorf("read checkpoints: %w", err)
 	}
 	cp, hasCP, entries := e.store.load(k)
-	pid := spec.Producer
-	if !pid.Valid() {
+	var pid ProducerID
+	if spec.Producer != nil {
+		pid = *spec.Producer
+	} else {
 		var err error
 		if pid, err = e.destAdmin.InitProducerID(ctx); err != nil {
 			return err
@@ -75,7 +77,7 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		}
 		return nil
 	}
-	p.producer, p.spec.Producer = pid, pid
+	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq = seq
 	p.pos = Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}
 	p.xl = xl

@@ -195,7 +195,7 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 		// with a fresh identity: the walk re-verifies the destination.
 		e.log.Warn("destination lost producer state; renewing the producer identity",
 			zap.Stringer("partition", p.key()), zap.String("error", msg))
-		p.spec.Producer = ProducerID{}
+		p.spec.Producer = nil
 		e.failLocked(p, fmt.Errorf("%s; renewing the producer identity", msg))
 	case kerr.Action() == kwire.RefreshMetadata:
 		p.dstLeader = -1

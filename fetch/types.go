@@ -22,14 +22,12 @@ type ProducerID struct {
 	Epoch int16
 }
 
-// Valid reports whether the identity was allocated.
-func (p ProducerID) Valid() bool { return p.ID > 0 || (p.ID == 0 && p.Epoch > 0) }
 
 // Spec is a partition lease handed to the engine by the control plane.
 type Spec struct {
 	Key        Key
 	Generation uint64
-	Producer   ProducerID // zero: allocate one
+	Producer   *ProducerID // nil: allocate one
 	// StartOffset is where mirroring starts when no checkpoint exists.
 	StartOffset int64
 }

@@ -58,6 +58,9 @@ type Position struct {
 type ProducerIdentity struct {
 	ProducerID int64 `json:"producer_id"`
 	Epoch      int16 `json:"epoch"`
+	// Allocated tells a real identity from the zero value: Kafka hands out
+	// producer ID 0 epoch 0 too.
+	Allocated bool `json:"allocated"`
 }
 
 // PartitionInfo is the control-plane state of one mirrored partition.
