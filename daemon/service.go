@@ -465,6 +465,9 @@ func (m *Member) Ready(ctx context.Context) error {
 	if _, id := m.store.Leader(); id == "" {
 		return errors.New("raft group has no leader")
 	}
+	if applied, committed := m.store.AppliedIndex(), m.store.CommitIndex(); applied < committed {
+		return fmt.Errorf("replicated state not caught up: applied index %d < commit index %d", applied, committed)
+	}
 	m.readyMu.Lock()
 	defer m.readyMu.Unlock()
 	if time.Since(m.readyAt) > 5*time.Second {

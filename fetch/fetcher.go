@@ -25,7 +25,10 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 	}()
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
-		req := e.fetchRequest(mirror, w.broker)
+		req, current := e.fetchRequest(mirror, src, w)
+		if !current {
+			return // replaced: the broker moved to another address
+		}
 		if req == nil {
 			select {
 			case <-e.ctx.Done():
@@ -93,12 +96,16 @@ func (e *Engine) reroute(keys []Key, leader func(*partition) *int32) {
 
 // fetchRequest builds the next fetch for a broker, or nil when no partition
 // wants data or the memory budget is spent.
-func (e *Engine) fetchRequest(mirror string, broker int32) *kwire.FetchRequest {
+func (e *Engine) fetchRequest(mirror string, src *source, w *worker) (*kwire.FetchRequest, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if src.fetchers[w.broker] != w || e.sources[mirror] != src {
+		return nil, false
+	}
+	broker := w.broker
 	free := e.cfg.MemoryBudget - e.inUse
 	if free < minFetchBudget {
-		return nil
+		return nil, true
 	}
 	limit := int64(e.cfg.PartitionBytes) * 2
 	req := &kwire.FetchRequest{
@@ -120,9 +127,9 @@ func (e *Engine) fetchRequest(mirror string, broker int32) *kwire.FetchRequest {
 		})
 	}
 	if len(req.Partitions) == 0 {
-		return nil
+		return nil, true
 	}
-	return req
+	return req, true
 }
 
 // handleFetch turns a fetch response into produce-queue items.

@@ -32,7 +32,10 @@ func (e *Engine) produceLoop(w *worker) {
 	}()
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
-		batch, wait := e.collectProduce(w.broker)
+		batch, wait, current := e.collectProduce(w)
+		if !current {
+			return // replaced: the broker moved to another address
+		}
 		if len(batch) == 0 {
 			select {
 			case <-e.ctx.Done():
@@ -81,9 +84,13 @@ func (e *Engine) produceLoop(w *worker) {
 // collectProduce takes the head batch of every ready partition led by
 // broker, assigning sequence numbers the first time a batch is sent. wait
 // is how long to sleep when nothing is ready.
-func (e *Engine) collectProduce(broker int32) (batch []sent, wait time.Duration) {
+func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, current bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.senders[w.broker] != w {
+		return nil, 0, false
+	}
+	broker := w.broker
 	wait = time.Second
 	now := time.Now()
 	size := 0
@@ -119,7 +126,7 @@ func (e *Engine) collectProduce(broker int32) (batch []sent, wait time.Duration)
 		size += len(it.batch)
 		batch = append(batch, sent{p, it})
 	}
-	return batch, wait
+	return batch, wait, true
 }
 
 // unsend returns batches whose produce outcome is unknown to their queues.

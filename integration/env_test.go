@@ -97,14 +97,16 @@ func freeAddr(t testing.TB) string {
 
 // startMember writes a config and starts a daemon with it; dir keeps its
 // raft data across restarts.
-func startMember(t testing.TB, name string) *member {
+// startMember starts a daemon for one test; extra is appended to its YAML
+// config.
+func startMember(t testing.TB, name, extra string) *member {
 	t.Helper()
-	m := newMember(t, name)
+	m := newMember(t, name, extra)
 	t.Cleanup(func() { m.kill() })
 	return m
 }
 
-func newMember(t testing.TB, name string) *member {
+func newMember(t testing.TB, name, extra string) *member {
 	t.Helper()
 	dir := filepath.Join(env.tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -120,7 +122,7 @@ checkpoint_interval: 200ms
 log_level: info
 destination:
   bootstrap_servers: [%s]
-`, name, filepath.Join(dir, "data"), httpAddr, freeAddr(t), env.dst.Bootstrap())
+%s`, name, filepath.Join(dir, "data"), httpAddr, freeAddr(t), env.dst.Bootstrap(), extra)
 	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
 		url: "http://" + httpAddr}
 	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
@@ -217,7 +219,7 @@ func sharedMirror(t *testing.T) *member {
 		shared.t = t
 		return shared
 	}
-	shared = newMember(t, "shared")
+	shared = newMember(t, "shared", "")
 	err := shared.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
 		Name: "src", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	})

@@ -99,3 +99,32 @@ func TestFidelity(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallMemoryBudget mirrors ~1 MiB records and a stream of small ones
+// through a member whose memory budget (1 MiB) is smaller than one batch:
+// fetch sizes shrink to what the budget allows, a batch larger than the
+// budget still passes alone, and nothing stalls.
+func TestSmallMemoryBudget(t *testing.T) {
+	m := startMember(t, "small", "memory_budget: 1MiB\n")
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "smallsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions = "small-budget", 3
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, map[string]string{"max.message.bytes": "4194304", "retention.ms": "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	prod := kgoClient(t, env.src, kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(4<<20))
+	for round := 0; round < 3; round++ {
+		produceSync(t, prod, fidelityRecords(partitions, round))
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "smallsrc", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	streamRecords(t, topic, 20_000, 50_000)()
+	waitCaughtUp(t, m, "smallsrc", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+}

@@ -285,6 +285,9 @@ func (s *Store) LastContact() time.Time { return s.raft.LastContact() }
 // AppliedIndex is the last raft index handed to the FSM.
 func (s *Store) AppliedIndex() uint64 { return s.raft.AppliedIndex() }
 
+// CommitIndex is the latest log index this member knows committed.
+func (s *Store) CommitIndex() uint64 { return s.raft.CommitIndex() }
+
 // Stats returns raft's diagnostic counters.
 func (s *Store) Stats() map[string]string { return s.raft.Stats() }
 
