@@ -20,6 +20,7 @@ type metrics struct {
 	srcPos *prometheus.Desc
 	dstPos *prometheus.Desc
 	state  *prometheus.Desc
+	diverg *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine) *metrics {
@@ -31,6 +32,7 @@ func newMetrics(engine *fetch.Engine) *metrics {
 		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
 		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
 		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
+		diverg: prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
 	}
 	m.reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -45,9 +47,11 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.srcPos
 	ch <- m.dstPos
 	ch <- m.state
+	ch <- m.diverg
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(m.diverg, prometheus.CounterValue, float64(m.engine.Divergences()))
 	for _, st := range m.engine.Statuses() {
 		l := []string{st.Key.Mirror, st.Key.Topic, itoa(st.Key.Partition)}
 		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.Lag), l...)

@@ -34,6 +34,10 @@ type Engine struct {
 	parts   map[Key]*partition
 	senders map[int32]*worker
 	inUse   int64 // bytes queued, charged to cfg.MemoryBudget
+	reports []report
+	// divergences counts partitions stopped as DIVERGED since start.
+	divergences int64
+	kickRep chan struct{}
 }
 
 // source is one mirror's source cluster and its fetch loops by broker.
@@ -69,6 +73,7 @@ func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 		destAdmin: NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationTLS),
 		store:     newOffsetStore(dest, cfg.OffsetsTopic),
 		kickRt:    make(chan struct{}, 1),
+		kickRep:   make(chan struct{}, 1),
 		sources:   map[string]*source{},
 		parts:     map[Key]*partition{},
 		senders:   map[int32]*worker{},
@@ -89,6 +94,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.goLoop(e.routeLoop)
 	e.goLoop(e.checkpointLoop)
+	e.goLoop(e.reportLoop)
 	return nil
 }
 
@@ -198,7 +204,7 @@ func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
 	}
 	var dv *Divergence
 	if errors.As(err, &dv) {
-		e.setStateLocked(p, Diverged, err.Error())
+		e.divergeLocked(p, err.Error())
 		return
 	}
 	e.failLocked(p, err)
@@ -220,6 +226,7 @@ func (e *Engine) failLocked(p *partition, err error) {
 
 // divergeLocked stops p for good: it needs an operator.
 func (e *Engine) divergeLocked(p *partition, reason string) {
+	e.divergences++
 	e.setStateLocked(p, Diverged, reason)
 	e.dropQueueLocked(p)
 	p.gen++
@@ -239,8 +246,38 @@ func (e *Engine) setStateLocked(p *partition, s State, reason string) {
 		return
 	}
 	p.state, p.reason = s, reason
-	k := p.key()
-	go e.ctl.Report(k, s, reason)
+	e.reports = append(e.reports, report{p.key(), s, reason})
+	kick(e.kickRep)
+}
+
+// report is a state change waiting to be told to the control plane.
+type report struct {
+	key    Key
+	state  State
+	reason string
+}
+
+// reportLoop tells the control plane about state changes one at a time,
+// in the order they happened, outside the engine lock.
+func (e *Engine) reportLoop() {
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.kickRep:
+		}
+		for {
+			e.mu.Lock()
+			if len(e.reports) == 0 {
+				e.mu.Unlock()
+				break
+			}
+			r := e.reports[0]
+			e.reports = e.reports[1:]
+			e.mu.Unlock()
+			e.ctl.Report(r.key, r.state, r.reason)
+		}
+	}
 }
 
 func closeOnce(p *partition) {
@@ -353,6 +390,14 @@ func (e *Engine) Statuses() []Status {
 		return a.Partition < b.Partition
 	})
 	return out
+}
+
+// Divergences counts the partitions this engine stopped as DIVERGED since
+// it started.
+func (e *Engine) Divergences() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.divergences
 }
 
 // Translate maps a source offset to the destination offset of a held

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+// waitState polls describe until partition 0 of topic reaches state, and
+// returns its row.
+func waitState(t *testing.T, m *member, mirror, topic, state string) daemon.PartitionStatus {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	var last []daemon.PartitionStatus
+	for time.Now().Before(deadline) {
+		rows, err := m.client.Describe(context.Background(), mirror, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rows
+		if len(rows) > 0 && rows[0].State == state {
+			return rows[0]
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never reached %s: %+v\n%s", topic, state, last, m.logTail())
+	return daemon.PartitionStatus{}
+}
+
+func metricsText(t *testing.T, m *member) string {
+	t.Helper()
+	resp, err := http.Get(m.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestForeignWriteDiverges writes into a mirrored destination partition
+// behind kmirror's back, once while it runs and once while it is stopped:
+// both are detected, the partition goes DIVERGED with the reason shown in
+// describe, the divergence is counted in /metrics, and kmirror does not
+// write past the foreign record.
+func TestForeignWriteDiverges(t *testing.T) {
+	m := startMember(t, "diverge", "")
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "dsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"foreign-live", "foreign-walk"} {
+		if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk"}}); err != nil {
+		t.Fatal(err)
+	}
+	streamRecords(t, "foreign-live", 1000, 100_000)()
+	streamRecords(t, "foreign-walk", 1000, 100_000)()
+	waitCaughtUp(t, m, "dsrc", "foreign-live", "foreign-walk")
+
+	// While mirroring: the next kmirror batch lands after the foreign record.
+	produceSync(t, kgoClient(t, env.dst, kgo.DefaultProduceTopic("foreign-live")), []*kgo.Record{{Value: []byte("foreign")}})
+	streamRecords(t, "foreign-live", 10, 100_000)()
+	row := waitState(t, m, "dsrc", "foreign-live", "DIVERGED")
+	if !strings.Contains(row.Reason, "another producer has written") {
+		t.Fatalf("reason %q does not say what happened", row.Reason)
+	}
+	// The batch that revealed the foreign write has landed (a write is seen
+	// only in its answer); nothing more may.
+	dc := kgoClient(t, env.dst)
+	stoppedAt := endOffsets(t, dc, "foreign-live", 1, false)[0]
+	streamRecords(t, "foreign-live", 100, 100_000)()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); <-time.After(100 * time.Millisecond) {
+		if end := endOffsets(t, dc, "foreign-live", 1, false)[0]; end != stoppedAt {
+			t.Fatalf("destination grew from %d to %d: kmirror kept writing after the divergence", stoppedAt, end)
+		}
+	}
+
+	// While stopped: the resume walk finds a record the source does not have.
+	m.stop()
+	produceSync(t, kgoClient(t, env.dst, kgo.DefaultProduceTopic("foreign-walk")), []*kgo.Record{{Value: []byte("foreign")}})
+	m.start()
+	row = waitState(t, m, "dsrc", "foreign-walk", "DIVERGED")
+	if !strings.Contains(row.Reason, "beyond the source's committed data") {
+		t.Fatalf("reason %q does not say what happened", row.Reason)
+	}
+	if !strings.Contains(metricsText(t, m), "kmirror_divergences_total 1") {
+		t.Fatalf("/metrics does not count the divergence after restart:\n%s", metricsText(t, m))
+	}
+}
