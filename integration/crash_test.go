@@ -70,7 +70,7 @@ func streamRecords(t *testing.T, topic string, n, rate int) (wait func()) {
 // it with SIGTERM), then requires the destination to equal the source
 // record by record: no loss, no duplicate.
 func TestCrashResume(t *testing.T) {
-	m := startMember(t, "crash", "")
+	m := startMember(t, "crash", memberOpts{})
 	ctx := context.Background()
 	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
 		Name: "crashsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},

@@ -54,7 +54,7 @@ func metricsText(t *testing.T, m *member) string {
 // describe, the divergence is counted in /metrics, and kmirror does not
 // write past the foreign record.
 func TestForeignWriteDiverges(t *testing.T) {
-	m := startMember(t, "diverge", "")
+	m := startMember(t, "diverge", memberOpts{})
 	ctx := context.Background()
 	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
 		Name: "dsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},

@@ -97,22 +97,31 @@ func freeAddr(t testing.TB) string {
 
 // startMember writes a config and starts a daemon with it; dir keeps its
 // raft data across restarts.
-// startMember starts a daemon for one test; extra is appended to its YAML
-// config.
-func startMember(t testing.TB, name, extra string) *member {
+// memberOpts adjust a test daemon's config.
+type memberOpts struct {
+	extra       string // appended top-level YAML
+	destination string // bootstrap servers; default the shared destination
+	destExtra   string // appended to the destination block, indented
+}
+
+// startMember starts a daemon for one test.
+func startMember(t testing.TB, name string, o memberOpts) *member {
 	t.Helper()
-	m := newMember(t, name, extra)
+	m := newMember(t, name, o)
 	t.Cleanup(func() { m.kill() })
 	return m
 }
 
-func newMember(t testing.TB, name, extra string) *member {
+func newMember(t testing.TB, name string, o memberOpts) *member {
 	t.Helper()
 	dir := filepath.Join(env.tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	httpAddr := freeAddr(t)
+	if o.destination == "" {
+		o.destination = env.dst.Bootstrap()
+	}
 	cfg := fmt.Sprintf(`node_id: %s
 data_dir: %s
 http_listen: %s
@@ -120,9 +129,9 @@ raft_listen: %s
 bootstrap: true
 checkpoint_interval: 200ms
 log_level: info
-destination:
+%sdestination:
   bootstrap_servers: [%s]
-%s`, name, filepath.Join(dir, "data"), httpAddr, freeAddr(t), env.dst.Bootstrap(), extra)
+%s`, name, filepath.Join(dir, "data"), httpAddr, freeAddr(t), o.extra, o.destination, o.destExtra)
 	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
 		url: "http://" + httpAddr}
 	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
@@ -219,7 +228,7 @@ func sharedMirror(t *testing.T) *member {
 		shared.t = t
 		return shared
 	}
-	shared = newMember(t, "shared", "")
+	shared = newMember(t, "shared", memberOpts{})
 	err := shared.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
 		Name: "src", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	})

@@ -105,7 +105,7 @@ func TestFidelity(t *testing.T) {
 // fetch sizes shrink to what the budget allows, a batch larger than the
 // budget still passes alone, and nothing stalls.
 func TestSmallMemoryBudget(t *testing.T) {
-	m := startMember(t, "small", "memory_budget: 1MiB\n")
+	m := startMember(t, "small", memberOpts{extra: "memory_budget: 1MiB\n"})
 	ctx := context.Background()
 	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
 		Name: "smallsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},

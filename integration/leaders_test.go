@@ -1,0 +1,59 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+// TestDestinationLeaderChanges mirrors into a 3-broker destination with
+// replication factor 3 and kills destination brokers (partition leaders
+// among them) one after another while a stream is mirrored: produce
+// requests in flight when a leader dies have an unknown outcome and are
+// resent with the same sequence numbers to the new leader. No loss, no
+// duplicate.
+func TestDestinationLeaderChanges(t *testing.T) {
+	ctx := context.Background()
+	dst3, err := harness.Start(ctx, harness.Options{Name: "destination3", Brokers: 3, BrokerProps: map[string]string{
+		"replica.lag.time.max.ms":      "3000",
+		"broker.session.timeout.ms":    "3000",
+		"broker.heartbeat.interval.ms": "500",
+		"default.replication.factor":   "3",
+		"min.insync.replicas":          "2",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst3.Close() })
+	m := startMember(t, "leaders", memberOpts{destination: dst3.Bootstrap(), destExtra: "  replication_factor: 3\n"})
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "lsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions = "leader-moves", 6
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	wait := streamRecords(t, topic, 150_000, 8_000)
+	for i := 0; i < 3; i++ {
+		<-time.After(3 * time.Second)
+		if err := dst3.KillBroker(i); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed destination broker %d", i)
+		<-time.After(3 * time.Second)
+		if err := dst3.StartBroker(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait()
+	waitCaughtUp(t, m, "lsrc", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, dst3, topic, partitions, true))
+}
