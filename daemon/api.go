@@ -31,7 +31,8 @@ type AddTopicsRequest struct {
 	Topics []string `json:"topics"`
 	// StartFrom is "earliest" (default) or "latest".
 	StartFrom string `json:"start_from,omitempty"`
-	// ReplicationFactor of the destination topic; 0 or -1 = destination default.
+	// ReplicationFactor of the destination topic: 0 = the daemon's
+	// destination.replication_factor, -1 = the destination broker's default.
 	ReplicationFactor int16 `json:"replication_factor,omitempty"`
 }
 

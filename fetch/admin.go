@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
-	kafka "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/createtopics"
+	"github.com/segmentio/kafka-go/protocol/describeconfigs"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
 
@@ -21,35 +23,17 @@ var ErrTopicNotFound = errors.New("topic does not exist")
 // one cluster: topic metadata and configs, offsets, topic creation,
 // producer IDs.
 type Admin struct {
-	cl     *cluster
-	client *kafka.Client
+	cl *cluster
 }
 
 // NewAdmin returns an Admin for the cluster at bootstrap; name is how
 // errors call the cluster ("source cluster of mirror m1").
 func NewAdmin(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *Admin {
-	return &Admin{
-		cl: newCluster(name, bootstrap, clientID, tlsConfig),
-		client: &kafka.Client{
-			Addr:    kafka.TCP(bootstrap...),
-			Timeout: 30 * time.Second,
-			Transport: &kafka.Transport{
-				ClientID:    clientID,
-				TLS:         tlsConfig,
-				MetadataTTL: time.Second,
-				DialTimeout: 10 * time.Second,
-			},
-		},
-	}
+	return &Admin{cl: newCluster(name, bootstrap, clientID, tlsConfig)}
 }
 
 // Close releases connections.
-func (a *Admin) Close() {
-	a.cl.close()
-	if t, ok := a.client.Transport.(*kafka.Transport); ok {
-		t.CloseIdleConnections()
-	}
-}
+func (a *Admin) Close() { a.cl.close() }
 
 // ClusterID checks the cluster answers and returns its ID.
 func (a *Admin) ClusterID(ctx context.Context) (string, error) {
@@ -96,18 +80,19 @@ var mirroredConfigs = []string{
 // TopicConfigs returns the topic's non-default configs among those kmirror
 // mirrors.
 func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]string, error) {
-	res, err := a.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
-		Resources: []kafka.DescribeConfigRequestResource{{
-			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: mirroredConfigs,
-		}},
-	})
+	msg, err := a.cl.roundTrip(ctx, &describeconfigs.Request{Resources: []describeconfigs.RequestResource{{
+		ResourceType: 2, // topic
+		ResourceName: topic,
+		ConfigNames:  mirroredConfigs,
+	}}})
 	if err != nil {
 		return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name, err)
 	}
 	out := map[string]string{}
-	for _, r := range res.Resources {
-		if r.Error != nil {
-			return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name, r.Error)
+	for _, r := range msg.(*describeconfigs.Response).Resources {
+		if r.ErrorCode != 0 {
+			return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name,
+				&kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "describe configs"})
 		}
 		for _, e := range r.ConfigEntries {
 			// ConfigSource 1 = DYNAMIC_TOPIC_CONFIG: set on the topic itself.
@@ -119,23 +104,35 @@ func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]stri
 	return out, nil
 }
 
-// CreateTopic creates a topic; rf <= 0 takes the broker default.
+// CreateTopic creates a topic; rf <= 0 takes the broker default. It
+// returns once every partition has a leader.
 func (a *Admin) CreateTopic(ctx context.Context, topic string, partitions int, rf int16, configs map[string]string) error {
 	if rf <= 0 {
 		rf = -1
 	}
-	tc := kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: int(rf)}
-	for k, v := range configs {
-		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	rt := createtopics.RequestTopic{Name: topic, NumPartitions: int32(partitions), ReplicationFactor: rf}
+	names := make([]string, 0, len(configs))
+	for k := range configs {
+		names = append(names, k)
 	}
-	res, err := a.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	sort.Strings(names)
+	for _, k := range names {
+		rt.Configs = append(rt.Configs, createtopics.RequestConfig{Name: k, Value: configs[k]})
+	}
+	msg, err := a.cl.roundTrip(ctx, &createtopics.Request{Topics: []createtopics.RequestTopic{rt}, TimeoutMs: 30000})
 	if err != nil {
 		return fmt.Errorf("create topic %s on %s: %w", topic, a.cl.name, err)
 	}
-	if err := res.Errors[topic]; err != nil {
-		return fmt.Errorf("create topic %s on %s: %w", topic, a.cl.name, err)
+	for _, t := range msg.(*createtopics.Response).Topics {
+		if t.ErrorCode != 0 {
+			kerr := &kwire.Error{Code: t.ErrorCode, Topic: topic, Partition: -1, Op: "create topic on " + a.cl.name}
+			if t.ErrorMessage != "" {
+				return fmt.Errorf("%w (%s)", kerr, t.ErrorMessage)
+			}
+			return kerr
+		}
 	}
-	// Wait until every partition has a leader, so producers can start.
+	a.cl.watch(topic)
 	for {
 		md, err := a.cl.metadata(ctx, 0)
 		if err == nil {
@@ -148,7 +145,6 @@ func (a *Admin) CreateTopic(ctx context.Context, topic string, partitions int, r
 			return fmt.Errorf("topic %s on %s has no leader for every partition yet: %w", topic, a.cl.name, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
-		a.cl.watch(topic)
 	}
 }
 
@@ -224,8 +220,24 @@ func (a *Admin) offset(ctx context.Context, topic string, p int32, which int64) 
 	return rp.Offset, nil
 }
 
-// InitProducerID allocates a fresh idempotent producer identity.
+// InitProducerID allocates a fresh idempotent producer identity, waiting
+// out a transaction coordinator that is still loading (a fresh cluster).
 func (a *Admin) InitProducerID(ctx context.Context) (ProducerID, error) {
+	for {
+		id, err := a.initProducerID(ctx)
+		var kerr *kwire.Error
+		if err == nil || !errors.As(err, &kerr) || kerr.Action() != kwire.Retry {
+			return id, err
+		}
+		select {
+		case <-ctx.Done():
+			return ProducerID{}, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (a *Admin) initProducerID(ctx context.Context) (ProducerID, error) {
 	md, err := a.cl.metadata(ctx, time.Minute)
 	if err != nil {
 		return ProducerID{}, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/segmentio/kafka-go/protocol"
+
 	"github.com/kmirror/kmirror/fetch/kwire"
 )
 
@@ -75,10 +77,36 @@ func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Me
 // fetchMetadata asks a known broker, then the bootstrap list, for metadata.
 // Called with c.mu held.
 func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Metadata, error) {
+	var md *kwire.Metadata
+	err := c.withCtrlLocked(ctx, func(conn *kwire.Conn) (err error) {
+		md, err = conn.Metadata(ctx, topics)
+		return err
+	})
+	return md, err
+}
+
+// roundTrip sends one of kafka-go's typed requests to any broker of the
+// cluster (admin requests: KRaft brokers forward them to the controller).
+func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol.Message, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var res protocol.Message
+	err := c.withCtrlLocked(ctx, func(conn *kwire.Conn) (err error) {
+		res, err = conn.RoundTrip(ctx, msg)
+		return err
+	})
+	return res, err
+}
+
+// withCtrlLocked runs f on the control connection; if the connection is
+// broken (a restarted broker), it reconnects to a known or bootstrap broker
+// and runs f once more. Called with c.mu held.
+func (c *cluster) withCtrlLocked(ctx context.Context, f func(*kwire.Conn) error) error {
 	if c.ctrl != nil {
-		md, err := c.ctrl.Metadata(ctx, topics)
-		if err == nil {
-			return md, nil
+		err := f(c.ctrl)
+		var kerr *kwire.Error
+		if err == nil || errors.As(err, &kerr) {
+			return err
 		}
 		c.ctrl.Close()
 		c.ctrl = nil
@@ -96,16 +124,20 @@ func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Me
 			errs = append(errs, err.Error())
 			continue
 		}
-		md, err := conn.Metadata(ctx, topics)
-		if err != nil {
+		c.ctrl = conn
+		if err := f(conn); err != nil {
+			var kerr *kwire.Error
+			if errors.As(err, &kerr) {
+				return err
+			}
 			conn.Close()
+			c.ctrl = nil
 			errs = append(errs, err.Error())
 			continue
 		}
-		c.ctrl = conn
-		return md, nil
+		return nil
 	}
-	return nil, fmt.Errorf("%s unreachable (bootstrap %s): %s", c.name, strings.Join(c.bootstrap, ","), strings.Join(errs, "; "))
+	return fmt.Errorf("%s unreachable (bootstrap %s): %s", c.name, strings.Join(c.bootstrap, ","), strings.Join(errs, "; "))
 }
 
 // leader returns the leader broker address and epoch of a partition.

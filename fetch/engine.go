@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	kafka "github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
 )
 
 // ErrUnknownPartition is returned for a partition the engine does not hold.
@@ -37,7 +38,7 @@ type Engine struct {
 	reports []report
 	// divergences counts partitions stopped as DIVERGED since start.
 	divergences int64
-	kickRep chan struct{}
+	kickRep     chan struct{}
 }
 
 // source is one mirror's source cluster and its fetch loops by broker.
@@ -104,7 +105,8 @@ func (e *Engine) ensureInternalTopic(ctx context.Context, topic string) error {
 		err = e.destAdmin.CreateTopic(ctx, topic, 1, e.cfg.InternalRF, map[string]string{
 			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
 		})
-		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		var kerr *kwire.Error
+		if err != nil && !(errors.As(err, &kerr) && kerr.Code == kwire.CodeTopicAlreadyExists) {
 			return fmt.Errorf("create internal topic %s: %w", topic, err)
 		}
 		return nil

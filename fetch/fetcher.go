@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,51 @@ import (
 // minFetchBudget is the least free memory budget worth a fetch.
 const minFetchBudget = 256 << 10
 
+// session is a fetch loop's view of its fetch session (KIP-227): the
+// partitions the broker keeps in it, as last sent. Partitions that did not
+// change since are left out of the next request, so idle partitions cost
+// nothing per fetch.
+type session struct {
+	id    int32
+	epoch int32 // 0: open a new session with a full fetch
+	parts map[Key]kwire.FetchPartition
+}
+
+func (s *session) reset() { s.id, s.epoch, s.parts = 0, 0, map[Key]kwire.FetchPartition{} }
+
+// build turns the wanted partitions into a full or incremental request.
+func (s *session) build(req *kwire.FetchRequest, want map[Key]kwire.FetchPartition) {
+	req.SessionID, req.SessionEpoch = s.id, s.epoch
+	for k, fp := range want {
+		if old, ok := s.parts[k]; s.epoch == 0 || !ok || old != fp {
+			req.Partitions = append(req.Partitions, fp)
+		}
+	}
+	if s.epoch == 0 {
+		return
+	}
+	for k := range s.parts {
+		if _, ok := want[k]; !ok {
+			req.Forgotten = append(req.Forgotten, kwire.TopicPartition{Topic: k.Topic, Partition: k.Partition})
+		}
+	}
+}
+
+// advance records a successful exchange.
+func (s *session) advance(want map[Key]kwire.FetchPartition, id int32) {
+	if s.epoch == 0 {
+		if id == 0 {
+			return // the broker opened no session: keep sending full fetches
+		}
+		s.id = id
+	}
+	s.epoch++
+	if s.epoch < 0 {
+		s.epoch = 1 // epochs wrap to 1; 0 would open a new session
+	}
+	s.parts = want
+}
+
 // fetchLoop is the one fetch loop for a source broker: a single
 // multi-partition read_committed Fetch covering every partition of the
 // mirror that this broker leads and that has room in its queue.
@@ -23,13 +69,16 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			conn.Close()
 		}
 	}()
+	var sess session
+	sess.reset()
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
-		req, current := e.fetchRequest(mirror, src, w)
+		want, current := e.fetchWanted(mirror, src, w)
 		if !current {
 			return // replaced: the broker moved to another address
 		}
-		if req == nil {
+		if len(want) == 0 {
+			sess.reset()
 			select {
 			case <-e.ctx.Done():
 				return
@@ -38,15 +87,22 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			}
 			continue
 		}
+		req := e.newFetchRequest()
+		sess.build(req, want)
 		var err error
 		if conn == nil {
 			conn, err = src.cl.dial(e.ctx, w.addr)
 		}
-		var res []kwire.FetchedPartition
+		var res *kwire.FetchResponse
 		if err == nil {
 			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.FetchMaxWait+30*time.Second)
-			res, err = conn.Fetch(ctx, req)
+			res, err = conn.FetchSession(ctx, req)
 			cancel()
+		}
+		var kerr *kwire.Error
+		if errors.As(err, &kerr) && (kerr.Code == kwire.CodeFetchSessionIDNotFound || kerr.Code == kwire.CodeInvalidFetchSessionEpoch) {
+			sess.reset() // the broker evicted or rejects the session: start over
+			continue
 		}
 		if err != nil {
 			if e.ctx.Err() != nil {
@@ -57,13 +113,19 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 				conn.Close()
 				conn = nil
 			}
-			e.reroute(requestKeys(mirror, req), func(p *partition) *int32 { return &p.srcLeader })
+			sess.reset()
+			keys := make([]Key, 0, len(want))
+			for k := range want {
+				keys = append(keys, k)
+			}
+			e.reroute(keys, func(p *partition) *int32 { return &p.srcLeader })
 			sleepCtx(e.ctx, backoff)
 			backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
 			continue
 		}
 		backoff = e.cfg.RetryBackoff
-		e.handleFetch(mirror, w.broker, req, res)
+		sess.advance(want, res.SessionID)
+		e.handleFetch(mirror, w.broker, want, res.Partitions)
 	}
 }
 
@@ -72,14 +134,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-func requestKeys(mirror string, req *kwire.FetchRequest) []Key {
-	keys := make([]Key, len(req.Partitions))
-	for i, fp := range req.Partitions {
-		keys[i] = Key{mirror, fp.Topic, fp.Partition}
-	}
-	return keys
 }
 
 // reroute marks partitions of a failed request as needing a fresh leader.
@@ -94,57 +148,58 @@ func (e *Engine) reroute(keys []Key, leader func(*partition) *int32) {
 	kick(e.kickRt)
 }
 
-// fetchRequest builds the next fetch for a broker, or nil when no partition
-// wants data or the memory budget is spent.
-func (e *Engine) fetchRequest(mirror string, src *source, w *worker) (*kwire.FetchRequest, bool) {
+// fetchWanted returns the partitions a broker's fetch loop should fetch
+// now: those it leads with room in their queues, none when the memory
+// budget is spent. current is false when the loop was replaced.
+func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]kwire.FetchPartition, current bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if src.fetchers[w.broker] != w || e.sources[mirror] != src {
 		return nil, false
 	}
-	broker := w.broker
-	free := e.cfg.MemoryBudget - e.inUse
-	if free < minFetchBudget {
+	if e.cfg.MemoryBudget-e.inUse < minFetchBudget {
 		return nil, true
 	}
 	limit := int64(e.cfg.PartitionBytes) * 2
-	req := &kwire.FetchRequest{
-		MaxWait:       e.cfg.FetchMaxWait,
-		MinBytes:      1,
-		MaxBytes:      int32(min(int64(e.cfg.FetchMaxBytes), free)),
-		ReadCommitted: true,
-	}
+	want = map[Key]kwire.FetchPartition{}
 	for k, p := range e.parts {
-		if k.Mirror != mirror || p.srcLeader != broker || !p.wantsFetch(limit) {
+		if k.Mirror != mirror || p.srcLeader != w.broker || !p.wantsFetch(limit) {
 			continue
 		}
 		if p.fetchBytes == 0 {
 			p.fetchBytes = e.cfg.PartitionBytes
 		}
-		req.Partitions = append(req.Partitions, kwire.FetchPartition{
+		want[k] = kwire.FetchPartition{
 			Topic: k.Topic, Partition: k.Partition, Offset: p.fetchOffset,
 			LeaderEpoch: p.srcEpoch, MaxBytes: p.fetchBytes,
-		})
+		}
 	}
-	if len(req.Partitions) == 0 {
-		return nil, true
+	return want, true
+}
+
+// newFetchRequest sizes a fetch to the memory budget left.
+func (e *Engine) newFetchRequest() *kwire.FetchRequest {
+	e.mu.Lock()
+	free := e.cfg.MemoryBudget - e.inUse
+	e.mu.Unlock()
+	return &kwire.FetchRequest{
+		MaxWait:       e.cfg.FetchMaxWait,
+		MinBytes:      1,
+		MaxBytes:      int32(max(min(int64(e.cfg.FetchMaxBytes), free), minFetchBudget)),
+		ReadCommitted: true,
 	}
-	return req, true
 }
 
 // handleFetch turns a fetch response into produce-queue items.
-func (e *Engine) handleFetch(mirror string, broker int32, req *kwire.FetchRequest, res []kwire.FetchedPartition) {
-	asked := make(map[Key]int64, len(req.Partitions))
-	for _, fp := range req.Partitions {
-		asked[Key{mirror, fp.Topic, fp.Partition}] = fp.Offset
-	}
+func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.FetchPartition, res []kwire.FetchedPartition) {
 	kicks := map[int32]bool{}
 	for _, fp := range res {
 		k := Key{mirror, fp.Topic, fp.Partition}
-		from, ok := asked[k]
+		a, ok := asked[k]
 		if !ok {
 			continue
 		}
+		from := a.Offset
 		e.mu.Lock()
 		p := e.parts[k]
 		current := p != nil && p.state == Mirroring && !p.draining && p.srcLeader == broker && p.fetchOffset == from

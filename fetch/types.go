@@ -22,7 +22,6 @@ type ProducerID struct {
 	Epoch int16
 }
 
-
 // Spec is a partition lease handed to the engine by the control plane.
 type Spec struct {
 	Key        Key

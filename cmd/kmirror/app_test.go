@@ -107,7 +107,7 @@ func TestCommandsSucceed(t *testing.T) {
 		{"add", []string{"add", "--mirror", "east", "--topic", "orders", "--topic", "payments,refunds", "--start-from", "latest", "--replication-factor", "3"},
 			"added orders, payments, refunds to mirror east\n", "AddTopics east [orders payments refunds] from=latest rf=3"},
 		{"add with defaults", []string{"add", "--mirror", "east", "--topic", "orders"},
-			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=-1"},
+			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=0"},
 		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
 		{"delete", []string{"delete", "--mirror", "east", "--force"}, "deleted mirror east\n", "DeleteMirror east force=true"},

@@ -85,7 +85,7 @@ func addCommand() *cli.Command {
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringSliceFlag{Name: "topic", Usage: "`TOPIC` to mirror; repeat or separate with commas (required)"},
 			&cli.StringFlag{Name: "start-from", Usage: "`POSITION` where new topics start: earliest or latest", Value: "earliest"},
-			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default", Value: -1},
+			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default (default: the daemon's destination.replication_factor)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c, "mirror", "topic"); err != nil {
@@ -95,8 +95,8 @@ func addCommand() *cli.Command {
 			if startFrom != "earliest" && startFrom != "latest" {
 				return usagef("add: --start-from %q: use earliest or latest", startFrom)
 			}
-			rf := c.Int("replication-factor")
-			if rf != -1 && (rf < 1 || rf > 32767) {
+			rf := c.Int("replication-factor") // 0 when unset: the daemon's configured value
+			if c.IsSet("replication-factor") && rf != -1 && (rf < 1 || rf > 32767) {
 				return usagef("add: --replication-factor %d: use -1 (destination default) or 1 to 32767", rf)
 			}
 			client, err := newClient(c)

@@ -30,9 +30,13 @@ const (
 	CodeRequestTimedOut         int16 = 7
 	CodeMessageTooLarge         int16 = 10
 	CodeNetworkException        int16 = 13
+	CodeCoordinatorLoading      int16 = 14
+	CodeCoordinatorNotAvailable int16 = 15
+	CodeNotCoordinator          int16 = 16
 	CodeNotEnoughReplicas       int16 = 19
 	CodeNotEnoughReplicasAfter  int16 = 20
 	CodeInvalidTimestamp        int16 = 32
+	CodeTopicAlreadyExists      int16 = 36
 	CodeDuplicateSequence       int16 = 46
 	CodeOutOfOrderSequence      int16 = 45
 	CodeInvalidProducerEpoch    int16 = 47
@@ -51,6 +55,9 @@ const (
 var actions = map[int16]Action{
 	CodeRequestTimedOut:         Retry,
 	CodeNetworkException:        Retry,
+	CodeCoordinatorLoading:      Retry,
+	CodeCoordinatorNotAvailable: Retry,
+	CodeNotCoordinator:          Retry,
 	CodeNotEnoughReplicas:       Retry,
 	CodeNotEnoughReplicasAfter:  Retry,
 	CodeKafkaStorageError:       RefreshMetadata,

@@ -21,7 +21,38 @@ type FetchRequest struct {
 	MinBytes      int32
 	MaxBytes      int32
 	ReadCommitted bool
-	Partitions    []FetchPartition // grouped by topic by the caller or not: Fetch groups them
+	// Fetch session (KIP-227). SessionID 0 with SessionEpoch 0 asks the
+	// broker to open a session; SessionEpoch -1 (the zero Request's
+	// default via NoSession) fetches without one. In an incremental
+	// request, Partitions lists only partitions added or changed, and
+	// Forgotten those to drop from the session.
+	SessionID    int32
+	SessionEpoch int32
+	Partitions   []FetchPartition // Fetch groups them by topic
+	Forgotten    []TopicPartition
+}
+
+// NoSession is the session epoch of a fetch that neither opens nor uses a
+// fetch session.
+const NoSession int32 = -1
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Fetch-session errors: the broker lost or rejects the session; start a
+// new one with a full fetch.
+const (
+	CodeFetchSessionIDNotFound   int16 = 70
+	CodeInvalidFetchSessionEpoch int16 = 71
+)
+
+// FetchResponse is a parsed fetch response.
+type FetchResponse struct {
+	SessionID  int32
+	Partitions []FetchedPartition
 }
 
 // AbortedTxn is one entry of a partition's aborted-transaction list.
@@ -43,9 +74,21 @@ type FetchedPartition struct {
 	Records          []byte
 }
 
-// Fetch sends one Fetch (v11, sessionless) and parses the response without
+// Fetch sends one sessionless Fetch (v11) and parses the response without
 // decoding record batches.
 func (c *Conn) Fetch(ctx context.Context, req *FetchRequest) ([]FetchedPartition, error) {
+	r := *req
+	r.SessionID, r.SessionEpoch, r.Forgotten = 0, NoSession, nil
+	res, err := c.FetchSession(ctx, &r)
+	if err != nil {
+		return nil, err
+	}
+	return res.Partitions, nil
+}
+
+// FetchSession sends one Fetch (v11) with the request's session fields.
+// A top-level error, such as a lost session, is returned as *Error.
+func (c *Conn) FetchSession(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
 	w := c.header(apiFetch, fetchVersion)
 	w.int32(-1) // replica ID: a consumer
 	w.int32(int32(req.MaxWait / time.Millisecond))
@@ -56,8 +99,8 @@ func (c *Conn) Fetch(ctx context.Context, req *FetchRequest) ([]FetchedPartition
 	} else {
 		w.int8(0)
 	}
-	w.int32(0)  // session ID: none
-	w.int32(-1) // session epoch -1: a full fetch that opens no session
+	w.int32(req.SessionID)
+	w.int32(req.SessionEpoch)
 	groups := groupByTopic(len(req.Partitions), func(i int) string { return req.Partitions[i].Topic })
 	w.int32(int32(len(groups)))
 	for _, g := range groups {
@@ -72,8 +115,16 @@ func (c *Conn) Fetch(ctx context.Context, req *FetchRequest) ([]FetchedPartition
 			w.int32(p.MaxBytes)
 		}
 	}
-	w.int32(0) // forgotten topics
-	w.string("")
+	fgroups := groupByTopic(len(req.Forgotten), func(i int) string { return req.Forgotten[i].Topic })
+	w.int32(int32(len(fgroups)))
+	for _, g := range fgroups {
+		w.string(g.topic)
+		w.int32(int32(len(g.idx)))
+		for _, i := range g.idx {
+			w.int32(req.Forgotten[i].Partition)
+		}
+	}
+	w.string("") // rack ID
 	body, err := c.roundTrip(ctx, w)
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", c.addr, err)
@@ -81,14 +132,14 @@ func (c *Conn) Fetch(ctx context.Context, req *FetchRequest) ([]FetchedPartition
 	return parseFetchResponse(body, c.addr)
 }
 
-func parseFetchResponse(body []byte, addr string) ([]FetchedPartition, error) {
+func parseFetchResponse(body []byte, addr string) (*FetchResponse, error) {
 	r := reader{b: body}
 	r.int32() // throttle
 	if code := r.int16(); code != 0 {
 		return nil, &Error{Code: code, Op: "fetch from " + addr}
 	}
-	r.int32() // session ID
-	var out []FetchedPartition
+	res := &FetchResponse{SessionID: r.int32()}
+	out := res.Partitions
 	nt := r.arrayLen(6)
 	for t := 0; t < nt; t++ {
 		topic := r.string()
@@ -114,7 +165,8 @@ func parseFetchResponse(body []byte, addr string) ([]FetchedPartition, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("fetch response from %s: %w", addr, r.err)
 	}
-	return out, nil
+	res.Partitions = out
+	return res, nil
 }
 
 type topicGroup struct {
