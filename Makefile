@@ -3,6 +3,7 @@
 #   make build   the kmirror binary into bin/
 #   make test    unit tests, then the real-Kafka integration tests
 #   make demo    source + destination Kafka and a kmirror member, mirroring a demo topic
+#                (runs DEMO_SECONDS, default 60, after the backlog is mirrored; Ctrl-C stops)
 #   make bench   throughput and latency against the Kafka Java producer baseline
 #   make kafka   assemble Apache Kafka from Maven Central (KAFKA_VERSION=... to override)
 #   make clean   remove build outputs and the Kafka cache
@@ -20,6 +21,19 @@ test-unit:
 	$(GO) test -count=1 -race ./cmd/... ./daemon/... ./raftstore/... ./fetch/... ./truncate/...
 
 test: test-unit test-integration
+
+# Prints figures, asserts none: BENCH_FLAGS="--bytes 64MiB --latency-seconds 5"
+# for a short run (see go run ./integration/bench --help).
+BENCH_FLAGS ?=
+
+bench: build kafka
+	KAFKA_VERSION='$(KAFKA_VERSION)' $(GO) run ./integration/bench --kmirror $(BIN) $(BENCH_FLAGS)
+
+# Built, not `go run`: go run exits 1 after a Ctrl-C even when the demo
+# shut down cleanly and exited 0.
+demo: build kafka
+	$(GO) build -o bin/kmirror-demo ./integration/demo
+	KAFKA_VERSION='$(KAFKA_VERSION)' bin/kmirror-demo --kmirror $(BIN)
 
 clean:
 	rm -rf bin .cache

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+// Topic and mirror names; the clusters are the bench's own, so fixed names
+// cannot collide.
+const (
+	backlogTopic  = "bench"
+	baselineTopic = "baseline"
+	latencyTopic  = "latency"
+	mirrorName    = "bench"
+)
+
+const (
+	mib = 1 << 20
+	gib = 1 << 30
+)
+
+// bench runs the steps in order; each fills in its result.
+type bench struct {
+	cfg   config
+	out   *lockedWriter
+	start time.Time
+	ticks int64  // USER_HZ, the unit of /proc CPU times
+	dir   string // kept after the run: daemon config, data and log, Kafka logs
+
+	src, dst *harness.Cluster
+	logs     []*os.File // the clusters' JVM output, closed after them
+	member   *member
+
+	fill     perfResult
+	baseline perfResult
+	mirror   mirrorResult
+	latency  *latencyResult // nil when skipped
+}
+
+func newBench(cfg config, out io.Writer) *bench {
+	return &bench{cfg: cfg, out: &lockedWriter{w: out}, ticks: clockTicks()}
+}
+
+// printf prints one line stamped with the time since the start.
+func (b *bench) printf(format string, args ...any) {
+	fmt.Fprintf(b.out, "[%7.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) step(n int, format string, args ...any) {
+	b.printf("step %d/6: %s", n, fmt.Sprintf(format, args...))
+}
+
+func (b *bench) run(ctx context.Context) (err error) {
+	b.start = time.Now()
+	if b.dir, err = os.MkdirTemp("", "kmirror-bench-"); err != nil {
+		return err
+	}
+	b.printf("bench folder (kmirror config, raft data and log; Kafka logs), kept after the run: %s", b.dir)
+	b.printf("backlog: %d records of %d bytes = %.1f MiB payload, %d partitions, %s compression",
+		b.cfg.Records(), b.cfg.RecordSize, float64(b.cfg.Records()*int64(b.cfg.RecordSize))/mib, b.cfg.Partitions, b.cfg.Compression)
+	defer func() {
+		if err != nil {
+			if ctx.Err() != nil {
+				err = errors.New("interrupted: stopped whatever it had started (kmirror daemon, Kafka clusters, Java tools)")
+			} else {
+				b.explainFailure()
+			}
+		}
+		b.teardown()
+	}()
+
+	b.step(1, "starting the source and destination Kafka clusters (1 broker each, JIT kept for throughput)")
+	if err := b.startClusters(ctx); err != nil {
+		return err
+	}
+
+	b.step(2, "filling the source backlog: ProducerPerformance into %s/%s", "source", backlogTopic)
+	if err := b.src.CreateTopic(ctx, backlogTopic, b.cfg.Partitions, 1, nil); err != nil {
+		return err
+	}
+	if b.fill, err = b.producerPerformance(ctx, b.src, backlogTopic); err != nil {
+		return err
+	}
+	b.printf("source backlog filled: %s", b.fill.Summary)
+
+	b.step(3, "baseline (a): the same ProducerPerformance run into %s/%s", "destination", baselineTopic)
+	if err := b.dst.CreateTopic(ctx, baselineTopic, b.cfg.Partitions, 1, nil); err != nil {
+		return err
+	}
+	if b.baseline, err = b.producerPerformance(ctx, b.dst, baselineTopic); err != nil {
+		return err
+	}
+	b.printf("baseline: %.2f MB/s, %.0f records/s (the producer JVM used %.1f CPU-s, %.1f CPU-s/GiB)",
+		b.baseline.MBPerSec, b.baseline.RecordsPerSec, b.baseline.CPUSeconds, b.baseline.CPUSeconds/b.payloadGiB())
+
+	b.step(4, "kmirror (b): mirroring the source backlog %s into the destination", backlogTopic)
+	if b.member, err = startMember(ctx, b.cfg.Kmirror, b.dir, b.dst.Bootstrap()); err != nil {
+		return err
+	}
+	b.printf("kmirror daemon pid %d ready; log %s", b.member.pid(), b.member.logPath)
+	if b.mirror, err = b.mirrorBacklog(ctx); err != nil {
+		return err
+	}
+	b.printf("kmirror: %d records in %.2fs: %.2f MB/s, %.0f records/s, %.1f CPU-s (%.1f CPU-s/GiB), peak RSS %.0f MiB, ratio to baseline %.2f",
+		b.mirror.Records, b.mirror.Elapsed.Seconds(), b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(),
+		b.mirror.CPU.Seconds(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib, b.ratio())
+
+	if b.cfg.SkipLatency {
+		b.step(5, "latency: skipped (--skip-latency)")
+	} else {
+		b.step(5, "latency: %s/s of %d-byte records for %ds through kmirror (producer linger %s)",
+			formatSize(b.cfg.LatencyRate), b.cfg.RecordSize, b.cfg.LatencySeconds, b.cfg.LatencyLinger)
+		lat, err := b.measureLatency(ctx)
+		if err != nil {
+			return err
+		}
+		b.latency = &lat
+	}
+
+	b.step(6, "stopping the kmirror daemon (SIGTERM) and the clusters")
+	m := b.member
+	b.member = nil // stop kills it if SIGTERM is not enough
+	stopErr := m.stop()
+	if stopErr == nil {
+		b.printf("kmirror daemon exited cleanly")
+	}
+	b.reportLogProblems(m)
+	b.closeClusters()
+	b.printSummary()
+	if stopErr != nil {
+		b.printf("kmirror daemon log %s (last lines):\n%s", m.logPath, m.logTail(40))
+	}
+	return stopErr
+}
+
+// startClusters starts both clusters at once; their JVM output goes to
+// files in the bench folder.
+func (b *bench) startClusters(ctx context.Context) error {
+	names := []string{"source", "destination"}
+	for _, name := range names {
+		logf, err := os.Create(filepath.Join(b.dir, name+"-kafka.log"))
+		if err != nil {
+			return err
+		}
+		b.logs = append(b.logs, logf)
+	}
+	var (
+		wg   sync.WaitGroup
+		errs [2]error
+	)
+	for i, name := range names {
+		wg.Go(func() {
+			cl, err := harness.Start(ctx, harness.Options{Name: name, Throughput: true, Log: b.logs[i]})
+			if err != nil {
+				errs[i] = fmt.Errorf("starting the %s cluster: %w", name, err)
+				return
+			}
+			if i == 0 {
+				b.src = cl
+			} else {
+				b.dst = cl
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return err
+	}
+	b.printf("source %s, destination %s", b.src.Bootstrap(), b.dst.Bootstrap())
+	return nil
+}
+
+// teardown kills whatever still runs; it is a no-op after a clean step 6.
+func (b *bench) teardown() {
+	if b.member != nil {
+		b.member.kill()
+		b.member = nil
+	}
+	b.closeClusters()
+}
+
+func (b *bench) closeClusters() {
+	for _, cl := range []*harness.Cluster{b.src, b.dst} {
+		if cl != nil {
+			if err := cl.Close(); err != nil {
+				b.printf("closing a cluster: %v", err)
+			}
+		}
+	}
+	b.src, b.dst = nil, nil
+	for _, f := range b.logs {
+		f.Close()
+	}
+	b.logs = nil
+}
+
+// explainFailure prints what helps to see why a step failed.
+func (b *bench) explainFailure() {
+	if b.member != nil {
+		b.printf("kmirror daemon log %s (last lines):\n%s", b.member.logPath, b.member.logTail(40))
+	}
+	b.printf("Kafka logs: %s", filepath.Join(b.dir, "{source,destination}-kafka.log"))
+}
+
+// reportLogProblems prints the daemon log's warnings and errors, if any:
+// a clean benchmark run should have none.
+func (b *bench) reportLogProblems(m *member) {
+	lines, n := m.logProblems(10)
+	if n == 0 {
+		b.printf("kmirror daemon log: no warnings or errors")
+		return
+	}
+	b.printf("kmirror daemon log: %d warning/error lines; the first %d:", n, len(lines))
+	for _, l := range lines {
+		fmt.Fprintf(b.out, "    %s\n", l)
+	}
+}
+
+func (b *bench) printSummary() {
+	var s strings.Builder
+	fmt.Fprintf(&s, "\n== summary: %s payload in %d-byte records, %d partitions, %s; MB = 2^20 bytes (as ProducerPerformance counts) ==\n",
+		formatSize(b.cfg.Bytes), b.cfg.RecordSize, b.cfg.Partitions, b.cfg.Compression)
+	fmt.Fprintf(&s, "baseline (Java producer → destination): %.2f MB/s, %.0f rec/s\n", b.baseline.MBPerSec, b.baseline.RecordsPerSec)
+	fmt.Fprintf(&s, "kmirror (source backlog → destination): %.2f MB/s, %.0f rec/s, %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
+		b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib)
+	fmt.Fprintf(&s, "ratio kmirror/baseline: %.2f  (target ≥ 0.5)\n", b.ratio())
+	if l := b.latency; l != nil {
+		fmt.Fprintf(&s, "latency at %s/s: p50 %.1f ms, p99 %.1f ms  (max %.1f ms over %d records; producer send → destination consumer receive; linger %s)\n",
+			formatSize(b.cfg.LatencyRate), ms(l.Mirrored.P50), ms(l.Mirrored.P99), ms(l.Mirrored.Max), l.Mirrored.Records, b.cfg.LatencyLinger)
+		fmt.Fprintf(&s, "  the same records read from the source (no kmirror): p50 %.1f ms, p99 %.1f ms\n", ms(l.Source.P50), ms(l.Source.P99))
+	} else {
+		s.WriteString("latency: skipped\n")
+	}
+	io.WriteString(b.out, s.String())
+}
+
+// payloadGiB is the backlog's payload in GiB, the unit of CPU-s/GiB.
+func (b *bench) payloadGiB() float64 {
+	return float64(b.cfg.Records()*int64(b.cfg.RecordSize)) / gib
+}
+
+func (b *bench) ratio() float64 {
+	if b.baseline.MBPerSec == 0 {
+		return 0
+	}
+	return b.mirror.MBPerSec(b.cfg.RecordSize) / b.baseline.MBPerSec
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// formatSize writes n in the largest unit that divides it, such as 1GiB or
+// 5MB.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		bytes  int64
+	}{{"GiB", 1 << 30}, {"GB", 1e9}, {"MiB", 1 << 20}, {"MB", 1e6}, {"KiB", 1 << 10}, {"KB", 1e3}} {
+		if n != 0 && n%u.bytes == 0 {
+			return fmt.Sprintf("%d%s", n/u.bytes, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// lockedWriter serialises writes from the goroutines that echo tool output.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is what the flags ask for.
+type config struct {
+	Bytes          int64 // payload bytes of the source backlog
+	RecordSize     int   // value bytes per record
+	Partitions     int
+	Compression    string // producer compression.type
+	LatencyRate    int64  // payload bytes per second of the latency run
+	LatencySeconds int
+	LatencyLinger  time.Duration // producer linger of the latency run
+	Kmirror        string        // path of the kmirror binary
+	SkipLatency    bool
+}
+
+var compressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
+
+// maxRecordSize keeps a record and its batch overhead under the brokers'
+// default message.max.bytes (1 MiB).
+const maxRecordSize = 512 << 10
+
+// Validate names every flag that is out of range and what it accepts.
+func (c config) Validate() error {
+	var errs []error
+	if c.RecordSize < 1 || c.RecordSize > maxRecordSize {
+		errs = append(errs, fmt.Errorf("--record-size %d: use 1 to %d bytes", c.RecordSize, maxRecordSize))
+	}
+	if c.Bytes < int64(max(c.RecordSize, 1)) {
+		errs = append(errs, fmt.Errorf("--bytes %d: use at least one record (--record-size %d), such as 64MiB or 1GiB", c.Bytes, c.RecordSize))
+	}
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		errs = append(errs, fmt.Errorf("--partitions %d: use 1 to 1024", c.Partitions))
+	}
+	if !contains(compressions, c.Compression) {
+		errs = append(errs, fmt.Errorf("--compression %q: use one of %s", c.Compression, strings.Join(compressions, ", ")))
+	}
+	if !c.SkipLatency {
+		if c.LatencyRate < int64(max(c.RecordSize, 1)) {
+			errs = append(errs, fmt.Errorf("--latency-rate %d bytes/s: use at least one record per second (--record-size %d), such as 5MB", c.LatencyRate, c.RecordSize))
+		}
+		if c.LatencySeconds < 1 {
+			errs = append(errs, fmt.Errorf("--latency-seconds %d: use 1 or more", c.LatencySeconds))
+		}
+		if c.LatencyLinger < 0 || c.LatencyLinger > time.Second {
+			errs = append(errs, fmt.Errorf("--latency-linger %s: use 0 to 1s, such as 5ms", c.LatencyLinger))
+		}
+	}
+	if st, err := os.Stat(c.Kmirror); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		errs = append(errs, fmt.Errorf("--kmirror %q is not an executable file: build it with `make build` or point --kmirror at the binary", c.Kmirror))
+	}
+	return errors.Join(errs...)
+}
+
+// Records is the backlog's record count.
+func (c config) Records() int64 {
+	return c.Bytes / int64(c.RecordSize)
+}
+
+// LatencyRecordsPerSecond is the produce rate of the latency run.
+func (c config) LatencyRecordsPerSecond() float64 {
+	return float64(c.LatencyRate) / float64(c.RecordSize)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sizeUnits are decimal (KB, MB, GB) and binary (KiB, MiB, GiB) units;
+// longer suffixes come first so that "MiB" is not read as "B".
+var sizeUnits = []struct {
+	suffix string
+	bytes  int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+	{"B", 1},
+}
+
+// parseSize reads a whole number of bytes with an optional unit, such as
+// 1GiB, 64MiB, 5MB or 1024.
+func parseSize(s string) (int64, error) {
+	text := strings.TrimSpace(s)
+	unit := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(text, u.suffix) {
+			text, unit = strings.TrimSpace(strings.TrimSuffix(text, u.suffix)), u.bytes
+			break
+		}
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/unit {
+		return 0, fmt.Errorf("invalid size %q: want a whole number with an optional unit B, KB, MB, GB, KiB, MiB or GiB, such as 64MiB", s)
+	}
+	return n * unit, nil
+}

@@ -1,0 +1,100 @@
+// Command bench measures kmirror against a baseline on real Apache Kafka
+// and prints the figures; it asserts nothing about wall-clock time, which
+// depends on the machine. Run it with `make bench` (BENCH_FLAGS=... for the
+// flags below).
+//
+// It starts a source and a destination cluster, fills a backlog in the
+// source with Kafka's own ProducerPerformance tool, runs the same tool
+// against the destination as the baseline (how fast the destination can
+// take these records from a Java producer), then lets a kmirror daemon copy
+// the backlog and compares. Last it measures end-to-end latency at a
+// steady produce rate through kmirror.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal the bench cleans up; a second one kills it at
+	// once (its JVMs and daemon die with it through their parent-death
+	// signal).
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses args into a config, runs the benchmark and returns the exit
+// code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:        "bench",
+		Usage:       "measure kmirror throughput, CPU, memory and latency against a Kafka Java producer baseline",
+		HideVersion: true,
+		Writer:      stdout,
+		ErrWriter:   stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "bytes", Value: "1GiB", Usage: "total payload `SIZE` of the source backlog (units B, KB, MB, GB, KiB, MiB, GiB)"},
+			&cli.IntFlag{Name: "record-size", Value: 1024, Usage: "record value size in `BYTES`"},
+			&cli.IntFlag{Name: "partitions", Value: 8, Usage: "`COUNT` of partitions of every benchmark topic"},
+			&cli.StringFlag{Name: "compression", Value: "lz4", Usage: "producer compression `CODEC`: none, gzip, snappy, lz4 or zstd"},
+			&cli.StringFlag{Name: "latency-rate", Value: "5MB", Usage: "payload `SIZE` per second produced during the latency run"},
+			&cli.IntFlag{Name: "latency-seconds", Value: 30, Usage: "length of the latency run in `SECONDS`"},
+			&cli.DurationFlag{Name: "latency-linger", Value: 5 * time.Millisecond, Usage: "linger of the latency run's producer (`DURATION`; the Java client's default since Kafka 4.0 is 5ms; 0 sends the smallest batches)"},
+			&cli.StringFlag{Name: "kmirror", Value: "bin/kmirror", Usage: "kmirror binary `PATH`"},
+			&cli.BoolFlag{Name: "skip-latency", Usage: "skip the latency run"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("unexpected argument %q: bench takes flags only (see --help)", c.Args().First())
+			}
+			cfg, err := configFromFlags(c)
+			if err != nil {
+				return err
+			}
+			return newBench(cfg, stdout).run(c.Context)
+		},
+	}
+	if err := app.RunContext(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "bench: %s\n", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "\n  "))
+		return 1
+	}
+	return 0
+}
+
+func configFromFlags(c *cli.Context) (config, error) {
+	total, err := parseSize(c.String("bytes"))
+	if err != nil {
+		return config{}, fmt.Errorf("--bytes: %w", err)
+	}
+	rate, err := parseSize(c.String("latency-rate"))
+	if err != nil {
+		return config{}, fmt.Errorf("--latency-rate: %w", err)
+	}
+	cfg := config{
+		Bytes:          total,
+		RecordSize:     c.Int("record-size"),
+		Partitions:     c.Int("partitions"),
+		Compression:    c.String("compression"),
+		LatencyRate:    rate,
+		LatencySeconds: c.Int("latency-seconds"),
+		LatencyLinger:  c.Duration("latency-linger"),
+		Kmirror:        c.String("kmirror"),
+		SkipLatency:    c.Bool("skip-latency"),
+	}
+	return cfg, cfg.Validate()
+}
