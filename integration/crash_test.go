@@ -14,13 +14,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
 )
 
 // streamRecords produces n records into topic at roughly rate records/s
 // from a goroutine; wait returns when all are acknowledged.
 func streamRecords(t *testing.T, topic string, n, rate int) (wait func()) {
 	t.Helper()
-	prod := kgoClient(t, env.src, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond),
+	return streamRecordsTo(t, env.src, topic, n, rate)
+}
+
+// streamRecordsTo is streamRecords into any cluster.
+func streamRecordsTo(t *testing.T, cl *harness.Cluster, topic string, n, rate int) (wait func()) {
+	t.Helper()
+	prod := kgoClient(t, cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
