@@ -212,7 +212,9 @@ func (m *Member) memberReconcile() {
 	sources := map[string]fetch.Source{}
 	m.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
-			if t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed && t.State != raftstore.StateStopping {
+			// STOPPING topics are released by RemoveTopic; handing them
+			// out again would restart a partition it has just stopped.
+			if t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed {
 				continue
 			}
 			mir, ok := s.Mirrors[t.Mirror]

@@ -295,7 +295,7 @@ func (m *Member) finishPending(t raftstore.MirrorTopic) {
 	n, err := m.dest.Partitions(ctx, t.Topic)
 	switch {
 	case errors.Is(err, fetch.ErrTopicNotFound):
-		err = m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), m.cfg.Destination.ReplicationFactor, nil)
+		err = m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), m.cfg.Destination.ReplicationFactor, fetch.MirrorTopicConfigs)
 	case err == nil && n != len(t.Partitions):
 		err = fmt.Errorf("destination topic %s has %d partitions, the source %d", t.Topic, n, len(t.Partitions))
 	}
@@ -336,12 +336,13 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 	if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
 		return mapStoreErr(err)
 	}
+	m.engine.SetSource(mirror, fetch.Source{Bootstrap: mir.Bootstrap})
 	positions := make([]raftstore.Position, len(t.Partitions))
 	for i := range t.Partitions {
 		k := fetch.Key{Mirror: mirror, Topic: topic, Partition: int32(i)}
 		pos, err := m.engine.Release(ctx, k)
 		if errors.Is(err, fetch.ErrUnknownPartition) {
-			pos, err = m.engine.LastPosition(ctx, k, t.Partitions[i].StartOffset)
+			pos, err = m.engine.Settle(ctx, fetch.Spec{Key: k, StartOffset: t.Partitions[i].StartOffset})
 		}
 		if err != nil {
 			return fmt.Errorf("stop %s: %w (the topic stays STOPPING; run remove again)", k, err)

@@ -65,20 +65,30 @@ func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
 }
 
 // mirroredConfigs are the topic configs copied to a destination topic when
-// the source sets them explicitly. message.timestamp.type is not copied:
-// destination batches always carry CreateTime, and kmirror re-encodes
-// LogAppendTime batches with the source's append time as CreateTime, so
-// consumers of both clusters see the same timestamps.
+// the source sets them explicitly.
 var mirroredConfigs = []string{
 	"cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes",
 	"compression.type", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
 	"max.compaction.lag.ms", "delete.retention.ms", "min.cleanable.dirty.ratio",
-	"message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
 	"min.insync.replicas",
 }
 
-// TopicConfigs returns the topic's non-default configs among those kmirror
-// mirrors.
+// MirrorTopicConfigs are set on every destination topic kmirror creates,
+// over whatever the source has. Destination batches always carry
+// CreateTime (LogAppendTime batches are re-encoded with the source's
+// append time as CreateTime), so consumers of both clusters see the same
+// timestamps; and the timestamp window checks are off, because the broker
+// checks them against the time kmirror writes, so a backlog older than the
+// source's window would never be accepted.
+var MirrorTopicConfigs = map[string]string{
+	"message.timestamp.type":          "CreateTime",
+	"message.timestamp.before.max.ms": "9223372036854775807",
+	"message.timestamp.after.max.ms":  "9223372036854775807",
+}
+
+// TopicConfigs returns the configs of a destination topic mirroring this
+// (source) topic: the source's non-default configs among those kmirror
+// mirrors, plus MirrorTopicConfigs.
 func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]string, error) {
 	msg, err := a.cl.roundTrip(ctx, &describeconfigs.Request{Resources: []describeconfigs.RequestResource{{
 		ResourceType: 2, // topic
@@ -100,6 +110,9 @@ func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]stri
 				out[e.ConfigName] = e.ConfigValue
 			}
 		}
+	}
+	for k, v := range MirrorTopicConfigs {
+		out[k] = v
 	}
 	return out, nil
 }

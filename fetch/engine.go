@@ -38,7 +38,10 @@ type Engine struct {
 	reports []report
 	// divergences counts partitions stopped as DIVERGED since start.
 	divergences int64
-	kickRep     chan struct{}
+	// ckptMu makes taking and writing a checkpoint one step, so an older
+	// snapshot never lands after a newer one.
+	ckptMu  sync.Mutex
+	kickRep chan struct{}
 }
 
 // source is one mirror's source cluster and its fetch loops by broker.
@@ -205,7 +208,8 @@ func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
 		return
 	}
 	var dv *Divergence
-	if errors.As(err, &dv) {
+	var behind *sourceBehind
+	if errors.As(err, &dv) || (errors.As(err, &behind) && p.failures >= behindRetries) {
 		e.divergeLocked(p, err.Error())
 		return
 	}
@@ -292,7 +296,11 @@ func closeOnce(p *partition) {
 
 // Release stops mirroring a partition gracefully: no more fetching, every
 // fetched batch produced, a final checkpoint written. It returns the last
-// mirrored position.
+// mirrored position. A partition that was not mirroring cleanly (starting,
+// failed, diverged, or failed while draining) may have had a batch land
+// whose answer was lost: its position is settled by walking the
+// destination instead. The partition is dropped from the engine even when
+// Release fails; a later lease resumes it from its checkpoint.
 func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 	e.mu.Lock()
 	p, ok := e.parts[k]
@@ -310,9 +318,7 @@ func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 			closeOnce(p)
 		}
 	} else {
-		// Not resumed (starting, failed or diverged): stop any restart;
-		// the position is the persisted one.
-		p.gen++
+		p.gen++ // stop a pending restart
 		closeOnce(p)
 	}
 	done := p.released
@@ -323,37 +329,89 @@ func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 	case <-ctx.Done():
 		return Position{}, fmt.Errorf("drain %s: %w", k, ctx.Err())
 	}
+	defer func() {
+		e.mu.Lock()
+		if e.parts[k] == p {
+			delete(e.parts, k)
+		}
+		e.mu.Unlock()
+	}()
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
 	e.mu.Lock()
-	pos, resumed := p.pos, p.resumed
+	clean := p.state == Draining
+	pos, spec, resumed := p.pos, p.spec, p.resumed
 	up := e.updateLocked(p)
 	e.mu.Unlock()
-	if !resumed {
-		var err error
-		if pos, err = e.LastPosition(ctx, k, p.spec.StartOffset); err != nil {
+	if !clean {
+		if err := e.waitIdle(ctx, p, -1); err != nil {
 			return Position{}, err
 		}
-	} else if err := e.store.write(ctx, []update{up}); err != nil {
+		if resumed { // its acknowledged progress first: the walk starts there
+			if err := e.store.write(ctx, []update{up}); err != nil {
+				return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
+			}
+		}
+		return e.settle(ctx, spec)
+	}
+	if err := e.store.write(ctx, []update{up}); err != nil {
 		return Position{}, fmt.Errorf("final checkpoint of %s: %w", k, err)
 	}
-	e.mu.Lock()
-	if e.parts[k] == p {
-		delete(e.parts, k)
-	}
-	e.mu.Unlock()
 	return pos, nil
 }
 
-// LastPosition is the last checkpointed position of a partition this
-// engine does not hold, or the start offset if it never mirrored.
-func (e *Engine) LastPosition(ctx context.Context, k Key, startOffset int64) (Position, error) {
+// Settle returns the exact mirrored position of a partition this engine
+// does not mirror now: from its last checkpoint (or start offset) it walks
+// the source and the destination up to the destination's high watermark,
+// so a batch that landed after the checkpoint is counted, and records the
+// result as a checkpoint. A walk that finds a divergence falls back to the
+// checkpoint, which is then the last position known to match.
+func (e *Engine) Settle(ctx context.Context, spec Spec) (Position, error) {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
+	return e.settle(ctx, spec)
+}
+
+func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
+	k := spec.Key
+	e.mu.Lock()
+	src := e.sources[k.Mirror]
+	e.mu.Unlock()
 	if err := e.store.catchUp(ctx); err != nil {
 		return Position{}, fmt.Errorf("read checkpoints: %w", err)
 	}
-	cp, ok, _ := e.store.load(k)
-	if !ok {
-		return Position{SourceOffset: startOffset}, nil
+	cp, hasCP, entries := e.store.load(k)
+	start := Entry{Src: spec.StartOffset}
+	pid := ProducerID{ID: -1}
+	if hasCP {
+		start = Entry{Src: cp.Src, Dst: cp.Dst}
+		pid = ProducerID{ID: cp.PID, Epoch: cp.Epoch}
 	}
-	return Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}, nil
+	known := Position{SourceOffset: start.Src, DestinationOffset: start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+	if src == nil {
+		return known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
+	}
+	var xl Translation
+	xl.Restore(entries, start)
+	w, err := e.walk(ctx, src.cl, k, start, pid, &xl)
+	var dv *Divergence
+	if errors.As(err, &dv) {
+		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))
+		return known, nil
+	}
+	if err != nil {
+		return Position{}, fmt.Errorf("settle position of %s: %w", k, err)
+	}
+	seq := cp.Seq
+	if w.sawOwn {
+		seq = w.nextSeq
+	}
+	up := update{key: k, entries: w.entries, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: seq,
+		PID: pid.ID, Epoch: pid.Epoch, LeaderEpoch: w.epoch}}
+	if err := e.store.write(ctx, []update{up}); err != nil {
+		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
+	}
+	return Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, nil
 }
 
 // RecordStopped writes a stopped partition's last mirrored position to the
@@ -544,6 +602,7 @@ func (e *Engine) checkpointLoop() {
 			return
 		case <-t.C:
 		}
+		e.ckptMu.Lock()
 		e.mu.Lock()
 		var ups []update
 		for _, p := range e.parts {
@@ -553,11 +612,13 @@ func (e *Engine) checkpointLoop() {
 		}
 		e.mu.Unlock()
 		if len(ups) == 0 {
+			e.ckptMu.Unlock()
 			continue
 		}
 		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		err := e.store.write(ctx, ups)
 		cancel()
+		e.ckptMu.Unlock()
 		if err != nil {
 			e.log.Warn("checkpoint write failed; will retry", zap.Error(err))
 			e.mu.Lock()

@@ -78,7 +78,8 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			return // replaced: the broker moved to another address
 		}
 		if len(want) == 0 {
-			sess.reset()
+			// Keep the session: the next request forgets and adds what
+			// changed, instead of opening a new session each time.
 			select {
 			case <-e.ctx.Done():
 				return
@@ -125,7 +126,11 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		}
 		backoff = e.cfg.RetryBackoff
 		sess.advance(want, res.SessionID)
-		e.handleFetch(mirror, w.broker, want, res.Partitions)
+		if e.handleFetch(mirror, w.broker, want, res.Partitions) {
+			// A partition answered with an error: the broker answers such
+			// fetches at once, so pause instead of spinning.
+			sleepCtx(e.ctx, e.cfg.RetryBackoff)
+		}
 	}
 }
 
@@ -191,7 +196,8 @@ func (e *Engine) newFetchRequest() *kwire.FetchRequest {
 }
 
 // handleFetch turns a fetch response into produce-queue items.
-func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.FetchPartition, res []kwire.FetchedPartition) {
+// It reports whether any partition answered with an error.
+func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.FetchPartition, res []kwire.FetchedPartition) (errored bool) {
 	kicks := map[int32]bool{}
 	for _, fp := range res {
 		k := Key{mirror, fp.Topic, fp.Partition}
@@ -207,7 +213,7 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 			p.srcEnd = fp.LastStableOffset
 			if fp.Err != 0 {
 				e.fetchErrorLocked(p, fp)
-				current = false
+				current, errored = false, true
 			}
 		}
 		e.mu.Unlock()
@@ -226,8 +232,10 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 			continue
 		}
 		if len(items) == 0 && need > 0 {
-			// A batch larger than the partition fetch size: grow it.
-			p.fetchBytes = int32(max(int64(need), 2*int64(p.fetchBytes)))
+			// A batch larger than the partition fetch size: grow to it.
+			p.fetchBytes = growFetch(p.fetchBytes, need)
+		} else if len(items) > 0 {
+			p.fetchBytes = e.cfg.PartitionBytes
 		}
 		for _, it := range items {
 			p.queue = append(p.queue, it)
@@ -247,6 +255,13 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 		}
 	}
 	e.mu.Unlock()
+	return errored
+}
+
+// growFetch is the next fetch size after a record set ended in a partial
+// batch of need bytes: at least need, at least double, at most 256 MiB.
+func growFetch(cur int32, need int) int32 {
+	return int32(min(max(int64(need), 2*int64(cur)), 256<<20))
 }
 
 // fetchErrorLocked handles a partition-level fetch error.

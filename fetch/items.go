@@ -92,8 +92,11 @@ func buildItems(records []byte, aborted []kwire.AbortedTxn, from int64) (items [
 		case b.IsTransactional() && open[b.ProducerID()]:
 			skipTo(last + 1)
 		case b.BaseOffset() >= next && b.Forwardable():
-			items = append(items, &item{batch: b, srcFirst: b.BaseOffset(), srcNext: last + 1,
-				count: b.RecordCount(), epoch: b.LeaderEpoch(), size: int64(len(b))})
+			// A copy: a sub-slice would keep the whole fetch response alive
+			// while this batch waits, beyond what the memory budget counts.
+			own := append(kwire.Batch(nil), b...)
+			items = append(items, &item{batch: own, srcFirst: b.BaseOffset(), srcNext: last + 1,
+				count: b.RecordCount(), epoch: b.LeaderEpoch(), size: int64(len(own))})
 		default:
 			it, rerr := reencode(b, next)
 			if rerr != nil {

@@ -20,6 +20,14 @@ type Divergence struct {
 
 func (d *Divergence) Error() string { return fmt.Sprintf("%s diverged: %s", d.Key, d.Reason) }
 
+// sourceBehind means the destination holds records past what the source
+// serves now. Right after a source leader change the new leader's last
+// stable offset can briefly lag, so this is retried a few times
+// (behindRetries) before it counts as a divergence.
+type sourceBehind struct{ Divergence }
+
+const behindRetries = 5
+
 // resume takes over a partition exactly (design.md section 4): adopt the
 // producer identity, read the last checkpoint, walk source and destination
 // from it up to the destination's high watermark verifying every record,
@@ -96,11 +104,12 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 }
 
 // waitIdle waits until no produce of p's is in flight, so the walk sees
-// every batch an earlier run of the partition may still land.
+// every batch an earlier run of the partition may still land. It gives up
+// waiting when p is restarted past gen (any gen < 0 never is).
 func (e *Engine) waitIdle(ctx context.Context, p *partition, gen int) error {
 	for {
 		e.mu.Lock()
-		idle := !p.inflight || p.gen != gen
+		idle := !p.inflight || (gen >= 0 && p.gen != gen)
 		e.mu.Unlock()
 		if idle {
 			return nil
@@ -166,8 +175,9 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 					return res, err
 				}
 				if !ok {
-					return res, diverge("destination offset %d holds a record beyond the source's committed data (source offset %d): "+
-						"the destination was written by someone else or the source lost records", r.Offset, srcIt.r.offset)
+					return res, &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
+						"destination offset %d holds a record beyond the source's committed data (source offset %d): "+
+							"the destination was written by someone else or the source lost records", r.Offset, srcIt.r.offset)}}
 				}
 				if why := recordDiff(sr, r); why != "" {
 					return res, diverge("destination offset %d does not match source offset %d (%s): "+
@@ -184,7 +194,9 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			res.end = Entry{Src: srcIt.cur.srcNext, Dst: b.LastOffset() + 1}
 			res.epoch = srcIt.cur.epoch
 			if b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch {
-				res.nextSeq = kwire.NextSequence(b.BaseSequence(), b.RecordCount())
+				// LastOffsetDelta, not the record count: compaction on the
+				// destination may have removed records of the batch.
+				res.nextSeq = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
 				res.sawOwn = true
 			}
 		}
@@ -253,7 +265,7 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 			return kwire.Record{}, false, nil // nothing more committed
 		}
 		if len(items) == 0 {
-			s.r.maxBytes = max(int32(need), 2*s.r.maxBytes)
+			s.r.maxBytes = growFetch(s.r.maxBytes, need)
 		}
 		s.items, s.r.offset = items, next
 	}
@@ -345,7 +357,7 @@ func (r *partitionReader) next(ctx context.Context) ([]kwire.Batch, int64, error
 			}
 		}
 		if len(out) == 0 && need > 0 {
-			r.maxBytes = max(int32(need), 2*r.maxBytes)
+			r.maxBytes = growFetch(r.maxBytes, need)
 			continue
 		}
 		if len(out) > 0 {

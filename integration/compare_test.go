@@ -183,17 +183,32 @@ func abbrev(b []byte) string {
 }
 
 // waitCaughtUp polls describe until every partition of the topics is
-// MIRRORING with lag 0 and the destination end equals the record count
-// mirrored so far (the destination end offset as kmirror reports it).
+// MIRRORING with lag 0 against a source end offset at least the one the
+// source cluster reports when the wait starts: describe's source offset is
+// what kmirror saw at its last fetch, so lag 0 alone could be stale.
 func waitCaughtUp(t testing.TB, m *member, mirror string, topics ...string) []daemon.PartitionStatus {
 	t.Helper()
+	ctx := context.Background()
+	src := m.src
+	if src == nil {
+		src = env.src
+	}
+	srcEnds := map[string][]int64{}
+	sc := kgoClient(t, src)
+	for _, topic := range topics {
+		rows, err := m.client.Describe(ctx, mirror, topic)
+		if err != nil {
+			t.Fatalf("describe %s: %v", topic, err)
+		}
+		srcEnds[topic] = endOffsets(t, sc, topic, len(rows), true)
+	}
 	deadline := time.Now().Add(4 * time.Minute)
 	var last []daemon.PartitionStatus
 	for time.Now().Before(deadline) {
 		ok := true
 		last = last[:0]
 		for _, topic := range topics {
-			rows, err := m.client.Describe(context.Background(), mirror, topic)
+			rows, err := m.client.Describe(ctx, mirror, topic)
 			if err != nil {
 				t.Fatalf("describe %s: %v", topic, err)
 			}
@@ -202,7 +217,7 @@ func waitCaughtUp(t testing.TB, m *member, mirror string, topics ...string) []da
 				if r.State == "DIVERGED" {
 					t.Fatalf("partition %s/%d DIVERGED: %s", r.Topic, r.Partition, r.Reason)
 				}
-				if r.State != "MIRRORING" || r.Lag != 0 || r.SourceOffset < 0 {
+				if r.State != "MIRRORING" || r.Lag != 0 || r.SourceOffset < srcEnds[topic][r.Partition] {
 					ok = false
 				}
 			}

@@ -84,6 +84,7 @@ type member struct {
 	cmd     *exec.Cmd
 	done    chan error
 	client  *daemon.Client
+	src     *harness.Cluster // the source its waits compare with; nil = env.src
 }
 
 func freeAddr(t testing.TB) string {

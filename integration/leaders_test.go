@@ -74,6 +74,7 @@ func TestSourceLeaderChanges(t *testing.T) {
 	ctx := context.Background()
 	src3 := startThreeBrokers(t, "source3")
 	m := startMember(t, "sleaders", memberOpts{})
+	m.src = src3
 	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
 		Name: "s3", Properties: map[string]string{"bootstrap.servers": src3.Bootstrap()},
 	}); err != nil {

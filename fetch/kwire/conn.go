@@ -118,17 +118,29 @@ func (c *Conn) header(apiKey, version int16) *writer {
 	return w
 }
 
+// defaultTimeout bounds a request whose context has no deadline, so a
+// broker that vanished without closing the connection cannot hang a caller.
+const defaultTimeout = 2 * time.Minute
+
+// deadline applies ctx to the connection: its deadline (or defaultTimeout),
+// and cancellation, which unblocks a pending read or write at once. Call
+// the returned function when the exchange is over.
+func (c *Conn) deadline(ctx context.Context) (stop func() bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(defaultTimeout)
+	}
+	c.nc.SetDeadline(dl)
+	return context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Now()) })
+}
+
 // roundTrip sends the request in w and returns the response body (after the
 // correlation ID). The body is a fresh buffer the caller owns: fetched
 // record batches are sub-slices of it.
 func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
 	binary.BigEndian.PutUint32(w.b, uint32(len(w.b)-4))
 	c.wbuf = w.b
-	if dl, ok := ctx.Deadline(); ok {
-		c.nc.SetDeadline(dl)
-	} else {
-		c.nc.SetDeadline(time.Time{})
-	}
+	defer c.deadline(ctx)()
 	if _, err := c.nc.Write(w.b); err != nil {
 		return nil, err
 	}
@@ -170,11 +182,7 @@ func (c *Conn) RoundTrip(ctx context.Context, msg protocol.Message) (protocol.Me
 	if p, ok := msg.(protocol.PreparedMessage); ok {
 		p.Prepare(v)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		c.nc.SetDeadline(dl)
-	} else {
-		c.nc.SetDeadline(time.Time{})
-	}
+	defer c.deadline(ctx)()
 	c.corr++
 	rw := struct {
 		io.Reader
