@@ -427,6 +427,9 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 					if st.State == fetch.Starting && ps.State == string(raftstore.StateMirroring) {
 						ps.Reason = "resuming: verifying source and destination from the last checkpoint"
 					}
+					if st.Retrying != "" && ps.State == string(raftstore.StateMirroring) {
+						ps.Reason = "retrying: " + st.Retrying
+					}
 				} else if p.LastMirrored != nil {
 					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0
 				}

@@ -65,12 +65,14 @@ func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
 }
 
 // mirroredConfigs are the topic configs copied to a destination topic when
-// the source sets them explicitly.
+// the source sets them explicitly. min.insync.replicas is not among them
+// (MirrorMaker 2 leaves it out too): durability on the destination depends
+// on the destination's brokers, and a value above the destination's
+// replication factor would block every write.
 var mirroredConfigs = []string{
 	"cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes",
 	"compression.type", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
 	"max.compaction.lag.ms", "delete.retention.ms", "min.cleanable.dirty.ratio",
-	"min.insync.replicas",
 }
 
 // MirrorTopicConfigs are set on every destination topic kmirror creates,

@@ -119,7 +119,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			for k := range want {
 				keys = append(keys, k)
 			}
-			e.reroute(keys, func(p *partition) *int32 { return &p.srcLeader })
+			e.reroute(keys, err)
 			sleepCtx(e.ctx, backoff)
 			backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
 			continue
@@ -141,12 +141,13 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// reroute marks partitions of a failed request as needing a fresh leader.
-func (e *Engine) reroute(keys []Key, leader func(*partition) *int32) {
+// reroute marks partitions of a failed fetch as needing a fresh leader.
+func (e *Engine) reroute(keys []Key, err error) {
 	e.mu.Lock()
 	for _, k := range keys {
 		if p, ok := e.parts[k]; ok {
-			*leader(p) = -1
+			p.srcLeader = -1
+			p.fetchErr = err.Error()
 		}
 	}
 	e.mu.Unlock()
@@ -214,6 +215,8 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 			if fp.Err != 0 {
 				e.fetchErrorLocked(p, fp)
 				current, errored = false, true
+			} else {
+				p.fetchErr = ""
 			}
 		}
 		e.mu.Unlock()
@@ -274,8 +277,10 @@ func (e *Engine) fetchErrorLocked(p *partition, fp kwire.FetchedPartition) {
 			p.fetchOffset, p.key(), fp.LogStartOffset))
 	case kerr.Action() == kwire.RefreshMetadata:
 		p.srcLeader = -1
+		p.fetchErr = kerr.Error()
 		kick(e.kickRt)
 	case kerr.Action() == kwire.Retry:
+		p.fetchErr = kerr.Error()
 	default:
 		e.failLocked(p, kerr)
 	}

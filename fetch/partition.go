@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"strings"
 	"time"
 
 	"github.com/kmirror/kmirror/fetch/kwire"
@@ -39,6 +40,11 @@ type partition struct {
 	xl      Translation
 	unsaved []Entry
 	dirty   bool
+
+	// fetchErr and produceErr describe a retriable error the partition is
+	// riding out (it stays MIRRORING); cleared by the next success.
+	fetchErr   string
+	produceErr string
 
 	draining bool
 	released chan struct{} // closed when a drain completes
@@ -85,6 +91,10 @@ func (p *partition) skipped(it *item) {
 
 func (p *partition) status() Status {
 	st := Status{Key: p.key(), State: p.state, Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd}
+	if p.state == Mirroring {
+		st.Retrying = strings.TrimPrefix(p.fetchErr+"; "+p.produceErr, "; ")
+		st.Retrying = strings.TrimSuffix(st.Retrying, "; ")
+	}
 	if p.srcEnd >= 0 && p.srcEnd > p.pos.SourceOffset {
 		st.Lag = p.srcEnd - p.pos.SourceOffset
 	}

@@ -71,7 +71,7 @@ func (e *Engine) produceLoop(w *worker) {
 				return
 			}
 			e.log.Warn("produce failed", zap.String("broker", w.addr), zap.Error(err))
-			e.unsend(batch, true)
+			e.unsend(batch, err)
 			sleepCtx(e.ctx, backoff)
 			backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
 			continue
@@ -129,14 +129,14 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, cu
 	return batch, wait, true
 }
 
-// unsend returns batches whose produce outcome is unknown to their queues.
-func (e *Engine) unsend(batch []sent, reroute bool) {
+// unsend returns batches whose produce outcome is unknown (the request
+// failed with err) to their queues, to be resent once routed again.
+func (e *Engine) unsend(batch []sent, err error) {
 	e.mu.Lock()
 	for _, s := range batch {
 		s.p.inflight = false
-		if reroute {
-			s.p.dstLeader = -1
-		}
+		s.p.dstLeader = -1
+		s.p.produceErr = err.Error()
 	}
 	e.mu.Unlock()
 	kick(e.kickRt)
@@ -171,6 +171,7 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 			continue
 		}
 		p.ack(it, r.BaseOffset)
+		p.produceErr = ""
 		p.queue = p.queue[1:]
 		p.queued -= it.size
 		e.inUse -= it.size
@@ -207,9 +208,11 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 	case kerr.Action() == kwire.RefreshMetadata:
 		p.dstLeader = -1
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
+		p.produceErr = msg
 		kick(e.kickRt)
 	case kerr.Action() == kwire.Retry:
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
+		p.produceErr = msg
 	default:
 		e.failLocked(p, fmt.Errorf("%s", msg))
 	}

@@ -71,7 +71,10 @@ type Status struct {
 	Key   Key
 	State State
 	// Reason is set for FAILED and DIVERGED.
-	Reason   string
+	Reason string
+	// Retrying names the retriable error a MIRRORING partition is waiting
+	// out (a destination without enough in-sync replicas, a moving leader).
+	Retrying string
 	Position Position
 	// SourceEnd is the source's last stable offset at the last fetch.
 	SourceEnd int64

@@ -27,19 +27,16 @@ func writeMirrorTable(w io.Writer, mirrors []daemon.MirrorSummary) error {
 	return writeTable(w, rows)
 }
 
-// writePartitionTable prints the rows of `kmirror describe`. The reason is
-// shown only for partitions that are not MIRRORING.
+// writePartitionTable prints the rows of `kmirror describe`. The daemon
+// fills the reason only when there is something to say: why a partition is
+// not MIRRORING, or what a MIRRORING partition is retrying.
 func writePartitionTable(w io.Writer, partitions []daemon.PartitionStatus) error {
 	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE", "REASON"}}
 	for _, p := range partitions {
-		reason := ""
-		if p.State != "MIRRORING" {
-			reason = p.Reason
-		}
 		rows = append(rows, []string{
 			p.Mirror, p.Topic, strconv.Itoa(int(p.Partition)),
 			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag),
-			p.State, reason,
+			p.State, p.Reason,
 		})
 	}
 	return writeTable(w, rows)
