@@ -445,13 +445,8 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if a.Mirror != b.Mirror {
-			return a.Mirror < b.Mirror
-		}
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		return a.Partition < b.Partition
+		return fetch.Key{Mirror: a.Mirror, Topic: a.Topic, Partition: a.Partition}.Less(
+			fetch.Key{Mirror: b.Mirror, Topic: b.Topic, Partition: b.Partition})
 	})
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -129,25 +130,13 @@ func (e *Engine) goLoop(f func()) {
 func (e *Engine) SetSource(mirror string, src Source) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s, ok := e.sources[mirror]; ok && equalStrings(s.cl.bootstrap, src.Bootstrap) {
+	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.bootstrap, src.Bootstrap) {
 		return
 	}
 	e.sources[mirror] = &source{
 		cl:       newCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.TLS),
 		fetchers: map[int32]*worker{},
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Assign makes the engine mirror exactly the given partitions: new ones
@@ -163,9 +152,7 @@ func (e *Engine) Assign(specs []Spec) {
 	for k, s := range want {
 		p, ok := e.parts[k]
 		if ok {
-			if s.Generation != p.spec.Generation {
-				p.spec.Generation = s.Generation
-			}
+			p.spec.Generation = s.Generation
 			continue
 		}
 		p = &partition{spec: s, state: Starting, srcLeader: -1, dstLeader: -1, srcEnd: -1}
@@ -225,6 +212,11 @@ func (e *Engine) failLocked(p *partition, err error) {
 	}
 	e.setStateLocked(p, Failed, err.Error())
 	e.dropQueueLocked(p)
+	if p.draining {
+		// Being released: Release settles its position; no restart.
+		e.log.Warn("partition failed while draining", zap.Stringer("partition", p.key()), zap.Error(err))
+		return
+	}
 	e.log.Warn("partition failed; retrying", zap.Stringer("partition", p.key()),
 		zap.Duration("backoff", backoff), zap.Error(err))
 	e.startLocked(p, backoff)
@@ -439,16 +431,7 @@ func (e *Engine) Statuses() []Status {
 		out = append(out, p.status())
 	}
 	e.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].Key, out[j].Key
-		if a.Mirror != b.Mirror {
-			return a.Mirror < b.Mirror
-		}
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		return a.Partition < b.Partition
-	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.Less(out[j].Key) })
 	return out
 }
 
@@ -559,13 +542,7 @@ func (e *Engine) route() {
 		e.mu.Lock()
 		if p.active() && p.srcLeader < 0 {
 			p.srcLeader, p.srcEpoch = id, epoch
-			w := src.fetchers[id]
-			if w == nil || w.addr != addr {
-				w = &worker{broker: id, addr: addr, kick: make(chan struct{}, 1)}
-				src.fetchers[id] = w
-				e.goLoop(func() { e.fetchLoop(k.Mirror, src, w) })
-			}
-			kick(w.kick)
+			e.workerLocked(src.fetchers, id, addr, func(w *worker) { e.fetchLoop(k.Mirror, src, w) })
 		}
 		e.mu.Unlock()
 	}
@@ -579,16 +556,23 @@ func (e *Engine) route() {
 		e.mu.Lock()
 		if p.active() && p.dstLeader < 0 {
 			p.dstLeader = id
-			w := e.senders[id]
-			if w == nil || w.addr != addr {
-				w = &worker{broker: id, addr: addr, kick: make(chan struct{}, 1)}
-				e.senders[id] = w
-				e.goLoop(func() { e.produceLoop(w) })
-			}
-			kick(w.kick)
+			e.workerLocked(e.senders, id, addr, e.produceLoop)
 		}
 		e.mu.Unlock()
 	}
+}
+
+// workerLocked wakes the loop of broker id in pool, starting one (run) if
+// there is none for that address; a loop whose broker moved to another
+// address sees it was replaced and exits.
+func (e *Engine) workerLocked(pool map[int32]*worker, id int32, addr string, run func(*worker)) {
+	w := pool[id]
+	if w == nil || w.addr != addr {
+		w = &worker{broker: id, addr: addr, kick: make(chan struct{}, 1)}
+		pool[id] = w
+		e.goLoop(func() { run(w) })
+	}
+	kick(w.kick)
 }
 
 // checkpointLoop persists progress and new translation breakpoints of

@@ -60,7 +60,7 @@ func buildItems(records []byte, aborted []kwire.AbortedTxn, from int64) (items [
 		return nil, from, 0, err
 	}
 	sort.Slice(aborted, func(i, j int) bool { return aborted[i].FirstOffset < aborted[j].FirstOffset })
-	open := map[int64]bool{}
+	var open map[int64]bool // producers with an aborted transaction open; most fetches have none
 	next = from
 	skipTo := func(end int64) {
 		if n := len(items); n > 0 && items[n-1].skip() {
@@ -76,6 +76,9 @@ func buildItems(records []byte, aborted []kwire.AbortedTxn, from int64) (items [
 			continue
 		}
 		for ai < len(aborted) && aborted[ai].FirstOffset <= last {
+			if open == nil {
+				open = map[int64]bool{}
+			}
 			open[aborted[ai].ProducerID] = true
 			ai++
 		}

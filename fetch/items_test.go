@@ -218,6 +218,9 @@ func TestBuildItemsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(a) != len(b) || len(a) == 0 {
+		t.Fatalf("two builds gave %d and %d items", len(a), len(b))
+	}
 	for i := range a {
 		if string(a[i].batch) != string(b[i].batch) {
 			t.Fatalf("item %d differs between two builds", i)

@@ -16,6 +16,17 @@ type Key struct {
 
 func (k Key) String() string { return fmt.Sprintf("%s:%s/%d", k.Mirror, k.Topic, k.Partition) }
 
+// Less orders keys by mirror, topic, then partition.
+func (k Key) Less(o Key) bool {
+	if k.Mirror != o.Mirror {
+		return k.Mirror < o.Mirror
+	}
+	if k.Topic != o.Topic {
+		return k.Topic < o.Topic
+	}
+	return k.Partition < o.Partition
+}
+
 // ProducerID is an idempotent producer identity.
 type ProducerID struct {
 	ID    int64

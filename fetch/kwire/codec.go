@@ -46,15 +46,6 @@ func (r *reader) need(n int) bool {
 	return true
 }
 
-func (r *reader) int8() int8 {
-	if !r.need(1) {
-		return 0
-	}
-	v := int8(r.b[0])
-	r.b = r.b[1:]
-	return v
-}
-
 func (r *reader) int16() int16 {
 	if !r.need(2) {
 		return 0

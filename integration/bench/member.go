@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
 )
 
 const (
@@ -36,11 +36,11 @@ type member struct {
 // startMember writes a config into dir and starts `kmirror daemon` with it,
 // then waits until its /readyz answers.
 func startMember(ctx context.Context, bin, dir, destination string) (*member, error) {
-	httpAddr, err := freeAddr()
+	httpAddr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	raftAddr, err := freeAddr()
+	raftAddr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -254,14 +254,4 @@ func clockTicks() int64 {
 		}
 	}
 	return 100
-}
-
-// freeAddr returns a loopback address with a port that was free just now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("no free loopback port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -245,11 +244,11 @@ func (d *demo) produce(ctx context.Context, n int) error {
 }
 
 func (d *demo) writeConfig() error {
-	httpAddr, err := freeAddr()
+	httpAddr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
-	raftAddr, err := freeAddr()
+	raftAddr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -268,16 +267,6 @@ destination:
 	}
 	props := "bootstrap.servers=" + d.src.Bootstrap() + "\n"
 	return os.WriteFile(filepath.Join(d.dir, "source.properties"), []byte(props), 0o644)
-}
-
-// freeAddr returns a loopback address with a port that was free just now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("no free loopback port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // startDaemon starts `kmirror daemon` and waits until /readyz answers 200.

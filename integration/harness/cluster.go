@@ -427,6 +427,16 @@ func newClusterID() (string, error) {
 	}
 }
 
+// FreeAddr returns a loopback address whose port was free just now, for a
+// process the caller starts (a kmirror daemon's HTTP or raft listener).
+func FreeAddr() (string, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
+}
+
 // freePorts reserves n distinct loopback ports by listening on them all at
 // once, then releases them for the JVMs to bind.
 func freePorts(n int) ([]int, error) {
