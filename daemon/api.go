@@ -57,6 +57,10 @@ type PartitionStatus struct {
 	State             string `json:"state"`
 	Reason            string `json:"reason,omitempty"`
 	Owner             string `json:"owner,omitempty"`
+	// DuplicateRecords counts records of kmirror's own batches found twice
+	// on the destination since the owner took the partition (a resend or
+	// late request the broker could not de-duplicate; nothing is lost).
+	DuplicateRecords int64 `json:"duplicate_records,omitempty"`
 }
 
 // Translation answers GET /v1/translate.

@@ -21,6 +21,7 @@ type metrics struct {
 	dstPos *prometheus.Desc
 	state  *prometheus.Desc
 	diverg *prometheus.Desc
+	dups   *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine) *metrics {
@@ -33,6 +34,8 @@ func newMetrics(engine *fetch.Engine) *metrics {
 		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
 		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
 		diverg: prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
+		dups: prometheus.NewDesc("kmirror_partition_duplicate_records_total",
+			"Records of kmirror's own batches found twice on the destination since this member took the partition.", labels, nil),
 	}
 	m.reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -48,6 +51,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.dstPos
 	ch <- m.state
 	ch <- m.diverg
+	ch <- m.dups
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -58,6 +62,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.srcPos, prometheus.GaugeValue, float64(st.Position.SourceOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)
+		ch <- prometheus.MustNewConstMetric(m.dups, prometheus.CounterValue, float64(st.DuplicateRecords), l...)
 	}
 }
 

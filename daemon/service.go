@@ -427,8 +427,13 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 					if st.State == fetch.Starting && ps.State == string(raftstore.StateMirroring) {
 						ps.Reason = "resuming: verifying source and destination from the last checkpoint"
 					}
-					if st.Retrying != "" && ps.State == string(raftstore.StateMirroring) {
+					ps.DuplicateRecords = st.DuplicateRecords
+					switch {
+					case ps.State != string(raftstore.StateMirroring):
+					case st.Retrying != "":
 						ps.Reason = "retrying: " + st.Retrying
+					case st.Duplicate != "" && ps.Reason == "":
+						ps.Reason = fmt.Sprintf("duplicate: %d records so far; the latest: %s", st.DuplicateRecords, st.Duplicate)
 					}
 				} else if p.LastMirrored != nil {
 					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0

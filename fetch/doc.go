@@ -7,11 +7,24 @@
 // Exact resume rests on two rules. Each partition has its own producer
 // identity, kept by the control plane, so whoever owns the partition
 // continues its sequence numbers. Destination batches are a pure function of
-// source batches, so after a crash the new owner re-creates the very batch
-// the old owner may have left uncommitted, with the same sequence range, and
-// the destination broker de-duplicates it. On takeover the owner walks the
-// source from the last checkpoint and the destination up to its high
-// watermark, verifying record by record, before producing again.
+// source batches, so the same source batch always becomes the same batch
+// with the same sequence range.
+//
+// Nothing relies on the destination broker's de-duplication alone: the
+// broker forgets a producer once the newest timestamp of its last batch is
+// older than producer.id.expiration.ms, and mirrored batches keep the
+// source's timestamps. So whenever a produce outcome is unknown (a lost
+// connection or answer, a timeout, an error that can follow the append,
+// a batch landing at an unexpected offset), the partition stops sending and
+// establishes what landed: it walks the destination from its last
+// acknowledged position to the end of the leader's log (waiting until
+// records above the high watermark are committed or truncated) against the
+// source, takes what it finds as acknowledged, and only then resends the
+// rest with the same sequence numbers. On takeover the owner does the same
+// walk from the last checkpoint. A batch of kmirror's own producer found
+// twice is named and counted as such and stepped over; any other mismatch
+// stops the partition (DIVERGED). DESIGN.md beside this file has the whole
+// argument with the broker behaviour it rests on.
 //
 // The package knows nothing about raft: the daemon passes partition leases
 // in as Specs and persists producer identities through the Control

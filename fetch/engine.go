@@ -234,6 +234,7 @@ func (e *Engine) divergeLocked(p *partition, reason string) {
 func (e *Engine) dropQueueLocked(p *partition) {
 	e.inUse -= p.queued
 	p.queue, p.queued = nil, 0
+	p.confirming = false
 	if p.draining && p.released != nil && !p.inflight {
 		closeOnce(p)
 	}
@@ -385,7 +386,7 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	}
 	var xl Translation
 	xl.Restore(entries, start)
-	w, err := e.walk(ctx, src.cl, k, start, pid, &xl)
+	w, err := e.walk(ctx, src.cl, k, start, pid, cp.Seq, &xl)
 	var dv *Divergence
 	if errors.As(err, &dv) {
 		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))
@@ -394,11 +395,10 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	if err != nil {
 		return Position{}, fmt.Errorf("settle position of %s: %w", k, err)
 	}
-	seq := cp.Seq
-	if w.sawOwn {
-		seq = w.nextSeq
+	for _, d := range w.duplicates {
+		e.log.Error("kmirror's own batch is on the destination twice", zap.Stringer("partition", k), zap.String("duplicate", d.String()))
 	}
-	up := update{key: k, entries: w.entries, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: seq,
+	up := update{key: k, entries: w.entries, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
 		PID: pid.ID, Epoch: pid.Epoch, LeaderEpoch: w.epoch}}
 	if err := e.store.write(ctx, []update{up}); err != nil {
 		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)

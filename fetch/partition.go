@@ -29,11 +29,14 @@ type partition struct {
 	queue     []*item
 	queued    int64 // bytes in queue
 	inflight  bool
-	producer  ProducerID
-	resumed   bool // producer, pos and translation are valid
-	nextSeq   int32
-	retryAt   time.Time
-	failures  int
+	// confirming: the head batch was sent and its outcome is unknown; it
+	// is not sent again until confirm has read what the destination holds.
+	confirming bool
+	producer   ProducerID
+	resumed    bool // producer, pos and translation are valid
+	nextSeq    int32
+	retryAt    time.Time
+	failures   int
 
 	// Mirrored (acknowledged) progress and translation.
 	pos     Position
@@ -45,6 +48,12 @@ type partition struct {
 	// riding out (it stays MIRRORING); cleared by the next success.
 	fetchErr   string
 	produceErr string
+
+	// duplicateRecords counts records of kmirror's own batches found twice
+	// on the destination since this member took the partition;
+	// lastDuplicate describes the latest such batch.
+	duplicateRecords int64
+	lastDuplicate    string
 
 	draining bool
 	released chan struct{} // closed when a drain completes
@@ -90,7 +99,8 @@ func (p *partition) skipped(it *item) {
 }
 
 func (p *partition) status() Status {
-	st := Status{Key: p.key(), State: p.state, Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd}
+	st := Status{Key: p.key(), State: p.state, Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd,
+		DuplicateRecords: p.duplicateRecords, Duplicate: p.lastDuplicate}
 	if p.state == Mirroring {
 		st.Retrying = strings.TrimPrefix(p.fetchErr+"; "+p.produceErr, "; ")
 		st.Retrying = strings.TrimSuffix(st.Retrying, "; ")

@@ -70,13 +70,11 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	}
 	var xl Translation
 	xl.Restore(entries, start)
-	w, err := e.walk(ctx, src.cl, k, start, pid, &xl)
+	w, err := e.walk(ctx, src.cl, k, start, pid, seq, &xl)
 	if err != nil {
 		return err
 	}
-	if w.sawOwn {
-		seq = w.nextSeq
-	}
+	seq = w.nextSeq
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if p.gen != gen || p.draining {
@@ -87,6 +85,8 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	}
 	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq = seq
+	p.confirming = false
+	e.noteDuplicatesLocked(p, w.duplicates)
 	p.pos = Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}
 	p.xl = xl
 	p.xl.Advance(w.end.Src, w.end.Dst)
@@ -126,17 +126,62 @@ func (e *Engine) waitIdle(ctx context.Context, p *partition, gen int) error {
 type walkResult struct {
 	end     Entry // next source offset and destination offset (the HW)
 	epoch   int32
-	nextSeq int32
-	sawOwn  bool // a destination batch of our producer identity was walked
+	nextSeq int32 // next sequence of the walk's producer identity
 	entries []Entry
 	walked  int64
+	// duplicates are batches of kmirror's own producer identity found again
+	// on the destination (see ownDuplicate); the walk steps over them.
+	duplicates []duplicate
 }
 
-// walk reads the destination from start.Dst to its high watermark and the
-// source from start.Src, through the same filter the data path applies, and
-// checks that they hold the same records in the same order.
-func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, xl *Translation) (walkResult, error) {
-	res := walkResult{end: start}
+// duplicate is a batch kmirror itself wrote a second time: a resend or a
+// late request the destination broker could not de-duplicate because it
+// had dropped the producer's state (design.md section 4).
+type duplicate struct {
+	first, last int64 // destination offsets
+	producer    ProducerID
+	seq         int32 // base sequence, one that was already acknowledged
+}
+
+func (d duplicate) records() int64 { return d.last - d.first + 1 }
+
+func (d duplicate) String() string {
+	return fmt.Sprintf("destination offsets %d..%d repeat an earlier batch of kmirror's own producer (ID %d, epoch %d, base sequence %d): "+
+		"a resend or a late request landed twice because the destination broker had dropped the producer's state "+
+		"(producer.id.expiration.ms counts from the records' timestamps); nothing was lost, mirroring continued after it",
+		d.first, d.last, d.producer.ID, d.producer.Epoch, d.seq)
+}
+
+// seqBehind reports whether a batch starting at sequence seq lies before
+// next in the producer's sequence space (which wraps at 2^31, like
+// Kafka's): its sequence range was used already.
+func seqBehind(seq, next int32) bool {
+	d := (int64(next) - int64(seq) + 1<<31) % (1 << 31)
+	return d > 0 && d <= 1<<30
+}
+
+// uncommittedPoll is how often a walk re-reads a destination partition
+// whose leader holds records above the high watermark.
+const uncommittedPoll = 100 * time.Millisecond
+
+// walk reads the destination from start.Dst to the end of the leader's log
+// and the source from start.Src, through the same filter the data path
+// applies, and checks that they hold the same records in the same order.
+// seq is the next sequence number of producer pid as of start.
+//
+// It reads up to the log end offset, not only the high watermark: a batch
+// appended but not yet replicated (above the high watermark on a
+// replicated partition) is either committed later or truncated away by a
+// leader change, and the walk waits until one of them has happened (the
+// leader's log end offset, asked with OffsetForLeaderEpoch, is then at or
+// below the high watermark). Deciding earlier would let such a batch
+// become visible after the walk as a duplicate of what is sent next.
+//
+// A destination batch of pid whose sequence lies before the expected one
+// is kmirror's own duplicate: stepped over and returned in duplicates. Any
+// other record that does not match the source is a Divergence.
+func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, seq int32, xl *Translation) (walkResult, error) {
+	res := walkResult{end: start, nextSeq: seq}
 	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, start.Dst, false)
 	if err != nil {
 		return res, err
@@ -150,6 +195,13 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 	diverge := func(format string, args ...any) error {
 		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...)}
 	}
+	writer := func(b kwire.Batch) string {
+		if b.ProducerID() == pid.ID {
+			return fmt.Sprintf("written by kmirror's producer ID %d", pid.ID)
+		}
+		return fmt.Sprintf("written by producer ID %d, kmirror's is %d: another producer has written to the destination partition "+
+			"(mirror topics must stay read-only until failover)", b.ProducerID(), pid.ID)
+	}
 	for {
 		batches, hw, err := dst.next(ctx)
 		if err != nil {
@@ -159,11 +211,29 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			if res.end.Dst < hw {
 				return res, fmt.Errorf("destination %s/%d: no data readable at offset %d below high watermark %d", k.Topic, k.Partition, res.end.Dst, hw)
 			}
-			return res, nil
+			leo, err := dst.logEndOffset(ctx)
+			if err != nil {
+				return res, err
+			}
+			if leo <= hw {
+				return res, nil
+			}
+			// Records above the high watermark: wait until they are
+			// committed (or a leader change truncates them).
+			sleepCtx(ctx, uncommittedPoll)
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			continue
 		}
 		for _, b := range batches {
 			if b.BaseOffset() < res.end.Dst {
 				return res, diverge("destination batch %d..%d starts before the checkpointed offset %d", b.BaseOffset(), b.LastOffset(), res.end.Dst)
+			}
+			if b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch && seqBehind(b.BaseSequence(), res.nextSeq) {
+				res.duplicates = append(res.duplicates, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: pid, seq: b.BaseSequence()})
+				res.end.Dst = b.LastOffset() + 1
+				continue
 			}
 			recs, err := b.Records()
 			if err != nil {
@@ -176,12 +246,12 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 				}
 				if !ok {
 					return res, &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
-						"destination offset %d holds a record beyond the source's committed data (source offset %d): "+
-							"the destination was written by someone else or the source lost records", r.Offset, srcIt.r.offset)}}
+						"destination offset %d (%s) holds a record beyond the source's committed data (source offset %d): "+
+							"the destination was written by someone else or the source lost records", r.Offset, writer(b), srcIt.r.offset)}}
 				}
 				if why := recordDiff(sr, r); why != "" {
-					return res, diverge("destination offset %d does not match source offset %d (%s): "+
-						"the destination was written by someone else or the source log changed", r.Offset, sr.Offset, why)
+					return res, diverge("destination offset %d (%s) does not match source offset %d (%s): "+
+						"the destination was written by someone else or the source log changed", r.Offset, writer(b), sr.Offset, why)
 				}
 				if en, ok := xl.Observe(sr.Offset, r.Offset); ok {
 					res.entries = append(res.entries, en)
@@ -197,7 +267,6 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 				// LastOffsetDelta, not the record count: compaction on the
 				// destination may have removed records of the batch.
 				res.nextSeq = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
-				res.sawOwn = true
 			}
 		}
 	}
@@ -336,6 +405,21 @@ func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, er
 		return kwire.FetchedPartition{}, kerr
 	}
 	return res[0], nil
+}
+
+// logEndOffset asks the partition's leader for its log end offset: the end
+// of its current leader epoch (see kwire.Conn.EpochEndOffset). A leader
+// change since the reader connected is an error (FENCED_LEADER_EPOCH).
+func (r *partitionReader) logEndOffset(ctx context.Context) (int64, error) {
+	end, err := r.conn.EpochEndOffset(ctx, r.topic, r.partition, r.epoch, r.epoch)
+	if err != nil {
+		return 0, err
+	}
+	if end.LeaderEpoch != r.epoch || end.EndOffset < 0 {
+		return 0, fmt.Errorf("%s/%d on %s: leader answered epoch %d end offset %d for its current epoch %d",
+			r.topic, r.partition, r.cl.name, end.LeaderEpoch, end.EndOffset, r.epoch)
+	}
+	return end.EndOffset, nil
 }
 
 // next returns the destination batches at r.offset (advancing past them)

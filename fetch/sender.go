@@ -50,28 +50,32 @@ func (e *Engine) produceLoop(w *worker) {
 			k := s.p.key()
 			parts[i] = kwire.ProducePartition{Topic: k.Topic, Partition: k.Partition, Batch: s.it.batch}
 		}
-		var err error
 		if conn == nil {
-			conn, err = e.dest.dial(e.ctx, w.addr)
-		}
-		var res []kwire.ProduceResult
-		if err == nil {
-			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
-			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, parts)
-			cancel()
-		}
-		if err != nil {
-			// The outcome is unknown: resend the same batches (same
-			// sequences) once routed again; the broker de-duplicates.
-			if conn != nil {
-				conn.Close()
-				conn = nil
+			var err error
+			if conn, err = e.dest.dial(e.ctx, w.addr); err != nil {
+				// Nothing was sent: resend once routed again.
+				if e.ctx.Err() != nil {
+					return
+				}
+				e.log.Warn("produce failed", zap.String("broker", w.addr), zap.Error(err))
+				e.unsend(batch, err)
+				sleepCtx(e.ctx, backoff)
+				backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
+				continue
 			}
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
+		res, err := conn.Produce(ctx, -1, e.cfg.ProduceTimeout, parts)
+		cancel()
+		if err != nil {
+			// The request may have been appended: confirm before resending.
+			conn.Close()
+			conn = nil
 			if e.ctx.Err() != nil {
 				return
 			}
-			e.log.Warn("produce failed", zap.String("broker", w.addr), zap.Error(err))
-			e.unsend(batch, err)
+			e.log.Warn("produce outcome unknown; verifying against the destination", zap.String("broker", w.addr), zap.Error(err))
+			e.unknownOutcome(batch, err)
 			sleepCtx(e.ctx, backoff)
 			backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
 			continue
@@ -95,7 +99,7 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, cu
 	now := time.Now()
 	size := 0
 	for _, p := range e.parts {
-		if p.dstLeader != broker || !p.active() || p.inflight {
+		if p.dstLeader != broker || !p.active() || p.inflight || p.confirming {
 			continue
 		}
 		for len(p.queue) > 0 && p.queue[0].skip() {
@@ -129,8 +133,8 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, cu
 	return batch, wait, true
 }
 
-// unsend returns batches whose produce outcome is unknown (the request
-// failed with err) to their queues, to be resent once routed again.
+// unsend returns batches that were not sent (the connection could not be
+// opened) to their queues, to be sent once routed again.
 func (e *Engine) unsend(batch []sent, err error) {
 	e.mu.Lock()
 	for _, s := range batch {
@@ -140,6 +144,19 @@ func (e *Engine) unsend(batch []sent, err error) {
 	}
 	e.mu.Unlock()
 	kick(e.kickRt)
+}
+
+// unknownOutcome handles a produce request that failed after it was sent:
+// every batch in it may have been appended.
+func (e *Engine) unknownOutcome(batch []sent, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range batch {
+		s.p.inflight = false
+		if s.p.active() && len(s.p.queue) > 0 && s.p.queue[0] == s.it {
+			e.confirmLocked(s.p, fmt.Sprintf("produce to destination %s/%d: outcome unknown (%v)", s.p.key().Topic, s.p.key().Partition, err))
+		}
+	}
 }
 
 // handleProduce applies a produce response.
@@ -154,10 +171,12 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 		p, it := s.p, s.it
 		p.inflight = false
 		k := p.key()
+		if len(p.queue) == 0 || p.queue[0] != it {
+			continue // dropped meanwhile (failed or diverged)
+		}
 		r, ok := byKey[Key{Topic: k.Topic, Partition: k.Partition}]
-		if !ok || len(p.queue) == 0 || p.queue[0] != it {
-			// No answer for it, or it was dropped meanwhile (failed or
-			// diverged): nothing to apply.
+		if !ok {
+			e.confirmLocked(p, fmt.Sprintf("destination %s/%d: the produce response has no answer for the partition", k.Topic, k.Partition))
 			continue
 		}
 		if r.Err != 0 {
@@ -165,8 +184,11 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 			continue
 		}
 		if r.BaseOffset != p.pos.DestinationOffset {
-			e.divergeLocked(p, fmt.Sprintf("destination %s/%d: batch for source offsets %d..%d landed at offset %d, expected %d: "+
-				"another producer has written to the destination partition (mirror topics must stay read-only until failover)",
+			// Someone wrote before it: another producer, or a late copy of
+			// one of kmirror's own batches. confirm reads which.
+			e.log.Warn("batch landed at an unexpected destination offset; verifying what the destination holds",
+				zap.Stringer("partition", k), zap.Int64("offset", r.BaseOffset), zap.Int64("expected", p.pos.DestinationOffset))
+			e.confirmLocked(p, fmt.Sprintf("destination %s/%d: batch for source offsets %d..%d landed at offset %d, expected %d",
 				k.Topic, k.Partition, it.srcFirst, it.srcNext-1, r.BaseOffset, p.pos.DestinationOffset))
 			continue
 		}
@@ -189,6 +211,19 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 	e.kickFetchersLocked()
 }
 
+// beforeAppend lists the produce errors a broker returns only before it
+// appends anything (ReplicaManager.appendToLocalLog and
+// Partition.appendRecordsToLeader): the batch is not in the log and is
+// resent as it is. Every other error may come after the append (a
+// DelayedProduce that expired, lost leadership or saw the ISR shrink), so
+// its batch is confirmed first.
+var beforeAppend = map[int16]bool{
+	kwire.CodeUnknownTopicOrPartition: true,
+	kwire.CodeLeaderNotAvailable:      true,
+	kwire.CodeNotEnoughReplicas:       true,
+	kwire.CodeThrottlingQuotaExceeded: true,
+}
+
 // produceErrorLocked handles a partition-level produce error.
 func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 	kerr := &kwire.Error{Code: r.Err, Topic: r.Topic, Partition: r.Partition, Op: "produce to destination"}
@@ -205,14 +240,18 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 			zap.Stringer("partition", p.key()), zap.String("error", msg))
 		p.spec.Producer = nil
 		e.failLocked(p, fmt.Errorf("%s; renewing the producer identity", msg))
-	case kerr.Action() == kwire.RefreshMetadata:
+	case beforeAppend[r.Err] && kerr.Action() == kwire.RefreshMetadata:
 		p.dstLeader = -1
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
 		p.produceErr = msg
 		kick(e.kickRt)
-	case kerr.Action() == kwire.Retry:
+	case beforeAppend[r.Err]:
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
 		p.produceErr = msg
+	case r.Err == kwire.CodeDuplicateSequence || kerr.Action() != kwire.Fatal:
+		// DUPLICATE_SEQUENCE_NUMBER: the batch is in already, at an offset
+		// the answer does not give.
+		e.confirmLocked(p, msg)
 	default:
 		e.failLocked(p, fmt.Errorf("%s", msg))
 	}

@@ -48,6 +48,17 @@ func (t *Translation) Restore(entries []Entry, end Entry) {
 	t.end = end
 }
 
+// tail returns a translation holding only the last breakpoint and the
+// mirrored position: enough for Observe to find where the mapping breaks
+// after the position (Observe compares with the last entry only).
+func (t *Translation) tail() Translation {
+	out := Translation{end: t.end}
+	if n := len(t.entries); n > 0 {
+		out.entries = []Entry{t.entries[n-1]}
+	}
+	return out
+}
+
 // Entries returns a copy of the breakpoints.
 func (t *Translation) Entries() []Entry { return append([]Entry(nil), t.entries...) }
 

@@ -73,3 +73,46 @@ func TestTranslateRestoreMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestTailObservesLikeTheWhole: a confirm walk observes into the tail of a
+// partition's translation; the breakpoints it finds must be those the
+// whole translation would find.
+func TestTailObservesLikeTheWhole(t *testing.T) {
+	var whole Translation
+	whole.Restore([]Entry{{0, 0}, {10, 8}}, Entry{Src: 20, Dst: 18})
+	tail := whole.tail()
+	for _, o := range []struct{ src, dst int64 }{{20, 18}, {21, 19}, {25, 20}, {26, 21}} {
+		a, okA := whole.Observe(o.src, o.dst)
+		b, okB := tail.Observe(o.src, o.dst)
+		if a != b || okA != okB {
+			t.Fatalf("observe %v: whole gave %v %v, tail %v %v", o, a, okA, b, okB)
+		}
+	}
+	if len(whole.Entries()) != 3 {
+		t.Fatalf("whole translation has %v, want one new breakpoint at 25", whole.Entries())
+	}
+}
+
+// TestSeqBehind: which sequence ranges count as already used, with the
+// wrap at 2^31 that Kafka's sequence numbers have.
+func TestSeqBehind(t *testing.T) {
+	const top = 1<<31 - 1
+	cases := []struct {
+		seq, next int32
+		want      bool
+	}{
+		{0, 0, false},         // the expected batch
+		{0, 10, true},         // an earlier batch
+		{10, 0, false},        // ahead of the expected one
+		{top - 5, 3, true},    // before the wrap
+		{3, top - 5, false},   // after the wrap: ahead
+		{0, 1 << 30, true},    // as far behind as counts
+		{0, 1<<30 + 1, false}, // further is read as ahead
+		{top, 0, true},        // the last sequence before the wrap
+	}
+	for _, c := range cases {
+		if got := seqBehind(c.seq, c.next); got != c.want {
+			t.Errorf("seqBehind(%d, %d) = %v, want %v", c.seq, c.next, got, c.want)
+		}
+	}
+}

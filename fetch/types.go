@@ -92,6 +92,12 @@ type Status struct {
 	// Lag is SourceEnd - Position.SourceOffset (committed offsets not yet
 	// mirrored).
 	Lag int64
+	// DuplicateRecords counts records of kmirror's own batches that landed
+	// twice on the destination (a resend or a late request the broker could
+	// not de-duplicate) since this member took the partition; Duplicate
+	// describes the latest, with its destination offsets.
+	DuplicateRecords int64
+	Duplicate        string
 }
 
 // Config configures the engine.

@@ -27,6 +27,13 @@ func streamRecords(t *testing.T, topic string, n, rate int) (wait func()) {
 // streamRecordsTo is streamRecords into any cluster.
 func streamRecordsTo(t *testing.T, cl *harness.Cluster, topic string, n, rate int) (wait func()) {
 	t.Helper()
+	return streamAged(t, cl, topic, n, rate, 0)
+}
+
+// streamAged is streamRecordsTo with record timestamps age in the past
+// (0: the producer's clock).
+func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, age time.Duration) (wait func()) {
+	t.Helper()
 	prod := kgoClient(t, cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	var wg sync.WaitGroup
@@ -44,10 +51,14 @@ func streamRecordsTo(t *testing.T, cl *harness.Cluster, topic string, n, rate in
 					time.Sleep(ahead)
 				}
 			}
-			prod.Produce(ctx, &kgo.Record{
+			r := &kgo.Record{
 				Key:   []byte(fmt.Sprintf("k%d", i%5000)),
 				Value: []byte(fmt.Sprintf("record-%09d", i)),
-			}, func(_ *kgo.Record, err error) {
+			}
+			if age > 0 {
+				r.Timestamp = time.Now().Add(-age)
+			}
+			prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {

@@ -25,10 +25,15 @@ var env struct {
 	tmp      string
 }
 
-// brokerProps lets the fidelity test send ~1 MiB values.
+// brokerProps lets the fidelity test send ~1 MiB values and lets old
+// backlogs lose their producer state on the destination within a test.
 var brokerProps = map[string]string{
-	"message.max.bytes":       "4194304",
-	"replica.fetch.max.bytes": "4194304",
+	// The broker drops a producer's state once its last batch's newest
+	// timestamp is older than producer.id.expiration.ms; checking every
+	// second (not every 10 minutes) makes that happen within a test.
+	"producer.id.expiration.check.interval.ms": "1000",
+	"message.max.bytes":                        "4194304",
+	"replica.fetch.max.bytes":                  "4194304",
 }
 
 func TestMain(m *testing.M) {

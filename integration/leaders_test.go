@@ -12,9 +12,11 @@ import (
 // TestDestinationLeaderChanges mirrors into a 3-broker destination with
 // replication factor 3 and kills destination brokers (partition leaders
 // among them) one after another while a stream is mirrored: produce
-// requests in flight when a leader dies have an unknown outcome and are
-// resent with the same sequence numbers to the new leader. No loss, no
-// duplicate.
+// requests in flight when a leader dies have an unknown outcome: kmirror
+// reads what the new leader holds (waiting for records above its high
+// watermark to be committed or truncated) before it resends. No loss, no
+// duplicate, also for records two days old whose producer state the
+// brokers drop.
 func TestDestinationLeaderChanges(t *testing.T) {
 	ctx := context.Background()
 	dst3 := startThreeBrokers(t, "destination3")
@@ -24,14 +26,20 @@ func TestDestinationLeaderChanges(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	const topic, partitions = "leader-moves", 6
-	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+	// One stream with fresh timestamps, one two days old: for the second
+	// the destination drops the producer state, so a batch appended above
+	// the high watermark when its leader died cannot be de-duplicated.
+	const topic, oldTopic, partitions = "leader-moves", "leader-moves-old", 6
+	for _, tp := range []string{topic, oldTopic} {
+		if err := env.src.CreateTopic(ctx, tp, partitions, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic, oldTopic}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	wait := streamRecords(t, topic, 150_000, 8_000)
+	wait := streamRecords(t, topic, 120_000, 6_000)
+	waitOld := streamAged(t, env.src, oldTopic, 120_000, 6_000, backlogAge)
 	for i := 0; i < 3; i++ {
 		<-time.After(3 * time.Second)
 		if err := dst3.KillBroker(i); err != nil {
@@ -44,8 +52,11 @@ func TestDestinationLeaderChanges(t *testing.T) {
 		}
 	}
 	wait()
-	waitCaughtUp(t, m, "lsrc", topic)
-	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, dst3, topic, partitions, true))
+	waitOld()
+	requireNoDuplicates(t, waitCaughtUp(t, m, "lsrc", topic, oldTopic))
+	for _, tp := range []string{topic, oldTopic} {
+		requireSameRecords(t, readAll(t, env.src, tp, partitions, true), readAll(t, dst3, tp, partitions, true))
+	}
 }
 
 // startThreeBrokers starts a 3-broker cluster (plus its controller) with
@@ -58,6 +69,8 @@ func startThreeBrokers(t *testing.T, name string) *harness.Cluster {
 		"broker.heartbeat.interval.ms": "500",
 		"default.replication.factor":   "3",
 		"min.insync.replicas":          "2",
+		// See brokerProps.
+		"producer.id.expiration.check.interval.ms": "1000",
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,10 @@ type Options struct {
 	// Throughput keeps the JIT's optimising compiler (for benchmarks); by
 	// default the JVMs are tuned for fast start-up instead.
 	Throughput bool
+	// Proxy puts a Proxy (a test hook for lost answers) in front of every
+	// broker: brokers advertise the proxy's address, so every client,
+	// the brokers' own replication included, goes through it.
+	Proxy bool
 }
 
 // harnessOwned are server.properties the harness computes per node.
@@ -155,6 +159,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.format(ctx); err != nil {
 		return fail(err)
 	}
+	if opts.Proxy {
+		for _, n := range c.brokers {
+			if n.proxy, err = newProxy(n.addr(), fmt.Sprintf("127.0.0.1:%d", n.port)); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	for _, n := range c.nodes() {
 		if err := c.launch(n); err != nil {
 			return fail(err)
@@ -168,10 +179,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 // layout picks ports, folders and server.properties for every node.
 func (c *Cluster) layout(opts Options) error {
-	ports, err := freePorts(opts.Brokers + 1)
+	nproxy := 0
+	if opts.Proxy {
+		nproxy = opts.Brokers
+	}
+	ports, err := freePorts(opts.Brokers + 1 + nproxy)
 	if err != nil {
 		return err
 	}
+	proxyPorts := ports[opts.Brokers+1:]
 	rf := strconv.Itoa(min(3, opts.Brokers))
 	common := map[string]string{
 		"listener.security.protocol.map":                   "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -192,7 +208,7 @@ func (c *Cluster) layout(opts Options) error {
 		"background.threads":                               "2",
 	}
 	newNode := func(id int, roles string, port, cport int) (*node, error) {
-		n := &node{id: id, roles: roles, port: port, cport: cport}
+		n := &node{id: id, roles: roles, port: port, cport: cport, advPort: port}
 		if port != 0 {
 			n.label = fmt.Sprintf("%s broker-%d", c.name, id-1)
 		} else {
@@ -229,6 +245,11 @@ func (c *Cluster) layout(opts Options) error {
 			c.brokers = append(c.brokers, n)
 		}
 	}
+	for i, n := range c.brokers {
+		if i < len(proxyPorts) {
+			n.advPort = proxyPorts[i]
+		}
+	}
 	for _, n := range c.nodes() {
 		props := map[string]string{}
 		for k, v := range common {
@@ -244,7 +265,7 @@ func (c *Cluster) layout(opts Options) error {
 		var listeners []string
 		if n.port != 0 {
 			listeners = append(listeners, fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port))
-			props["advertised.listeners"] = fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port)
+			props["advertised.listeners"] = fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.advPort)
 			props["inter.broker.listener.name"] = "PLAINTEXT"
 		}
 		if n.cport != 0 {
@@ -317,6 +338,16 @@ func (c *Cluster) broker(i int) (*node, error) {
 		return nil, fmt.Errorf("harness: broker index %d out of range: cluster %s has brokers 0..%d", i, c.name, len(c.brokers)-1)
 	}
 	return c.brokers[i], nil
+}
+
+// Proxy returns the proxy in front of broker i, or nil when the cluster was
+// started without Options.Proxy.
+func (c *Cluster) Proxy(i int) *Proxy {
+	n, err := c.broker(i)
+	if err != nil {
+		return nil
+	}
+	return n.proxy
 }
 
 // StopBroker shuts broker i down with SIGTERM (a controlled shutdown) and
@@ -398,6 +429,11 @@ func (c *Cluster) Close() error {
 		p.kill()
 	}
 	var errs []error
+	for _, n := range c.brokers {
+		if n.proxy != nil {
+			errs = append(errs, n.proxy.Close())
+		}
+	}
 	if c.logFile != nil {
 		errs = append(errs, c.logFile.Close())
 	}

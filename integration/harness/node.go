@@ -19,14 +19,17 @@ type node struct {
 	roles string
 	label string // "<cluster> broker-<i>" or "<cluster> controller"
 	port  int    // PLAINTEXT listener, 0 on the controller-only node
-	cport int    // CONTROLLER listener, 0 on broker-only nodes
-	dir   string
-	out   *tailWriter
-	proc  *process // nil while stopped; guarded by Cluster.mu
+	// advPort is the port clients are told: port, or its proxy's.
+	advPort int
+	proxy   *Proxy // nil unless Options.Proxy
+	cport   int    // CONTROLLER listener, 0 on broker-only nodes
+	dir     string
+	out     *tailWriter
+	proc    *process // nil while stopped; guarded by Cluster.mu
 }
 
 func (n *node) addr() string {
-	return "127.0.0.1:" + strconv.Itoa(n.port)
+	return "127.0.0.1:" + strconv.Itoa(n.advPort)
 }
 
 func (n *node) config() string {

@@ -1,0 +1,200 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+// backlogAge is how old the mirrored records' timestamps are: past the
+// destination's producer.id.expiration.ms (1 day by default), so the
+// destination broker drops kmirror's producer state while it copies them
+// (at its next expiry check, every second in these tests, and when a
+// restarted broker loads its producer snapshot) and cannot de-duplicate a
+// resend.
+const backlogAge = 48 * time.Hour
+
+// TestOldBacklogDestinationKills kills the (single) destination broker
+// with SIGKILL several times while kmirror copies records whose
+// timestamps are two days old, and restarts it with its data. Batches
+// appended but not acknowledged before a kill must not land twice: the
+// destination equals the source record by record, and no partition
+// diverges.
+func TestOldBacklogDestinationKills(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic, partitions = "old-backlog-kills", 8
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamAged(t, env.src, topic, 40_000, 100_000, backlogAge)()
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	wait := streamAged(t, env.src, topic, 120_000, 8_000, backlogAge)
+	for i := 0; i < 4; i++ {
+		<-time.After(2500 * time.Millisecond)
+		if err := env.dst.KillBroker(0); err != nil {
+			t.Fatal(err)
+		}
+		<-time.After(500 * time.Millisecond)
+		if err := env.dst.StartBroker(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed and restarted the destination broker (%d)", i+1)
+	}
+	wait()
+	rows := waitCaughtUp(t, m, "src", topic)
+	requireNoDuplicates(t, rows)
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+}
+
+// requireNoDuplicates fails when describe counted any duplicate record.
+func requireNoDuplicates(t *testing.T, rows []daemon.PartitionStatus) {
+	t.Helper()
+	for _, r := range rows {
+		if r.DuplicateRecords != 0 || r.Reason != "" {
+			t.Fatalf("partition %s/%d: %d duplicate records, reason %q", r.Topic, r.Partition, r.DuplicateRecords, r.Reason)
+		}
+	}
+}
+
+// TestOldBacklogLostAnswers mirrors two-day-old records into a destination
+// reached through a proxy (a harness test hook) that loses answers:
+//
+//   - lost responses: the proxy swallows produce answers after the broker
+//     appended the batches, and kmirror learns of the failure only after
+//     the broker's next producer-expiry check. The destination must equal
+//     the source: kmirror verifies what landed instead of resending blind.
+//   - a late request: the proxy holds kmirror's first produce request and
+//     closes the connection; kmirror finds nothing landed and resends; the
+//     held request is delivered after the broker forgot the producer and
+//     lands a second time. kmirror must name it as its own duplicate (not
+//     another producer), count it in describe and /metrics, and go on
+//     mirroring with nothing lost.
+func TestOldBacklogLostAnswers(t *testing.T) {
+	ctx := context.Background()
+	dst, err := harness.Start(ctx, harness.Options{Name: "destination-proxied", Proxy: true, BrokerProps: brokerProps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Close() })
+	proxy := dst.Proxy(0)
+	m := startMember(t, "lost", memberOpts{destination: dst.Bootstrap()})
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "psrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("lost responses", func(t *testing.T) {
+		topics := map[string]int{"lost-one": 1, "lost-eight": 8}
+		for topic, n := range topics {
+			if err := env.src.CreateTopic(ctx, topic, n, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			streamAged(t, env.src, topic, 20_000, 100_000, backlogAge)()
+		}
+		const drops = 4
+		proxy.DropProduceResponses("lost-*", drops, 2500*time.Millisecond)
+		if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{"lost-one", "lost-eight"}}); err != nil {
+			t.Fatal(err)
+		}
+		waits := []func(){streamAged(t, env.src, "lost-one", 20_000, 4_000, backlogAge),
+			streamAged(t, env.src, "lost-eight", 20_000, 4_000, backlogAge)}
+		for _, w := range waits {
+			w()
+		}
+		rows := waitCaughtUp(t, m, "psrc", "lost-one", "lost-eight")
+		if got := proxy.Dropped(); got != drops {
+			t.Fatalf("the proxy swallowed %d produce answers, want %d", got, drops)
+		}
+		requireNoDuplicates(t, rows)
+		for topic, n := range topics {
+			requireSameRecords(t, readAll(t, env.src, topic, n, true), readAll(t, dst, topic, n, true))
+		}
+	})
+
+	t.Run("late request", func(t *testing.T) {
+		const topic = "late-one"
+		if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		streamAged(t, env.src, topic, 1000, 100_000, backlogAge)()
+		proxy.HoldProduceRequests(topic, 1)
+		if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
+			t.Fatal(err)
+		}
+		waitCaughtUp(t, m, "psrc", topic)
+		if proxy.Held() != 1 {
+			t.Fatalf("the proxy holds %d produce requests, want 1", proxy.Held())
+		}
+		dc := kgoClient(t, dst)
+		waitNoProducerState(t, dc, topic)
+		mirrored := endOffsets(t, dc, topic, 1, false)[0]
+		if err := proxy.ReleaseHeld(); err != nil {
+			t.Fatal(err)
+		}
+		dup := endOffsets(t, dc, topic, 1, false)[0] - mirrored
+		if dup <= 0 {
+			t.Fatalf("the late request did not land (destination end %d, was %d)", mirrored+dup, mirrored)
+		}
+		t.Logf("the late request landed %d records a second time at destination offset %d", dup, mirrored)
+
+		streamAged(t, env.src, topic, 100, 100_000, backlogAge)()
+		rows := waitCaughtUp(t, m, "psrc", topic)
+		if rows[0].DuplicateRecords != dup || !strings.Contains(rows[0].Reason, "repeat an earlier batch of kmirror's own producer") ||
+			!strings.Contains(rows[0].Reason, fmt.Sprintf("destination offsets %d..%d", mirrored, mirrored+dup-1)) {
+			t.Fatalf("describe does not name the duplicate: %d duplicate records, reason %q", rows[0].DuplicateRecords, rows[0].Reason)
+		}
+		metric := fmt.Sprintf(`kmirror_partition_duplicate_records_total{mirror="psrc",partition="0",topic="%s"} %d`, topic, dup)
+		if text := metricsText(t, m); !strings.Contains(text, metric) {
+			t.Fatalf("/metrics lacks %s", metric)
+		}
+		// The destination holds every source record once, in order, and the
+		// named duplicate where it landed.
+		src := readAll(t, env.src, topic, 1, true)[0]
+		want := append(append(append([]*kgo.Record{}, src[:mirrored]...), src[:dup]...), src[mirrored:]...)
+		requireSameRecords(t, [][]*kgo.Record{want}, readAll(t, dst, topic, 1, true))
+	})
+}
+
+// waitNoProducerState polls DescribeProducers until partition 0 of topic
+// has no active producer: the broker has dropped kmirror's state.
+func waitNoProducerState(t *testing.T, c *kgo.Client, topic string) {
+	t.Helper()
+	req := kmsg.NewPtrDescribeProducersRequest()
+	rt := kmsg.NewDescribeProducersRequestTopic()
+	rt.Topic, rt.Partitions = topic, []int32{0}
+	req.Topics = append(req.Topics, rt)
+	for deadline := time.Now().Add(time.Minute); ; <-time.After(200 * time.Millisecond) {
+		active := -1
+		for _, sh := range c.RequestSharded(context.Background(), req) {
+			if sh.Err != nil {
+				t.Fatalf("describe producers of %s: %v", topic, sh.Err)
+			}
+			for _, tt := range sh.Resp.(*kmsg.DescribeProducersResponse).Topics {
+				for _, p := range tt.Partitions {
+					if p.ErrorCode != 0 {
+						t.Fatalf("describe producers of %s/%d: error %d", topic, p.Partition, p.ErrorCode)
+					}
+					active = len(p.ActiveProducers)
+				}
+			}
+		}
+		if active == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the destination still keeps %d producers' state for %s after a minute", active, topic)
+		}
+	}
+}
