@@ -130,13 +130,13 @@ type walkResult struct {
 	entries []Entry
 	walked  int64
 	// duplicates are batches of kmirror's own producer identity found again
-	// on the destination (see ownDuplicate); the walk steps over them.
+	// on the destination; the walk steps over them.
 	duplicates []duplicate
 }
 
 // duplicate is a batch kmirror itself wrote a second time: a resend or a
 // late request the destination broker could not de-duplicate because it
-// had dropped the producer's state (design.md section 4).
+// had dropped the producer's state (fetch/DESIGN.md).
 type duplicate struct {
 	first, last int64 // destination offsets
 	producer    ProducerID
@@ -195,8 +195,11 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 	diverge := func(format string, args ...any) error {
 		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...)}
 	}
+	own := func(b kwire.Batch) bool {
+		return pid.ID >= 0 && b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch
+	}
 	writer := func(b kwire.Batch) string {
-		if b.ProducerID() == pid.ID {
+		if own(b) {
 			return fmt.Sprintf("written by kmirror's producer ID %d", pid.ID)
 		}
 		return fmt.Sprintf("written by producer ID %d, kmirror's is %d: another producer has written to the destination partition "+
@@ -230,7 +233,7 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			if b.BaseOffset() < res.end.Dst {
 				return res, diverge("destination batch %d..%d starts before the checkpointed offset %d", b.BaseOffset(), b.LastOffset(), res.end.Dst)
 			}
-			if b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch && seqBehind(b.BaseSequence(), res.nextSeq) {
+			if own(b) && seqBehind(b.BaseSequence(), res.nextSeq) {
 				res.duplicates = append(res.duplicates, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: pid, seq: b.BaseSequence()})
 				res.end.Dst = b.LastOffset() + 1
 				continue
@@ -263,7 +266,7 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			}
 			res.end = Entry{Src: srcIt.cur.srcNext, Dst: b.LastOffset() + 1}
 			res.epoch = srcIt.cur.epoch
-			if b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch {
+			if own(b) {
 				// LastOffsetDelta, not the record count: compaction on the
 				// destination may have removed records of the batch.
 				res.nextSeq = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,31 @@ func TestOldBacklogDestinationKills(t *testing.T) {
 	rows := waitCaughtUp(t, m, "src", topic)
 	requireNoDuplicates(t, rows)
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+	requireConfirms(t, m, topic)
+}
+
+// requireConfirms fails unless the member verified at least one produce to
+// a topic named topic (or starting with it) whose outcome it could not know (the path these tests are about),
+// and logs how many of those verifications found the batch had landed.
+func requireConfirms(t *testing.T, m *member, topic string) {
+	t.Helper()
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirms, landed := 0, 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "unacknowledged batch verified") && strings.Contains(line, ":"+topic) {
+			confirms++
+			if !strings.Contains(line, `"walked_records":0`) {
+				landed++
+			}
+		}
+	}
+	if confirms == 0 {
+		t.Fatalf("no produce to %s had an unknown outcome: the test did not exercise the resend path", topic)
+	}
+	t.Logf("%d unknown produce outcomes of %s verified; in %d the batch had landed and was not resent", confirms, topic, landed)
 }
 
 // requireNoDuplicates fails when describe counted any duplicate record.
@@ -121,6 +147,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		for topic, n := range topics {
 			requireSameRecords(t, readAll(t, env.src, topic, n, true), readAll(t, dst, topic, n, true))
 		}
+		requireConfirms(t, m, "lost-")
 	})
 
 	t.Run("late request", func(t *testing.T) {

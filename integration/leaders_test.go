@@ -57,6 +57,7 @@ func TestDestinationLeaderChanges(t *testing.T) {
 	for _, tp := range []string{topic, oldTopic} {
 		requireSameRecords(t, readAll(t, env.src, tp, partitions, true), readAll(t, dst3, tp, partitions, true))
 	}
+	requireConfirms(t, m, oldTopic)
 }
 
 // startThreeBrokers starts a 3-broker cluster (plus its controller) with
