@@ -211,46 +211,77 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 	e.kickFetchersLocked()
 }
 
+// produceAction is what the data path does about a partition-level
+// produce error (fetch/DESIGN.md, "What kmirror does").
+type produceAction int
+
+const (
+	// resendAsIs: rejected before the append; send the same bytes again.
+	resendAsIs produceAction = iota + 1
+	// resendRerouted: as resendAsIs, to the leader fresh metadata names.
+	resendRerouted
+	// confirmFirst: the batch may be in the log; confirm before resending.
+	confirmFirst
+	// renewIdentity: the broker refuses the producer's sequence; resume
+	// with a new producer identity (the walk verifies the destination).
+	renewIdentity
+	// failPartition: the batch can never be accepted as it is.
+	failPartition
+)
+
 // beforeAppend lists the produce errors a broker returns only before it
 // appends anything (ReplicaManager.appendToLocalLog and
-// Partition.appendRecordsToLeader): the batch is not in the log and is
-// resent as it is. Every other error may come after the append (a
-// DelayedProduce that expired, lost leadership or saw the ISR shrink), so
-// its batch is confirmed first.
+// Partition.appendRecordsToLeader). Every other error may come after the
+// append (a DelayedProduce that expired, lost leadership or saw the ISR
+// shrink), and NOT_LEADER_OR_FOLLOWER comes both ways.
 var beforeAppend = map[int16]bool{
 	kwire.CodeUnknownTopicOrPartition: true,
 	kwire.CodeLeaderNotAvailable:      true,
 	kwire.CodeNotEnoughReplicas:       true,
-	kwire.CodeThrottlingQuotaExceeded: true,
+}
+
+// classifyProduceError returns what to do about a partition's produce
+// error code.
+func classifyProduceError(code int16) produceAction {
+	action := kwire.Classify(code)
+	switch {
+	case code == kwire.CodeOutOfOrderSequence || code == kwire.CodeUnknownProducerID:
+		return renewIdentity
+	case beforeAppend[code] && action == kwire.RefreshMetadata:
+		return resendRerouted
+	case beforeAppend[code]:
+		return resendAsIs
+	case code == kwire.CodeDuplicateSequence || action != kwire.Fatal:
+		// DUPLICATE_SEQUENCE_NUMBER: the batch is in already, at an offset
+		// the answer does not give.
+		return confirmFirst
+	}
+	return failPartition
 }
 
 // produceErrorLocked handles a partition-level produce error.
 func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
-	kerr := &kwire.Error{Code: r.Err, Topic: r.Topic, Partition: r.Partition, Op: "produce to destination"}
-	msg := kerr.Error()
+	msg := (&kwire.Error{Code: r.Err, Topic: r.Topic, Partition: r.Partition, Op: "produce to destination"}).Error()
 	if r.Message != "" {
 		msg += " (" + r.Message + ")"
 	}
-	switch {
-	case r.Err == kwire.CodeOutOfOrderSequence || r.Err == kwire.CodeUnknownProducerID:
+	switch classifyProduceError(r.Err) {
+	case renewIdentity:
 		// The broker lost our producer state (the producer ID expired after
-		// an idle period, or its batches were deleted by retention). Resume
-		// with a fresh identity: the walk re-verifies the destination.
+		// an idle period, or its batches were deleted by retention).
 		e.log.Warn("destination lost producer state; renewing the producer identity",
 			zap.Stringer("partition", p.key()), zap.String("error", msg))
 		p.spec.Producer = nil
 		e.failLocked(p, fmt.Errorf("%s; renewing the producer identity", msg))
-	case beforeAppend[r.Err] && kerr.Action() == kwire.RefreshMetadata:
+	case resendRerouted:
 		p.dstLeader = -1
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
 		p.produceErr = msg
 		kick(e.kickRt)
-	case beforeAppend[r.Err]:
+	case resendAsIs:
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
 		p.produceErr = msg
-	case r.Err == kwire.CodeDuplicateSequence || kerr.Action() != kwire.Fatal:
-		// DUPLICATE_SEQUENCE_NUMBER: the batch is in already, at an offset
-		// the answer does not give.
+	case confirmFirst:
 		e.confirmLocked(p, msg)
 	default:
 		e.failLocked(p, fmt.Errorf("%s", msg))
