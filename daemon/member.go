@@ -131,6 +131,7 @@ func (m *Member) serve() error {
 // the data path (every fetched batch produced, final checkpoints), close
 // raft.
 func (m *Member) Stop() error {
+	m.log.Info("stopping kmirror member: draining partitions and writing final checkpoints")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	var errs []error

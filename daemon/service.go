@@ -340,10 +340,7 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 	positions := make([]raftstore.Position, len(t.Partitions))
 	for i := range t.Partitions {
 		k := fetch.Key{Mirror: mirror, Topic: topic, Partition: int32(i)}
-		pos, err := m.engine.Release(ctx, k)
-		if errors.Is(err, fetch.ErrUnknownPartition) {
-			pos, err = m.engine.Settle(ctx, fetch.Spec{Key: k, StartOffset: t.Partitions[i].StartOffset})
-		}
+		pos, err := m.engine.Stop(ctx, fetch.Spec{Key: k, StartOffset: t.Partitions[i].StartOffset})
 		if err != nil {
 			return fmt.Errorf("stop %s: %w (the topic stays STOPPING; run remove again)", k, err)
 		}

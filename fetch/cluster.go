@@ -27,55 +27,95 @@ type cluster struct {
 	clientID  string
 	tls       *tls.Config
 
-	mu      sync.Mutex
-	ctrl    *kwire.Conn
-	md      *kwire.Metadata
-	fetched time.Time
-	topics  map[string]bool
+	// ctrlLock guards ctrl, md and fetched. It is held across network
+	// exchanges, so it is a channel: a caller gives up waiting for it when
+	// its context ends, instead of queueing behind a silent broker.
+	ctrlLock chan struct{}
+	ctrl     *kwire.Conn
+	md       *kwire.Metadata
+	fetched  time.Time
+
+	topicsMu sync.Mutex
+	topics   map[string]bool
 	// grown is set when watch adds a topic the cached metadata lacks.
 	grown bool
 }
 
 const refreshGap = 200 * time.Millisecond
 
-func newCluster(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *cluster {
-	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, tls: tlsConfig, topics: map[string]bool{}}
+// exchangeTimeout bounds one request/response exchange with a broker that
+// the caller's context leaves unbounded, so a broker that stops answering
+// without closing its connections (a crashed host, a network partition)
+// costs a retry, not minutes.
+const exchangeTimeout = 15 * time.Second
+
+// exchangeCtx bounds ctx by exchangeTimeout.
+func exchangeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, exchangeTimeout)
 }
+
+func newCluster(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *cluster {
+	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, tls: tlsConfig, topics: map[string]bool{},
+		ctrlLock: make(chan struct{}, 1)}
+}
+
+// lock takes ctrlLock, or returns ctx's error if ctx ends first.
+func (c *cluster) lock(ctx context.Context) error {
+	select {
+	case c.ctrlLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: waiting for metadata: %w", c.name, ctx.Err())
+	}
+}
+
+func (c *cluster) unlock() { <-c.ctrlLock }
 
 // watch adds topics to the set refreshed.
 func (c *cluster) watch(topics ...string) {
-	c.mu.Lock()
+	c.topicsMu.Lock()
 	for _, t := range topics {
 		if !c.topics[t] {
 			c.topics[t] = true
 			c.grown = true
 		}
 	}
-	c.mu.Unlock()
+	c.topicsMu.Unlock()
 }
 
 // metadata returns metadata no older than maxAge, refreshing if needed.
 func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Metadata, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.md != nil && !c.grown && time.Since(c.fetched) < max(maxAge, refreshGap) {
-		return c.md, nil
+	if err := c.lock(ctx); err != nil {
+		return nil, err
 	}
+	defer c.unlock()
+	c.topicsMu.Lock()
+	grown := c.grown
 	topics := make([]string, 0, len(c.topics))
 	for t := range c.topics {
 		topics = append(topics, t)
 	}
+	c.grown = false
+	c.topicsMu.Unlock()
+	if c.md != nil && !grown && time.Since(c.fetched) < max(maxAge, refreshGap) {
+		return c.md, nil
+	}
 	sort.Strings(topics)
 	md, err := c.fetchMetadata(ctx, topics)
 	if err != nil {
+		if grown {
+			c.topicsMu.Lock()
+			c.grown = true
+			c.topicsMu.Unlock()
+		}
 		return nil, err
 	}
-	c.md, c.fetched, c.grown = md, time.Now(), false
+	c.md, c.fetched = md, time.Now()
 	return md, nil
 }
 
 // fetchMetadata asks a known broker, then the bootstrap list, for metadata.
-// Called with c.mu held.
+// Called with ctrlLock held.
 func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Metadata, error) {
 	var md *kwire.Metadata
 	err := c.withCtrlLocked(ctx, func(conn *kwire.Conn) (err error) {
@@ -88,8 +128,10 @@ func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Me
 // roundTrip sends one of kafka-go's typed requests to any broker of the
 // cluster (admin requests: KRaft brokers forward them to the controller).
 func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol.Message, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.unlock()
 	var res protocol.Message
 	err := c.withCtrlLocked(ctx, func(conn *kwire.Conn) (err error) {
 		res, err = conn.RoundTrip(ctx, msg)
@@ -100,8 +142,11 @@ func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol
 
 // withCtrlLocked runs f on the control connection; if the connection is
 // broken (a restarted broker), it reconnects to a known or bootstrap broker
-// and runs f once more. Called with c.mu held.
+// and runs f once more. Each exchange is bounded by exchangeTimeout.
+// Called with ctrlLock held.
 func (c *cluster) withCtrlLocked(ctx context.Context, f func(*kwire.Conn) error) error {
+	ctx, cancel := exchangeCtx(ctx)
+	defer cancel()
 	if c.ctrl != nil {
 		err := f(c.ctrl)
 		var kerr *kwire.Error
@@ -176,8 +221,8 @@ func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {
 }
 
 func (c *cluster) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock(context.Background())
+	defer c.unlock()
 	if c.ctrl != nil {
 		c.ctrl.Close()
 		c.ctrl = nil

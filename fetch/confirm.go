@@ -72,7 +72,7 @@ func (e *Engine) confirm(p *partition, gen int, why string) {
 			e.mu.Unlock()
 			return
 		}
-		p.produceErr = fmt.Sprintf("%s; verifying against the destination before resending: %v", why, err)
+		p.produceErr = fmt.Sprintf("%s; verifying what landed: %v", why, err)
 		e.mu.Unlock()
 		e.log.Warn("verifying an unacknowledged batch failed; retrying", zap.Stringer("partition", k), zap.Error(err))
 		sleepCtx(e.ctx, backoff)

@@ -100,6 +100,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.goLoop(e.routeLoop)
 	e.goLoop(e.checkpointLoop)
 	e.goLoop(e.reportLoop)
+	e.goLoop(e.idleLoop)
 	return nil
 }
 
@@ -155,7 +156,7 @@ func (e *Engine) Assign(specs []Spec) {
 			p.spec.Generation = s.Generation
 			continue
 		}
-		p = &partition{spec: s, state: Starting, srcLeader: -1, dstLeader: -1, srcEnd: -1}
+		p = &partition{spec: s, state: Starting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
 		e.parts[k] = p
 		e.startLocked(p, 0)
 	}
@@ -295,11 +296,33 @@ func closeOnce(p *partition) {
 // destination instead. The partition is dropped from the engine even when
 // Release fails; a later lease resumes it from its checkpoint.
 func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
+	pos, _, err := e.release(ctx, k)
+	return pos, err
+}
+
+// Stop ends the mirroring of a partition for good (remove, failover) and
+// returns its exact last mirrored position: Release, then, unless Release
+// already settled the position by a walk, a walk from the final checkpoint
+// to the end of the destination leader's log (Settle). A late copy of one of
+// kmirror's own batches that landed after the last acknowledged one is thus
+// stepped over and counted rather than recorded as mirrored data, and a
+// consumer that fails over at the recorded position reads no record twice.
+// A partition this engine does not hold is settled the same way.
+func (e *Engine) Stop(ctx context.Context, spec Spec) (Position, error) {
+	pos, settled, err := e.release(ctx, spec.Key)
+	if errors.Is(err, ErrUnknownPartition) || (err == nil && !settled) {
+		return e.Settle(ctx, spec)
+	}
+	return pos, err
+}
+
+// release is Release; settled reports that the position came from a walk.
+func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool, err error) {
 	e.mu.Lock()
 	p, ok := e.parts[k]
 	if !ok {
 		e.mu.Unlock()
-		return Position{}, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
+		return Position{}, false, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
 	}
 	if p.released == nil {
 		p.released = make(chan struct{})
@@ -320,7 +343,7 @@ func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return Position{}, fmt.Errorf("drain %s: %w", k, ctx.Err())
+		return Position{}, false, fmt.Errorf("drain %s: %w", k, ctx.Err())
 	}
 	defer func() {
 		e.mu.Lock()
@@ -338,19 +361,20 @@ func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 	e.mu.Unlock()
 	if !clean {
 		if err := e.waitIdle(ctx, p, -1); err != nil {
-			return Position{}, err
+			return Position{}, false, err
 		}
 		if resumed { // its acknowledged progress first: the walk starts there
 			if err := e.store.write(ctx, []update{up}); err != nil {
-				return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
+				return Position{}, false, fmt.Errorf("checkpoint of %s: %w", k, err)
 			}
 		}
-		return e.settle(ctx, spec)
+		pos, err := e.settle(ctx, spec)
+		return pos, true, err
 	}
 	if err := e.store.write(ctx, []update{up}); err != nil {
-		return Position{}, fmt.Errorf("final checkpoint of %s: %w", k, err)
+		return Position{}, false, fmt.Errorf("final checkpoint of %s: %w", k, err)
 	}
-	return pos, nil
+	return pos, false, nil
 }
 
 // Settle returns the exact mirrored position of a partition this engine

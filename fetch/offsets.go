@@ -78,17 +78,21 @@ func (s *offsetStore) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := s.dest.dial(ctx, addr)
+	dctx, cancel := exchangeCtx(ctx)
+	conn, err := s.dest.dial(dctx, addr)
+	cancel()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	for {
-		res, err := conn.Fetch(ctx, &kwire.FetchRequest{
+		fctx, cancel := exchangeCtx(ctx)
+		res, err := conn.Fetch(fctx, &kwire.FetchRequest{
 			MaxBytes: 8 << 20,
 			Partitions: []kwire.FetchPartition{{Topic: s.topic, Partition: 0, Offset: s.next,
 				LeaderEpoch: epoch, MaxBytes: 8 << 20}},
 		})
+		cancel()
 		if err != nil {
 			return err
 		}

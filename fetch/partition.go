@@ -54,6 +54,9 @@ type partition struct {
 	// lastDuplicate describes the latest such batch.
 	duplicateRecords int64
 	lastDuplicate    string
+	// idleSeen is the destination offset at the previous idle check when
+	// the partition was idle then (-1 otherwise); see checkIdle.
+	idleSeen int64
 
 	draining bool
 	released chan struct{} // closed when a drain completes

@@ -367,6 +367,8 @@ func openPartitionReader(ctx context.Context, cl *cluster, topic string, partiti
 }
 
 func (r *partitionReader) connect(ctx context.Context) error {
+	ctx, cancel := exchangeCtx(ctx)
+	defer cancel()
 	_, addr, epoch, err := r.cl.leader(ctx, r.topic, r.partition, 0)
 	if err != nil {
 		return err
@@ -386,6 +388,8 @@ func (r *partitionReader) close() {
 
 // fetch reads at r.offset without waiting for new data.
 func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, error) {
+	ctx, cancel := exchangeCtx(ctx)
+	defer cancel()
 	res, err := r.conn.Fetch(ctx, &kwire.FetchRequest{
 		MaxBytes: r.maxBytes, ReadCommitted: r.readCommitted,
 		Partitions: []kwire.FetchPartition{{Topic: r.topic, Partition: r.partition, Offset: r.offset,
@@ -414,6 +418,8 @@ func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, er
 // of its current leader epoch (see kwire.Conn.EpochEndOffset). A leader
 // change since the reader connected is an error (FENCED_LEADER_EPOCH).
 func (r *partitionReader) logEndOffset(ctx context.Context) (int64, error) {
+	ctx, cancel := exchangeCtx(ctx)
+	defer cancel()
 	end, err := r.conn.EpochEndOffset(ctx, r.topic, r.partition, r.epoch, r.epoch)
 	if err != nil {
 		return 0, err

@@ -155,43 +155,99 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 			t.Fatal(err)
 		}
-		streamAged(t, env.src, topic, 1000, 100_000, backlogAge)()
-		proxy.HoldProduceRequests(topic, 1)
-		if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
-			t.Fatal(err)
-		}
-		waitCaughtUp(t, m, "psrc", topic)
-		if proxy.Held() != 1 {
-			t.Fatalf("the proxy holds %d produce requests, want 1", proxy.Held())
-		}
 		dc := kgoClient(t, dst)
-		waitNoProducerState(t, dc, topic)
-		mirrored := endOffsets(t, dc, topic, 1, false)[0]
-		if err := proxy.ReleaseHeld(); err != nil {
-			t.Fatal(err)
+		// lateCopy holds kmirror's next produce to topic, lets kmirror find
+		// nothing landed and resend it, waits until the destination broker
+		// has forgotten kmirror's producer, then delivers the held request.
+		// It returns the destination offset where the copy landed and its
+		// record count.
+		lateCopy := func(produce func()) (at, n int64) {
+			t.Helper()
+			proxy.HoldProduceRequests(topic, 1)
+			produce()
+			waitCaughtUp(t, m, "psrc", topic)
+			if proxy.Held() != 1 {
+				t.Fatalf("the proxy holds %d produce requests, want 1", proxy.Held())
+			}
+			waitNoProducerState(t, dc, topic)
+			at = endOffsets(t, dc, topic, 1, false)[0]
+			if err := proxy.ReleaseHeld(); err != nil {
+				t.Fatal(err)
+			}
+			n = endOffsets(t, dc, topic, 1, false)[0] - at
+			if n <= 0 {
+				t.Fatalf("the late request did not land (destination end %d)", at)
+			}
+			t.Logf("the late request landed %d records a second time at destination offset %d", n, at)
+			return at, n
 		}
-		dup := endOffsets(t, dc, topic, 1, false)[0] - mirrored
-		if dup <= 0 {
-			t.Fatalf("the late request did not land (destination end %d, was %d)", mirrored+dup, mirrored)
-		}
-		t.Logf("the late request landed %d records a second time at destination offset %d", dup, mirrored)
 
-		streamAged(t, env.src, topic, 100, 100_000, backlogAge)()
-		rows := waitCaughtUp(t, m, "psrc", topic)
-		if rows[0].DuplicateRecords != dup || !strings.Contains(rows[0].Reason, "repeat an earlier batch of kmirror's own producer") ||
-			!strings.Contains(rows[0].Reason, fmt.Sprintf("destination offsets %d..%d", mirrored, mirrored+dup-1)) {
-			t.Fatalf("describe does not name the duplicate: %d duplicate records, reason %q", rows[0].DuplicateRecords, rows[0].Reason)
+		// A copy after the backlog, on a partition that then stays idle:
+		// found without another batch being sent, named and counted.
+		at1, n1 := lateCopy(func() {
+			streamAged(t, env.src, topic, 1000, 100_000, backlogAge)()
+			if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		row := waitDuplicates(t, m, "psrc", topic, n1)
+		if !strings.Contains(row.Reason, "repeat an earlier batch of kmirror's own producer") ||
+			!strings.Contains(row.Reason, fmt.Sprintf("destination offsets %d..%d", at1, at1+n1-1)) {
+			t.Fatalf("describe does not name the duplicate: %q", row.Reason)
 		}
-		metric := fmt.Sprintf(`kmirror_partition_duplicate_records_total{mirror="psrc",partition="0",topic="%s"} %d`, topic, dup)
+		metric := fmt.Sprintf(`kmirror_partition_duplicate_records_total{mirror="psrc",partition="0",topic="%s"} %d`, topic, n1)
 		if text := metricsText(t, m); !strings.Contains(text, metric) {
 			t.Fatalf("/metrics lacks %s", metric)
 		}
-		// The destination holds every source record once, in order, and the
-		// named duplicate where it landed.
+		streamAged(t, env.src, topic, 100, 100_000, backlogAge)()
+		waitCaughtUp(t, m, "psrc", topic)
+
+		// A copy landing just before remove: the recorded last mirrored
+		// position is past it, so a consumer failing over there reads no
+		// record twice.
+		at2, n2 := lateCopy(func() { streamAged(t, env.src, topic, 50, 100_000, backlogAge)() })
+		if err := m.client.RemoveTopic(ctx, "psrc", topic); err != nil {
+			t.Fatal(err)
+		}
+		srcEnd := endOffsets(t, kgoClient(t, env.src), topic, 1, true)[0]
+		rows, err := m.client.Describe(ctx, "psrc", topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rows[0]; r.State != "STOPPED" || r.SourceOffset != srcEnd || r.DestinationOffset != at2+n2 {
+			t.Fatalf("last mirrored position %d -> %d (%s), want %d -> %d: the late copy at %d..%d was taken for mirrored data",
+				r.SourceOffset, r.DestinationOffset, r.State, srcEnd, at2+n2, at2, at2+n2-1)
+		}
+
+		// The destination holds every source record once, in order, plus
+		// the two named copies where they landed.
 		src := readAll(t, env.src, topic, 1, true)[0]
-		want := append(append(append([]*kgo.Record{}, src[:mirrored]...), src[:dup]...), src[mirrored:]...)
+		var want []*kgo.Record
+		want = append(want, src[:at1]...)
+		want = append(want, src[:n1]...)
+		want = append(want, src[at1:]...)
+		// The second copy is the first batch of the last 50 source records.
+		want = append(want, src[srcEnd-50:srcEnd-50+n2]...)
 		requireSameRecords(t, [][]*kgo.Record{want}, readAll(t, dst, topic, 1, true))
 	})
+}
+
+// waitDuplicates polls describe until the partition 0 of topic counts n
+// duplicate records, and returns its row.
+func waitDuplicates(t *testing.T, m *member, mirror, topic string, n int64) daemon.PartitionStatus {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; <-time.After(200 * time.Millisecond) {
+		rows, err := m.client.Describe(context.Background(), mirror, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows[0].DuplicateRecords == n {
+			return rows[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("describe counts %d duplicate records of %s after a minute, want %d: %+v", rows[0].DuplicateRecords, topic, n, rows[0])
+		}
+	}
 }
 
 // waitNoProducerState polls DescribeProducers until partition 0 of topic
