@@ -50,32 +50,34 @@ func (e *Engine) produceLoop(w *worker) {
 			k := s.p.key()
 			parts[i] = kwire.ProducePartition{Topic: k.Topic, Partition: k.Partition, Batch: s.it.batch}
 		}
+		var err error
 		if conn == nil {
-			var err error
-			if conn, err = e.dest.dial(e.ctx, w.addr); err != nil {
-				// Nothing was sent: resend once routed again.
-				if e.ctx.Err() != nil {
-					return
-				}
-				e.log.Warn("produce failed", zap.String("broker", w.addr), zap.Error(err))
-				e.unsend(batch, err)
-				sleepCtx(e.ctx, backoff)
-				backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
-				continue
-			}
+			conn, err = e.dest.dial(e.ctx, w.addr)
 		}
-		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
-		res, err := conn.Produce(ctx, -1, e.cfg.ProduceTimeout, parts)
-		cancel()
+		sent := err == nil
+		var res []kwire.ProduceResult
+		if sent {
+			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
+			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, parts)
+			cancel()
+		}
 		if err != nil {
-			// The request may have been appended: confirm before resending.
-			conn.Close()
-			conn = nil
+			if conn != nil {
+				conn.Close()
+				conn = nil
+			}
 			if e.ctx.Err() != nil {
 				return
 			}
-			e.log.Warn("produce outcome unknown; verifying against the destination", zap.String("broker", w.addr), zap.Error(err))
-			e.unknownOutcome(batch, err)
+			if sent {
+				// The request may have been appended: confirm before resending.
+				e.log.Warn("produce outcome unknown; verifying against the destination", zap.String("broker", w.addr), zap.Error(err))
+				e.unknownOutcome(batch, err)
+			} else {
+				// Nothing was sent: send once routed again.
+				e.log.Warn("produce failed", zap.String("broker", w.addr), zap.Error(err))
+				e.unsend(batch, err)
+			}
 			sleepCtx(e.ctx, backoff)
 			backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
 			continue
