@@ -44,14 +44,15 @@ func (e *Engine) confirm(p *partition, gen int, why string) {
 		}
 		k := p.key()
 		start := Entry{Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset}
-		pid, seq := p.producer, p.nextSeq
+		pid, own := p.producer, p.own.clone()
+		own[pid] = p.nextSeq
 		xl := p.xl.tail()
 		src := e.sources[k.Mirror]
 		e.mu.Unlock()
 		var w walkResult
 		err := fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 		if src != nil {
-			w, err = e.walk(e.ctx, src.cl, k, start, pid, seq, &xl)
+			w, err = e.walk(e.ctx, src.cl, k, start, pid, own, &xl)
 		}
 		if e.ctx.Err() != nil {
 			return
@@ -109,7 +110,7 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 		p.xl.Advance(w.end.Src, w.end.Dst)
 		p.dirty = true
 	}
-	p.nextSeq = w.nextSeq
+	p.nextSeq, p.own = w.nextSeq, w.own
 	if len(p.queue) > 0 && p.queue[0].seqSet && p.queue[0].seq != p.nextSeq {
 		p.queue[0].seqSet = false // collectProduce numbers it again
 	}

@@ -35,8 +35,12 @@ type partition struct {
 	producer   ProducerID
 	resumed    bool // producer, pos and translation are valid
 	nextSeq    int32
-	retryAt    time.Time
-	failures   int
+	// own holds every producer identity this partition was written with
+	// since its checkpoint (the current one, one replaced by a renewal)
+	// and its next sequence, to tell late copies from foreign writes.
+	own      ownSeqs
+	retryAt  time.Time
+	failures int
 
 	// Mirrored (acknowledged) progress and translation.
 	pos     Position

@@ -61,20 +61,30 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		}
 	}
 	start := Entry{Src: spec.StartOffset}
-	var seq int32
+	// Every identity the partition wrote with since the checkpoint is
+	// kmirror's own: a late copy carrying one of them is a duplicate, not
+	// a foreign write (an identity renewed after OUT_OF_ORDER_SEQUENCE).
+	own := ownSeqs{pid: 0}
 	if hasCP {
 		start = Entry{Src: cp.Src, Dst: cp.Dst}
-		if cp.PID == pid.ID && cp.Epoch == pid.Epoch {
-			seq = cp.Seq
+		if cp.PID >= 0 {
+			own[ProducerID{ID: cp.PID, Epoch: cp.Epoch}] = cp.Seq
 		}
 	}
+	e.mu.Lock()
+	for id, next := range p.own {
+		if _, ok := own[id]; !ok {
+			own[id] = next
+		}
+	}
+	e.mu.Unlock()
 	var xl Translation
 	xl.Restore(entries, start)
-	w, err := e.walk(ctx, src.cl, k, start, pid, seq, &xl)
+	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl)
 	if err != nil {
 		return err
 	}
-	seq = w.nextSeq
+	seq := w.nextSeq
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if p.gen != gen || p.draining {
@@ -85,6 +95,7 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	}
 	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq = seq
+	p.own = w.own
 	p.confirming = false
 	e.noteDuplicatesLocked(p, w.duplicates)
 	p.pos = Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}
@@ -126,7 +137,8 @@ func (e *Engine) waitIdle(ctx context.Context, p *partition, gen int) error {
 type walkResult struct {
 	end     Entry // next source offset and destination offset (the HW)
 	epoch   int32
-	nextSeq int32 // next sequence of the walk's producer identity
+	nextSeq int32   // next sequence of the walk's current producer identity
+	own     ownSeqs // every own identity's next sequence at the end
 	entries []Entry
 	walked  int64
 	// duplicates are batches of kmirror's own producer identity found again
@@ -152,6 +164,18 @@ func (d duplicate) String() string {
 		d.first, d.last, d.producer.ID, d.producer.Epoch, d.seq)
 }
 
+// ownSeqs maps each producer identity kmirror wrote a partition with to
+// the next sequence number it would use there.
+type ownSeqs map[ProducerID]int32
+
+func (o ownSeqs) clone() ownSeqs {
+	c := make(ownSeqs, len(o))
+	for k, v := range o {
+		c[k] = v
+	}
+	return c
+}
+
 // seqBehind reports whether a batch starting at sequence seq lies before
 // next in the producer's sequence space (which wraps at 2^31, like
 // Kafka's): its sequence range was used already.
@@ -167,7 +191,9 @@ const uncommittedPoll = 100 * time.Millisecond
 // walk reads the destination from start.Dst to the end of the leader's log
 // and the source from start.Src, through the same filter the data path
 // applies, and checks that they hold the same records in the same order.
-// seq is the next sequence number of producer pid as of start.
+// own holds kmirror's producer identities for the partition with the next
+// sequence of each as of start; pid, the one it writes with now, is among
+// them. The walk works on a copy.
 //
 // It reads up to the log end offset, not only the high watermark: a batch
 // appended but not yet replicated (above the high watermark on a
@@ -177,11 +203,13 @@ const uncommittedPoll = 100 * time.Millisecond
 // below the high watermark). Deciding earlier would let such a batch
 // become visible after the walk as a duplicate of what is sent next.
 //
-// A destination batch of pid whose sequence lies before the expected one
-// is kmirror's own duplicate: stepped over and returned in duplicates. Any
-// other record that does not match the source is a Divergence.
-func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, seq int32, xl *Translation) (walkResult, error) {
-	res := walkResult{end: start, nextSeq: seq}
+// A destination batch of one of these identities whose sequence lies
+// before that identity's next one is kmirror's own duplicate: stepped over
+// and returned in duplicates. Any other record that does not match the
+// source is a Divergence.
+func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation) (res walkResult, err error) {
+	res = walkResult{end: start, own: own.clone()}
+	defer func() { res.nextSeq = res.own[pid] }()
 	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, start.Dst, false)
 	if err != nil {
 		return res, err
@@ -195,12 +223,14 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 	diverge := func(format string, args ...any) error {
 		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...)}
 	}
-	own := func(b kwire.Batch) bool {
-		return pid.ID >= 0 && b.ProducerID() == pid.ID && b.ProducerEpoch() == pid.Epoch
+	ownID := func(b kwire.Batch) (ProducerID, bool) {
+		id := ProducerID{ID: b.ProducerID(), Epoch: b.ProducerEpoch()}
+		_, ok := res.own[id]
+		return id, ok && id.ID >= 0
 	}
 	writer := func(b kwire.Batch) string {
-		if own(b) {
-			return fmt.Sprintf("written by kmirror's producer ID %d", pid.ID)
+		if id, ok := ownID(b); ok {
+			return fmt.Sprintf("written by kmirror's producer ID %d", id.ID)
 		}
 		return fmt.Sprintf("written by producer ID %d, kmirror's is %d: another producer has written to the destination partition "+
 			"(mirror topics must stay read-only until failover)", b.ProducerID(), pid.ID)
@@ -233,8 +263,8 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			if b.BaseOffset() < res.end.Dst {
 				return res, diverge("destination batch %d..%d starts before the checkpointed offset %d", b.BaseOffset(), b.LastOffset(), res.end.Dst)
 			}
-			if own(b) && seqBehind(b.BaseSequence(), res.nextSeq) {
-				res.duplicates = append(res.duplicates, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: pid, seq: b.BaseSequence()})
+			if id, ok := ownID(b); ok && seqBehind(b.BaseSequence(), res.own[id]) {
+				res.duplicates = append(res.duplicates, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: id, seq: b.BaseSequence()})
 				res.end.Dst = b.LastOffset() + 1
 				continue
 			}
@@ -266,10 +296,10 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			}
 			res.end = Entry{Src: srcIt.cur.srcNext, Dst: b.LastOffset() + 1}
 			res.epoch = srcIt.cur.epoch
-			if own(b) {
+			if id, ok := ownID(b); ok {
 				// LastOffsetDelta, not the record count: compaction on the
 				// destination may have removed records of the batch.
-				res.nextSeq = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
+				res.own[id] = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
 			}
 		}
 	}

@@ -155,14 +155,21 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 			t.Fatal(err)
 		}
-		dc := kgoClient(t, dst)
-		// lateCopy holds kmirror's next produce to topic, lets kmirror find
-		// nothing landed and resend it, waits until the destination broker
-		// has forgotten kmirror's producer, then delivers the held request.
-		// It returns the destination offset where the copy landed and its
-		// record count.
-		lateCopy := func(produce func()) (at, n int64) {
+		dc, sc := kgoClient(t, dst), kgoClient(t, env.src)
+		// want is what the destination must hold: every source record once,
+		// in order, plus each named late copy where it landed.
+		type span struct{ from, to int64 } // source offsets
+		var want []span
+		var mirroredTo int64 // source offset up to which want has the records
+		srcEnd := func() int64 { return endOffsets(t, sc, topic, 1, true)[0] }
+		// lateCopy holds kmirror's next produce to topic (the first batch of
+		// what produce writes), lets kmirror find nothing landed and resend
+		// it, waits until the destination broker has forgotten kmirror's
+		// producer, delivers the held request, and runs then at once. It
+		// returns where the copy landed and its record count.
+		lateCopy := func(produce, then func()) (at, n int64) {
 			t.Helper()
+			from := srcEnd()
 			proxy.HoldProduceRequests(topic, 1)
 			produce()
 			waitCaughtUp(t, m, "psrc", topic)
@@ -179,8 +186,13 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 				t.Fatalf("the late request did not land (destination end %d)", at)
 			}
 			t.Logf("the late request landed %d records a second time at destination offset %d", n, at)
+			end := srcEnd()
+			want = append(want, span{mirroredTo, end}, span{from, from + n})
+			mirroredTo = end
+			then()
 			return at, n
 		}
+		nothing := func() {}
 
 		// A copy after the backlog, on a partition that then stays idle:
 		// found without another batch being sent, named and counted.
@@ -189,7 +201,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 			if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
 				t.Fatal(err)
 			}
-		})
+		}, nothing)
 		row := waitDuplicates(t, m, "psrc", topic, n1)
 		if !strings.Contains(row.Reason, "repeat an earlier batch of kmirror's own producer") ||
 			!strings.Contains(row.Reason, fmt.Sprintf("destination offsets %d..%d", at1, at1+n1-1)) {
@@ -199,36 +211,40 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		if text := metricsText(t, m); !strings.Contains(text, metric) {
 			t.Fatalf("/metrics lacks %s", metric)
 		}
-		streamAged(t, env.src, topic, 100, 100_000, backlogAge)()
+
+		// A copy followed at once by the next batch, while the broker holds
+		// the state the copy made: that batch is refused as out of order,
+		// kmirror renews its producer identity, and the copy, written with
+		// the identity it had before, is still known as its own.
+		_, n2 := lateCopy(func() { streamAged(t, env.src, topic, 100, 100_000, backlogAge)() },
+			func() { streamAged(t, env.src, topic, 10, 100_000, backlogAge)() })
+		waitDuplicates(t, m, "psrc", topic, n1+n2)
 		waitCaughtUp(t, m, "psrc", topic)
 
 		// A copy landing just before remove: the recorded last mirrored
 		// position is past it, so a consumer failing over there reads no
 		// record twice.
-		at2, n2 := lateCopy(func() { streamAged(t, env.src, topic, 50, 100_000, backlogAge)() })
+		at3, n3 := lateCopy(func() { streamAged(t, env.src, topic, 50, 100_000, backlogAge)() }, nothing)
 		if err := m.client.RemoveTopic(ctx, "psrc", topic); err != nil {
 			t.Fatal(err)
 		}
-		srcEnd := endOffsets(t, kgoClient(t, env.src), topic, 1, true)[0]
+		end := srcEnd()
 		rows, err := m.client.Describe(ctx, "psrc", topic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := rows[0]; r.State != "STOPPED" || r.SourceOffset != srcEnd || r.DestinationOffset != at2+n2 {
+		if r := rows[0]; r.State != "STOPPED" || r.SourceOffset != end || r.DestinationOffset != at3+n3 {
 			t.Fatalf("last mirrored position %d -> %d (%s), want %d -> %d: the late copy at %d..%d was taken for mirrored data",
-				r.SourceOffset, r.DestinationOffset, r.State, srcEnd, at2+n2, at2, at2+n2-1)
+				r.SourceOffset, r.DestinationOffset, r.State, end, at3+n3, at3, at3+n3-1)
 		}
 
-		// The destination holds every source record once, in order, plus
-		// the two named copies where they landed.
 		src := readAll(t, env.src, topic, 1, true)[0]
-		var want []*kgo.Record
-		want = append(want, src[:at1]...)
-		want = append(want, src[:n1]...)
-		want = append(want, src[at1:]...)
-		// The second copy is the first batch of the last 50 source records.
-		want = append(want, src[srcEnd-50:srcEnd-50+n2]...)
-		requireSameRecords(t, [][]*kgo.Record{want}, readAll(t, dst, topic, 1, true))
+		var expect []*kgo.Record
+		for _, sp := range want {
+			expect = append(expect, src[sp.from:sp.to]...)
+		}
+		expect = append(expect, src[mirroredTo:]...)
+		requireSameRecords(t, [][]*kgo.Record{expect}, readAll(t, dst, topic, 1, true))
 	})
 }
 
