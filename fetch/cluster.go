@@ -118,7 +118,7 @@ func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Me
 // Called with ctrlLock held.
 func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Metadata, error) {
 	var md *kwire.Metadata
-	err := c.withCtrlLocked(ctx, func(conn *kwire.Conn) (err error) {
+	err := c.withCtrlLocked(ctx, func(ctx context.Context, conn *kwire.Conn) (err error) {
 		md, err = conn.Metadata(ctx, topics)
 		return err
 	})
@@ -133,7 +133,7 @@ func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol
 	}
 	defer c.unlock()
 	var res protocol.Message
-	err := c.withCtrlLocked(ctx, func(conn *kwire.Conn) (err error) {
+	err := c.withCtrlLocked(ctx, func(ctx context.Context, conn *kwire.Conn) (err error) {
 		res, err = conn.RoundTrip(ctx, msg)
 		return err
 	})
@@ -141,14 +141,19 @@ func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol
 }
 
 // withCtrlLocked runs f on the control connection; if the connection is
-// broken (a restarted broker), it reconnects to a known or bootstrap broker
-// and runs f once more. Each exchange is bounded by exchangeTimeout.
+// broken (a restarted broker, or one a firewall dropped silently), it
+// reconnects to a known or bootstrap broker and runs f once more. Every
+// attempt has its own exchangeTimeout bound (f gets the bounded context),
+// so a dead cached connection costs one bound, not the reconnect's too.
 // Called with ctrlLock held.
-func (c *cluster) withCtrlLocked(ctx context.Context, f func(*kwire.Conn) error) error {
-	ctx, cancel := exchangeCtx(ctx)
-	defer cancel()
+func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *kwire.Conn) error) error {
+	attempt := func(conn *kwire.Conn) error {
+		ctx, cancel := exchangeCtx(ctx)
+		defer cancel()
+		return f(ctx, conn)
+	}
 	if c.ctrl != nil {
-		err := f(c.ctrl)
+		err := attempt(c.ctrl)
 		var kerr *kwire.Error
 		if err == nil || errors.As(err, &kerr) {
 			return err
@@ -164,13 +169,19 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(*kwire.Conn) error)
 	}
 	var errs []string
 	for _, a := range addrs {
-		conn, err := kwire.Dial(ctx, a, c.clientID, c.tls)
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err().Error())
+			break
+		}
+		dctx, cancel := exchangeCtx(ctx)
+		conn, err := kwire.Dial(dctx, a, c.clientID, c.tls)
+		cancel()
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
 		c.ctrl = conn
-		if err := f(conn); err != nil {
+		if err := attempt(conn); err != nil {
 			var kerr *kwire.Error
 			if errors.As(err, &kerr) {
 				return err
@@ -211,8 +222,11 @@ func (c *cluster) leader(ctx context.Context, topic string, partition int32, max
 	return p.Leader, a, p.LeaderEpoch, nil
 }
 
-// dial opens a new connection to a broker by address.
+// dial opens a new connection to a broker by address; the connect and the
+// API-version handshake are bounded by exchangeTimeout.
 func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {
+	ctx, cancel := exchangeCtx(ctx)
+	defer cancel()
 	conn, err := kwire.Dial(ctx, addr, c.clientID, c.tls)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.name, err)

@@ -119,8 +119,9 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 	p.produceErr = ""
 	p.dstLeader = -1
 	p.failures = 0
-	e.log.Info("unacknowledged batch verified", zap.Stringer("partition", p.key()),
-		zap.Int64("source_offset", w.end.Src), zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked))
+	e.log.Info("destination verified after the last acknowledged batch", zap.Stringer("partition", p.key()),
+		zap.Int64("source_offset", w.end.Src), zap.Int64("destination_offset", w.end.Dst),
+		zap.Int64("walked_records", w.walked), zap.Int("duplicate_batches", len(w.duplicates)))
 	if p.draining && p.drained() && p.released != nil {
 		closeOnce(p)
 	}

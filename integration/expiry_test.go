@@ -70,7 +70,7 @@ func requireConfirms(t *testing.T, m *member, topic string) {
 	}
 	confirms, landed := 0, 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, "unacknowledged batch verified") && strings.Contains(line, ":"+topic) {
+		if strings.Contains(line, "destination verified after the last acknowledged batch") && strings.Contains(line, ":"+topic) {
 			confirms++
 			if !strings.Contains(line, `"walked_records":0`) {
 				landed++
@@ -216,8 +216,13 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		// the state the copy made: that batch is refused as out of order,
 		// kmirror renews its producer identity, and the copy, written with
 		// the identity it had before, is still known as its own.
-		_, n2 := lateCopy(func() { streamAged(t, env.src, topic, 100, 100_000, backlogAge)() },
-			func() { streamAged(t, env.src, topic, 10, 100_000, backlogAge)() })
+		_, n2 := lateCopy(func() {
+			streamAged(t, env.src, topic, 100, 100_000, backlogAge)()
+			waitCaughtUp(t, m, "psrc", topic)
+			// A batch after the resent one, so that the copy's sequence lies
+			// behind the one kmirror continues with.
+			streamAged(t, env.src, topic, 20, 100_000, backlogAge)()
+		}, func() { streamAged(t, env.src, topic, 10, 100_000, backlogAge)() })
 		waitDuplicates(t, m, "psrc", topic, n1+n2)
 		waitCaughtUp(t, m, "psrc", topic)
 

@@ -172,6 +172,9 @@ func (p *Proxy) serve(client net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// The broker's side ending ends the client's too, as a broker that
+		// closes a connection would.
+		defer p.untrack(client, broker)
 		for {
 			frame, err := readFrame(broker)
 			if err != nil {
