@@ -135,7 +135,12 @@ func (e *Engine) noteDuplicatesLocked(p *partition, dups []duplicate) {
 	for _, d := range dups {
 		p.duplicateRecords += d.records()
 		p.lastDuplicate = d.String()
-		e.log.Error("kmirror's own batch is on the destination twice", zap.Stringer("partition", p.key()),
-			zap.Int64("first_offset", d.first), zap.Int64("last_offset", d.last), zap.String("reason", d.String()))
+		e.logDuplicate(p.key(), d)
 	}
+}
+
+// logDuplicate reports one of kmirror's own duplicates at error level.
+func (e *Engine) logDuplicate(k Key, d duplicate) {
+	e.log.Error("kmirror's own batch is on the destination twice", zap.Stringer("partition", k),
+		zap.Int64("first_offset", d.first), zap.Int64("last_offset", d.last), zap.String("reason", d.String()))
 }

@@ -98,10 +98,24 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.goLoop(e.routeLoop)
-	e.goLoop(e.checkpointLoop)
+	e.goLoop(func() { e.tick(e.cfg.Checkpoint, e.checkpoint) })
 	e.goLoop(e.reportLoop)
-	e.goLoop(e.idleLoop)
+	e.goLoop(func() { e.tick(idleCheck, e.checkIdle) })
 	return nil
+}
+
+// tick runs f every d until the engine stops.
+func (e *Engine) tick(d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
 }
 
 func (e *Engine) ensureInternalTopic(ctx context.Context, topic string) error {
@@ -420,7 +434,7 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 		return Position{}, fmt.Errorf("settle position of %s: %w", k, err)
 	}
 	for _, d := range w.duplicates {
-		e.log.Error("kmirror's own batch is on the destination twice", zap.Stringer("partition", k), zap.String("duplicate", d.String()))
+		e.logDuplicate(k, d)
 	}
 	up := update{key: k, entries: w.entries, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
 		PID: pid.ID, Epoch: pid.Epoch, LeaderEpoch: w.epoch}}
@@ -599,44 +613,35 @@ func (e *Engine) workerLocked(pool map[int32]*worker, id int32, addr string, run
 	kick(w.kick)
 }
 
-// checkpointLoop persists progress and new translation breakpoints of
-// every partition that moved, every cfg.Checkpoint.
-func (e *Engine) checkpointLoop() {
-	t := time.NewTicker(e.cfg.Checkpoint)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-t.C:
+// checkpoint persists progress and new translation breakpoints of every
+// partition that moved (run every cfg.Checkpoint).
+func (e *Engine) checkpoint() {
+	e.ckptMu.Lock()
+	e.mu.Lock()
+	var ups []update
+	for _, p := range e.parts {
+		if p.dirty && p.active() {
+			ups = append(ups, e.updateLocked(p))
 		}
-		e.ckptMu.Lock()
+	}
+	e.mu.Unlock()
+	if len(ups) == 0 {
+		e.ckptMu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	err := e.store.write(ctx, ups)
+	cancel()
+	e.ckptMu.Unlock()
+	if err != nil {
+		e.log.Warn("checkpoint write failed; will retry", zap.Error(err))
 		e.mu.Lock()
-		var ups []update
-		for _, p := range e.parts {
-			if p.dirty && p.active() {
-				ups = append(ups, e.updateLocked(p))
+		for _, u := range ups {
+			if p, ok := e.parts[u.key]; ok {
+				p.unsaved = append(u.entries, p.unsaved...)
+				p.dirty = true
 			}
 		}
 		e.mu.Unlock()
-		if len(ups) == 0 {
-			e.ckptMu.Unlock()
-			continue
-		}
-		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
-		err := e.store.write(ctx, ups)
-		cancel()
-		e.ckptMu.Unlock()
-		if err != nil {
-			e.log.Warn("checkpoint write failed; will retry", zap.Error(err))
-			e.mu.Lock()
-			for _, u := range ups {
-				if p, ok := e.parts[u.key]; ok {
-					p.unsaved = append(u.entries, p.unsaved...)
-					p.dirty = true
-				}
-			}
-			e.mu.Unlock()
-		}
 	}
 }

@@ -18,20 +18,6 @@ import (
 // batch.
 const idleCheck = 5 * time.Second
 
-// idleLoop runs checkIdle every idleCheck.
-func (e *Engine) idleLoop() {
-	t := time.NewTicker(idleCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-t.C:
-		}
-		e.checkIdle()
-	}
-}
-
 // checkIdle asks each destination leader for the high watermark of the
 // partitions that have been idle since the previous check; a partition
 // whose destination holds more than kmirror acknowledged is confirmed

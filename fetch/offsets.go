@@ -78,9 +78,7 @@ func (s *offsetStore) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dctx, cancel := exchangeCtx(ctx)
-	conn, err := s.dest.dial(dctx, addr)
-	cancel()
+	conn, err := s.dest.dial(ctx, addr)
 	if err != nil {
 		return err
 	}

@@ -135,7 +135,7 @@ func (e *Engine) waitIdle(ctx context.Context, p *partition, gen int) error {
 
 // walkResult is where a walk ended.
 type walkResult struct {
-	end     Entry // next source offset and destination offset (the HW)
+	end     Entry // next source offset and destination offset (the log end)
 	epoch   int32
 	nextSeq int32   // next sequence of the walk's current producer identity
 	own     ownSeqs // every own identity's next sequence at the end
@@ -397,8 +397,6 @@ func openPartitionReader(ctx context.Context, cl *cluster, topic string, partiti
 }
 
 func (r *partitionReader) connect(ctx context.Context) error {
-	ctx, cancel := exchangeCtx(ctx)
-	defer cancel()
 	_, addr, epoch, err := r.cl.leader(ctx, r.topic, r.partition, 0)
 	if err != nil {
 		return err
