@@ -13,8 +13,11 @@ var (
 	ErrExists      = errors.New("already exists")         // 409
 	ErrInvalid     = errors.New("invalid request")        // 400
 	ErrConflict    = errors.New("conflict")               // 409
-	ErrNotLeader   = errors.New("not the raft leader")    // 503 (forwarded in later issues)
+	ErrNotLeader   = errors.New("not the raft leader")    // 503: no leader known, or forwarding met a leader change
 	ErrUnavailable = errors.New("dependency unavailable") // 502: source/destination unreachable
+	// ErrStale refuses a member's command made under a lease that is no
+	// longer current (the partition moved or was renewed).
+	ErrStale = errors.New("stale lease") // 409
 )
 
 // CreateMirrorRequest defines a mirror: a named source cluster connection.
@@ -86,4 +89,62 @@ type API interface {
 	// Ready returns nil when raft has a leader, the FSM has caught up and the
 	// destination cluster answers; otherwise an error saying which is not.
 	Ready(ctx context.Context) error
+	// Members lists the members of the group with their role, leased
+	// partitions and liveness as the leader sees it.
+	Members(ctx context.Context) ([]MemberStatus, error)
+	// AddMember adds a member to the raft group (voter or not); start it
+	// afterwards with the same peers list.
+	AddMember(ctx context.Context, req AddMemberRequest) error
+	// RemoveMember removes a member that holds no partitions (drain it
+	// first) or that has been unreachable longer than the lease TTL.
+	RemoveMember(ctx context.Context, id string) error
+	// DrainMember moves every partition off a member by graceful handoff
+	// and gives it no new ones (drain false ends that).
+	DrainMember(ctx context.Context, id string, drain bool) error
+}
+
+// MemberStatus is one row of `kmirror members`.
+type MemberStatus struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_address"`
+	HTTPAddr string `json:"http_address"`
+	// Role is leader, follower or non-voter.
+	Role string `json:"role"`
+	// Partitions counts the partitions leased to the member.
+	Partitions int `json:"partitions"`
+	// LastContactMs is how long ago the leader last heard from the member
+	// (0 for the leader itself).
+	LastContactMs int64 `json:"last_contact_ms"`
+	// State is alive, unreachable (not heard from within the lease TTL)
+	// or draining.
+	State string `json:"state"`
+}
+
+// AddMemberRequest adds a member to the group.
+type AddMemberRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_address"`
+	HTTPAddr string `json:"http_address"`
+	NonVoter bool   `json:"non_voter,omitempty"`
+}
+
+// LiveStatus is one partition a member runs, as GET /v1/internal/status
+// reports it for describe on any member.
+type LiveStatus struct {
+	Mirror            string `json:"mirror"`
+	Topic             string `json:"topic"`
+	Partition         int32  `json:"partition"`
+	State             string `json:"state"`
+	Retrying          string `json:"retrying,omitempty"`
+	SourceEnd         int64  `json:"source_end"`
+	DestinationOffset int64  `json:"destination_offset"`
+	Lag               int64  `json:"lag"`
+	DuplicateRecords  int64  `json:"duplicate_records,omitempty"`
+	Duplicate         string `json:"duplicate,omitempty"`
+}
+
+// internalApply carries one encoded raft command from a member to the
+// leader (POST /v1/internal/apply).
+type internalApply struct {
+	Entry []byte `json:"entry"`
 }

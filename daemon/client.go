@@ -20,23 +20,41 @@ import (
 // replies come back as errors that wrap the same sentinel errors, so
 // errors.Is(err, ErrNotFound) works on both sides, with the server's message.
 type Client struct {
-	baseURL string
-	http    *http.Client
+	// baseURLs are tried in order; a member that cannot be reached is
+	// skipped for the next (any member answers, writes are forwarded to
+	// the leader).
+	baseURLs []string
+	baseURL  string // the one being tried, for messages
+	http     *http.Client
+	// forwarded marks requests a member forwards to another, which must
+	// not forward them again.
+	forwarded bool
 }
 
 var _ API = (*Client)(nil)
 
-// NewClient returns a client of the member at baseURL, such as
-// http://127.0.0.1:8080, whose requests give up after timeout.
-func NewClient(baseURL string, timeout time.Duration) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("server URL %q: want http://host:port or https://host:port", baseURL)
+// NewClient returns a client of the members at servers, a comma-separated
+// list of URLs such as http://127.0.0.1:8080,http://127.0.0.1:8081, whose
+// requests give up after timeout. A request goes to the first member that
+// can be reached.
+func NewClient(servers string, timeout time.Duration) (*Client, error) {
+	c := &Client{http: &http.Client{Timeout: timeout}}
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("server URL %q: want http://host:port or https://host:port (several separated by commas)", s)
+		}
+		c.baseURLs = append(c.baseURLs, strings.TrimRight(u.String(), "/"))
 	}
-	return &Client{
-		baseURL: strings.TrimRight(u.String(), "/"),
-		http:    &http.Client{Timeout: timeout},
-	}, nil
+	if len(c.baseURLs) == 0 {
+		return nil, fmt.Errorf("server URL %q: want http://host:port or https://host:port (several separated by commas)", servers)
+	}
+	c.baseURL = c.baseURLs[0]
+	return c, nil
 }
 
 // CreateMirror implements API.
@@ -129,8 +147,34 @@ func apiPath(pattern string, segments ...string) (string, error) {
 }
 
 // do sends one request with body (if not nil) as JSON and decodes a 2xx
-// reply into out (if not nil).
+// reply into out (if not nil), trying each server in turn until one can
+// be reached.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	var errs []string
+	for _, base := range c.baseURLs {
+		err := c.doAt(ctx, base, method, path, query, body, out)
+		var unreachable *unreachableError
+		if !errors.As(err, &unreachable) || ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, err.Error())
+	}
+	if len(errs) == 1 {
+		return errors.New(errs[0])
+	}
+	return fmt.Errorf("no kmirror member answered: %s", strings.Join(errs, "; "))
+}
+
+// unreachableError means the member could not be reached at all, so the
+// request did nothing there.
+type unreachableError struct{ error }
+
+func (e *unreachableError) Unwrap() error { return e.error }
+
+func (c *Client) doAt(ctx context.Context, base, method, path string, query url.Values, body, out any) error {
+	c1 := *c
+	c1.baseURL = base
+	c = &c1
 	target := c.baseURL + path
 	if len(query) > 0 {
 		target += "?" + query.Encode()
@@ -148,11 +192,17 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.forwarded {
+		req.Header.Set(forwardedHeader, "1")
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+			return &unreachableError{c.transportError(ctx, err)}
+		}
 		return c.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
@@ -172,7 +222,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	var netErr net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("cannot reach kmirror at %s: is the daemon running? (set --server or KMIRROR_SERVER)", c.baseURL)
+		return fmt.Errorf("cannot reach kmirror at %s: is the daemon running? (set --server or KMIRROR_SERVER; several members may be listed, separated by commas)", c.baseURL)
 	case ctx.Err() != nil:
 		return fmt.Errorf("request to kmirror at %s: %w", c.baseURL, ctx.Err())
 	case errors.As(err, &netErr) && netErr.Timeout():
@@ -238,4 +288,54 @@ func sentinelForStatus(status int) error {
 		return ErrUnavailable
 	}
 	return nil
+}
+
+// Members implements API.
+func (c *Client) Members(ctx context.Context) ([]MemberStatus, error) {
+	var out []MemberStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/members", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AddMember implements API.
+func (c *Client) AddMember(ctx context.Context, req AddMemberRequest) error {
+	return c.do(ctx, http.MethodPost, "/v1/members", nil, req, nil)
+}
+
+// RemoveMember implements API.
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	path, err := apiPath("/v1/members/{}", id)
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
+}
+
+// DrainMember implements API.
+func (c *Client) DrainMember(ctx context.Context, id string, drain bool) error {
+	path, err := apiPath("/v1/members/{}/drain", id)
+	if err != nil {
+		return err
+	}
+	method := http.MethodPost
+	if !drain {
+		method = http.MethodDelete
+	}
+	return c.do(ctx, method, path, nil, nil, nil)
+}
+
+// applyInternal sends a raft command to the leader (member to member).
+func (c *Client) applyInternal(ctx context.Context, entry []byte) error {
+	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, internalApply{Entry: entry}, nil)
+}
+
+// liveStatuses asks a member for the partitions it runs.
+func (c *Client) liveStatuses(ctx context.Context) ([]LiveStatus, error) {
+	var out []LiveStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/internal/status", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

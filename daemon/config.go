@@ -34,19 +34,45 @@ type Config struct {
 	// RaftAdvertise is the raft address other members dial; defaults to
 	// RaftListen.
 	RaftAdvertise string `yaml:"raft_advertise"`
-	// Bootstrap makes this member form a new single-member raft group when
-	// its data directory holds no raft state.
-	Bootstrap   bool              `yaml:"bootstrap"`
+	// Peers lists every member of the group, this one included, with the
+	// same list on every member. Empty: a group of this member alone. A
+	// new group bootstraps once a quorum of the listed voters is up.
+	Peers       []PeerConfig      `yaml:"peers"`
 	Destination DestinationConfig `yaml:"destination"`
 	// MemoryBudget bounds the bytes of fetched and not yet produced batches.
 	MemoryBudget       ByteSize      `yaml:"memory_budget"`
 	LogLevel           string        `yaml:"log_level"`
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
-	// LeaseTTL is how long a member may keep writing its partitions without
-	// hearing from the leader, and how long the leader waits before it
-	// reassigns the partitions of an unreachable member.
+	// LeaseTTL is how long the leader waits before it reassigns the
+	// partitions of a member it cannot reach.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// LeaseMargin is how much earlier than LeaseTTL a member that has not
+	// heard from the leader stops writing (self-fencing, design.md section
+	// 3): it writes only while its last contact is within LeaseTTL -
+	// LeaseMargin.
+	LeaseMargin time.Duration `yaml:"lease_margin"`
+	// ProduceTimeout bounds each produce request to the destination (the
+	// broker's replication wait); it must be below LeaseMargin so a member
+	// that stopped writing has nothing in flight when its lease ends.
+	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+	// TestHooks enables fault injection for tests: POST
+	// /v1/internal/test/raft-isolation?on=true|false cuts this member's raft
+	// traffic while its Kafka connections stay up. Never set it in
+	// production.
+	TestHooks bool `yaml:"test_hooks"`
 }
+
+// PeerConfig is one member of the group as every member's config lists it.
+type PeerConfig struct {
+	ID   string `yaml:"id"`
+	Raft string `yaml:"raft"` // raft address other members dial
+	HTTP string `yaml:"http"` // HTTP address of the admin API
+	// Voter is true by default; false adds capacity without a vote.
+	Voter *bool `yaml:"voter"`
+}
+
+// IsVoter reports whether the peer votes (the default).
+func (p PeerConfig) IsVoter() bool { return p.Voter == nil || *p.Voter }
 
 // DestinationConfig is the connection to the cluster the mirrors write to,
 // which also holds kmirror's internal topics.
@@ -66,7 +92,13 @@ const (
 	DefaultLogLevel           = "info"
 	DefaultCheckpointInterval = time.Second
 	DefaultLeaseTTL           = 10 * time.Second
+	DefaultLeaseMargin        = 4 * time.Second
+	DefaultProduceTimeout     = 2 * time.Second
 )
+
+// leaderStepDown covers raft's leader lease (500 ms): an isolated leader
+// keeps its lease until raft steps it down, then its fence clock starts.
+const leaderStepDown = time.Second
 
 // logLevels are the accepted log_level values, in the order shown in errors.
 var logLevels = []string{"debug", "info", "warn", "error"}
@@ -78,18 +110,24 @@ func DefaultConfig() Config {
 	return Config{
 		HTTPListen:         DefaultHTTPListen,
 		RaftListen:         DefaultRaftListen,
-		Bootstrap:          true,
 		Destination:        DestinationConfig{ReplicationFactor: -1},
 		MemoryBudget:       DefaultMemoryBudget,
 		LogLevel:           DefaultLogLevel,
 		CheckpointInterval: DefaultCheckpointInterval,
 		LeaseTTL:           DefaultLeaseTTL,
+		LeaseMargin:        DefaultLeaseMargin,
+		ProduceTimeout:     DefaultProduceTimeout,
 	}
 }
 
 // ApplyDefaults fills the fields whose defaults derive from other fields,
 // where they are empty.
 func (c *Config) ApplyDefaults() {
+	for _, p := range c.Peers {
+		if p.ID == c.NodeID && c.RaftAdvertise == "" {
+			c.RaftAdvertise = p.Raft
+		}
+	}
 	if c.RaftAdvertise == "" {
 		c.RaftAdvertise = c.RaftListen
 	}
@@ -178,10 +216,54 @@ func (c *Config) Validate() error {
 	if c.CheckpointInterval <= 0 {
 		errs.add("checkpoint_interval", "%v is not allowed: use a positive duration such as 1s", c.CheckpointInterval)
 	}
-	if c.LeaseTTL <= 0 {
-		errs.add("lease_ttl", "%v is not allowed: use a positive duration such as 10s", c.LeaseTTL)
+	switch {
+	case c.ProduceTimeout <= 0:
+		errs.add("produce_timeout", "%v is not allowed: use a positive duration such as 2s", c.ProduceTimeout)
+	case c.LeaseMargin < c.ProduceTimeout+leaderStepDown:
+		errs.add("lease_margin", "%v must be at least produce_timeout (%v) + %v, so a member that stops writing (a leader only once raft steps it down) has no request in flight when its lease ends",
+			c.LeaseMargin, c.ProduceTimeout, leaderStepDown)
+	case c.LeaseTTL <= c.LeaseMargin:
+		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
 	}
+	c.validatePeers(&errs)
 	return errs.err()
+}
+
+// validatePeers checks the peers list: unique IDs and addresses that can be
+// dialed, this member listed with its own raft address.
+func (c *Config) validatePeers(errs *problems) {
+	if len(c.Peers) == 0 {
+		return
+	}
+	ids := map[string]bool{}
+	self, voters := false, 0
+	for i, p := range c.Peers {
+		field := fmt.Sprintf("peers[%d]", i)
+		if !nodeIDPattern.MatchString(p.ID) {
+			errs.add(field+".id", "%q: use letters, digits, '.', '_' and '-' (the peer's node_id)", p.ID)
+		}
+		if ids[p.ID] {
+			errs.add(field+".id", "%q is listed twice", p.ID)
+		}
+		ids[p.ID] = true
+		errs.check(field+".raft", checkAddress(p.Raft, false))
+		errs.check(field+".http", checkAddress(p.HTTP, false))
+		if p.IsVoter() {
+			voters++
+		}
+		if p.ID == c.NodeID {
+			self = true
+			if p.Raft != c.RaftAdvertise {
+				errs.add(field+".raft", "%q differs from raft_advertise %q: a member's entry must name the raft address it advertises", p.Raft, c.RaftAdvertise)
+			}
+		}
+	}
+	if !self && c.NodeID != "" {
+		errs.add("peers", "does not list this member (node_id %s): list every member, this one included, with the same list on every member", c.NodeID)
+	}
+	if voters == 0 {
+		errs.add("peers", "lists no voter: at least one member must vote (voter: true is the default)")
+	}
 }
 
 // checkAddress accepts host:port with a numeric port. Listen addresses may

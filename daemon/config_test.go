@@ -31,7 +31,6 @@ func TestLoadConfigDefaults(t *testing.T) {
 		HTTPListen:    "127.0.0.1:8080",
 		RaftListen:    "127.0.0.1:7080",
 		RaftAdvertise: "127.0.0.1:7080",
-		Bootstrap:     true,
 		Destination: DestinationConfig{
 			BootstrapServers:  []string{"b1:9092", "b2:9092"},
 			ClientID:          "kmirror-m1",
@@ -41,6 +40,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 		LogLevel:           "info",
 		CheckpointInterval: time.Second,
 		LeaseTTL:           10 * time.Second,
+		LeaseMargin:        4 * time.Second,
+		ProduceTimeout:     2 * time.Second,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -54,7 +55,10 @@ data_dir: ./data
 http_listen: 0.0.0.0:9000
 raft_listen: 0.0.0.0:9001
 raft_advertise: 10.0.0.2:9001
-bootstrap: false
+peers:
+  - {id: m1, raft: "10.0.0.1:9001", http: "10.0.0.1:9000"}
+  - {id: m2, raft: "10.0.0.2:9001", http: "10.0.0.2:9000"}
+  - {id: m3, raft: "10.0.0.3:9001", http: "10.0.0.3:9000", voter: false}
 destination:
   bootstrap_servers: [b1:9092]
   client_id: mirror-b
@@ -63,6 +67,9 @@ memory_budget: 1GiB
 log_level: debug
 checkpoint_interval: 500ms
 lease_ttl: 15s
+lease_margin: 5s
+produce_timeout: 3s
+test_hooks: true
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +80,11 @@ lease_ttl: 15s
 		HTTPListen:    "0.0.0.0:9000",
 		RaftListen:    "0.0.0.0:9001",
 		RaftAdvertise: "10.0.0.2:9001",
-		Bootstrap:     false,
+		Peers: []PeerConfig{
+			{ID: "m1", Raft: "10.0.0.1:9001", HTTP: "10.0.0.1:9000"},
+			{ID: "m2", Raft: "10.0.0.2:9001", HTTP: "10.0.0.2:9000"},
+			{ID: "m3", Raft: "10.0.0.3:9001", HTTP: "10.0.0.3:9000", Voter: new(bool)},
+		},
 		Destination: DestinationConfig{
 			BootstrapServers:  []string{"b1:9092"},
 			ClientID:          "mirror-b",
@@ -83,6 +94,9 @@ lease_ttl: 15s
 		LogLevel:           "debug",
 		CheckpointInterval: 500 * time.Millisecond,
 		LeaseTTL:           15 * time.Second,
+		LeaseMargin:        5 * time.Second,
+		ProduceTimeout:     3 * time.Second,
+		TestHooks:          true,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -158,7 +172,7 @@ func TestParseConfigErrors(t *testing.T) {
 			"destination.replication_factor: 0 is not allowed: use -1 (broker default) or 1 or more",
 		}},
 		{"zero durations", minimalConfig + "checkpoint_interval: 0s\nlease_ttl: -1s\n", []string{
-			"checkpoint_interval: 0s is not allowed", "lease_ttl: -1s is not allowed",
+			"checkpoint_interval: 0s is not allowed", "lease_ttl: -1s must be longer than lease_margin",
 		}},
 		{"two documents", minimalConfig + "---\nnode_id: m2\n", []string{"more than one YAML document"}},
 		{"syntax", "node_id: [\n", []string{"yaml:"}},

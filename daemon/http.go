@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,7 @@ var errorCodes = []struct {
 	{ErrInvalid, http.StatusBadRequest, "invalid"},
 	{ErrNotLeader, http.StatusServiceUnavailable, "not_leader"},
 	{ErrUnavailable, http.StatusBadGateway, "unavailable"},
+	{ErrStale, http.StatusConflict, "stale"},
 }
 
 // classify returns the status and code for err; unknown errors are 500
@@ -60,8 +62,9 @@ func classify(err error) (status int, code string) {
 
 // handler serves the admin API on top of an API implementation.
 type handler struct {
-	api API
-	log *zap.Logger
+	api      API
+	internal internalAPI // nil: no member-to-member routes (tests)
+	log      *zap.Logger
 }
 
 // apiFunc handles one admin request: it returns the success status and the
@@ -72,6 +75,7 @@ type apiFunc func(r *http.Request) (int, any, error)
 // /healthz, /readyz and, if metrics is not nil, /metrics.
 func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler {
 	h := &handler{api: api, log: logger.Named("http")}
+	h.internal, _ = api.(internalAPI)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/mirrors", h.wrap(h.createMirror))
 	mux.Handle("GET /v1/mirrors", h.wrap(h.listMirrors))
@@ -80,6 +84,19 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 	mux.Handle("DELETE /v1/mirrors/{name}/topics/{topic}", h.wrap(h.removeTopic))
 	mux.Handle("GET /v1/describe", h.wrap(h.describe))
 	mux.Handle("GET /v1/translate", h.wrap(h.translate))
+	mux.Handle("GET /v1/members", h.wrap(h.members))
+	mux.Handle("POST /v1/members", h.wrap(h.addMember))
+	mux.Handle("DELETE /v1/members/{id}", h.wrap(h.removeMember))
+	mux.Handle("POST /v1/members/{id}/drain", h.wrap(h.drainMember))
+	mux.Handle("DELETE /v1/members/{id}/drain", h.wrap(h.drainMember))
+	if h.internal != nil {
+		mux.Handle("POST /v1/internal/apply", h.wrap(h.applyInternal))
+		mux.Handle("GET /v1/internal/status", h.wrap(h.localStatuses))
+		mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, h.internal.probe()) })
+		if h.internal.testHooks() {
+			mux.Handle("POST /v1/internal/test/raft-isolation", h.wrap(h.raftIsolation))
+		}
+	}
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	if metrics != nil {
@@ -92,6 +109,9 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 // mapped to a status and {"error": ...}.
 func (h *handler) wrap(fn apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(forwardedHeader) != "" {
+			r = r.WithContext(context.WithValue(r.Context(), forwardedKey, true))
+		}
 		status, body, err := fn(r)
 		if err == nil {
 			writeJSON(w, status, body)
@@ -178,6 +198,49 @@ func (h *handler) removeTopic(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, statusBody{"removed"}, nil
+}
+
+func (h *handler) members(r *http.Request) (int, any, error) {
+	if _, err := queryParams(r); err != nil {
+		return 0, nil, err
+	}
+	rows, err := h.api.Members(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	if rows == nil {
+		rows = []MemberStatus{}
+	}
+	return http.StatusOK, rows, nil
+}
+
+func (h *handler) addMember(r *http.Request) (int, any, error) {
+	var req AddMemberRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := h.api.AddMember(r.Context(), req); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, statusBody{"added"}, nil
+}
+
+func (h *handler) removeMember(r *http.Request) (int, any, error) {
+	if err := h.api.RemoveMember(r.Context(), r.PathValue("id")); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{"removed"}, nil
+}
+
+func (h *handler) drainMember(r *http.Request) (int, any, error) {
+	drain := r.Method == http.MethodPost
+	if err := h.api.DrainMember(r.Context(), r.PathValue("id"), drain); err != nil {
+		return 0, nil, err
+	}
+	if drain {
+		return http.StatusOK, statusBody{"draining"}, nil
+	}
+	return http.StatusOK, statusBody{"not draining"}, nil
 }
 
 func (h *handler) describe(r *http.Request) (int, any, error) {

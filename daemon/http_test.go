@@ -79,6 +79,22 @@ func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition i
 	return Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
 }
 
+func (f *fakeAPI) Members(context.Context) ([]MemberStatus, error) {
+	return []MemberStatus{{ID: "n1", Role: "leader", State: "alive"}}, f.record("members")
+}
+
+func (f *fakeAPI) AddMember(_ context.Context, req AddMemberRequest) error {
+	return f.record("add-member %s %s %s %t", req.ID, req.RaftAddr, req.HTTPAddr, req.NonVoter)
+}
+
+func (f *fakeAPI) RemoveMember(_ context.Context, id string) error {
+	return f.record("remove-member %s", id)
+}
+
+func (f *fakeAPI) DrainMember(_ context.Context, id string, drain bool) error {
+	return f.record("drain-member %s %t", id, drain)
+}
+
 func (f *fakeAPI) Ready(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -396,7 +412,7 @@ func TestClientConnectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.Ready(context.Background())
-	want := "cannot reach kmirror at " + url + ": is the daemon running? (set --server or KMIRROR_SERVER)"
+	want := "cannot reach kmirror at " + url + ": is the daemon running? (set --server or KMIRROR_SERVER; several members may be listed, separated by commas)"
 	if err == nil || err.Error() != want {
 		t.Errorf("error %q\nwant  %q", err, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,24 +17,39 @@ import (
 )
 
 // Member is one kmirror daemon: the raft store, the data path engine and
-// the admin API, wired together.
+// the admin API, wired together. Files by job: member.go (start and stop),
+// join.go (forming or joining the group), leader.go (the leader loop),
+// assign.go (where partitions go), owner.go (this member's partitions and
+// its reports to the leader), forward.go (requests to other members),
+// service.go (the admin API), members.go (the members API).
 type Member struct {
-	cfg    Config
-	log    *zap.Logger
-	store  *raftstore.Store
-	engine *fetch.Engine
-	dest   *fetch.Admin
-	srv    *http.Server
-	addr   net.Addr
+	cfg   Config
+	log   *zap.Logger
+	store *raftstore.Store
+	// openStore is store for readers that may run before it is open.
+	openStore atomic.Pointer[raftstore.Store]
+	engine    *fetch.Engine
+	dest      *fetch.Admin
+	srv       *http.Server
+	addr      net.Addr
+	// handler is the HTTP handler; it answers only probes until started.
+	handler atomic.Pointer[http.Handler]
+	started atomic.Bool
+	// hadState: data_dir held raft state at start.
+	hadState bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	// creating holds the topics an API request is creating right now, so
-	// the reconcile loop does not finish them as leftovers concurrently.
+	// the leader loop does not finish them as leftovers concurrently.
 	creatingMu sync.Mutex
 	creating   map[string]bool
+
+	owner ownerState
+	out   *outbox
+	lease leaseState
 
 	readyMu  sync.Mutex
 	readyAt  time.Time
@@ -51,72 +67,153 @@ func Run(ctx context.Context, cfg Config, logger *zap.Logger) error {
 	return m.Stop()
 }
 
-// Start opens the store, starts the data path and serves the API.
+// Start serves HTTP (probes only at first), forms or joins the raft group,
+// starts the data path and then the whole API. ctx bounds the start-up.
 func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	log := logger.With(zap.String("node", cfg.NodeID))
-	store, err := raftstore.Open(raftstore.Config{
-		NodeID:    cfg.NodeID,
-		RaftAddr:  cfg.RaftAdvertise,
-		DataDir:   cfg.DataDir,
-		Bootstrap: cfg.Bootstrap,
-		Logger:    log,
-	})
-	if err != nil {
+	if err := checkNodeID(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := store.WaitForLeader(wctx); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("raft group has no leader: %w", err)
+	hadState, err := raftstore.HasState(cfg.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	m := &Member{
 		creating: map[string]bool{},
 		cfg:      cfg,
 		log:      log,
-		store:    store,
+		hadState: hadState,
 		dest:     fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, nil),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.engine = fetch.New(fetch.Config{
-		ClientID:     cfg.Destination.ClientID,
-		Destination:  cfg.Destination.BootstrapServers,
-		MemoryBudget: int64(cfg.MemoryBudget),
-		Checkpoint:   cfg.CheckpointInterval,
-		InternalRF:   cfg.Destination.ReplicationFactor,
-	}, &control{m: m}, log)
-	if err := m.engine.Start(wctx); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("start data path: %w", err)
-	}
-	if err := m.serve(); err != nil {
-		m.engine.Close(context.Background())
-		store.Close()
+	m.owner.init()
+	m.out = newOutbox(m)
+	fail := func(err error) (*Member, error) {
+		m.cancel()
+		if m.srv != nil {
+			m.srv.Close()
+		}
+		if st := m.storeOrNil(); st != nil {
+			st.Close()
+		}
+		m.dest.Close()
 		return nil, err
 	}
+	if err := m.listen(); err != nil {
+		return fail(err)
+	}
+	bootstrap := false
+	if !hadState {
+		if bootstrap, err = m.bootstrapDecision(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	var peers []raftstore.Server
+	for _, p := range cfg.Peers {
+		peers = append(peers, raftstore.Server{ID: p.ID, Addr: p.Raft, Voter: p.IsVoter()})
+	}
+	store, err := raftstore.Open(raftstore.Config{
+		NodeID:    cfg.NodeID,
+		RaftAddr:  cfg.RaftAdvertise,
+		BindAddr:  cfg.RaftListen,
+		DataDir:   cfg.DataDir,
+		Bootstrap: bootstrap,
+		Peers:     peers,
+		Logger:    log,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	m.setStore(store)
+	if err := m.waitForLeader(ctx); err != nil {
+		return fail(err)
+	}
+	m.engine = fetch.New(fetch.Config{
+		ClientID:       cfg.Destination.ClientID,
+		Destination:    cfg.Destination.BootstrapServers,
+		MemoryBudget:   int64(cfg.MemoryBudget),
+		Checkpoint:     cfg.CheckpointInterval,
+		InternalRF:     cfg.Destination.ReplicationFactor,
+		ProduceTimeout: cfg.ProduceTimeout,
+	}, &control{m: m}, log)
+	ectx, ecancel := context.WithTimeout(ctx, 60*time.Second)
+	defer ecancel()
+	if err := m.engine.Start(ectx); err != nil {
+		return fail(fmt.Errorf("start data path: %w", err))
+	}
+	full := NewHandler(m, m.log, newMetrics(m.engine).handler())
+	m.handler.Store(&full)
+	m.started.Store(true)
+	m.goLoop(m.leadershipLoop)
+	m.goLoop(m.leaseLoop)
+	m.goLoop(m.ownerLoop)
+	m.goLoop(m.out.run)
+	m.goLoop(m.announce)
+	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
+		zap.Int("peers", len(cfg.Peers)))
+	return m, nil
+}
+
+func (m *Member) goLoop(f func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		m.reconcileLoop()
+		f()
 	}()
-	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise))
-	return m, nil
+}
+
+func (m *Member) setStore(s *raftstore.Store) {
+	m.store = s
+	m.openStore.Store(s)
+}
+
+// storeOrNil is the store, or nil before it is open (probes during start).
+func (m *Member) storeOrNil() *raftstore.Store { return m.openStore.Load() }
+
+// waitForLeader waits until the member knows a leader. A member that is
+// not in the group yet waits until it is added.
+func (m *Member) waitForLeader(ctx context.Context) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := m.store.WaitForLeader(wctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("raft group has no leader: %w", ctx.Err())
+		}
+		m.log.Warn("no raft leader known yet: waiting for a quorum of the group; a new member waits until it is added "+
+			"(kmirror members add ID --raft ADDR --http ADDR)", zap.Strings("peers", peerIDs(m.cfg.Peers)))
+	}
+}
+
+func peerIDs(peers []PeerConfig) []string {
+	ids := make([]string, len(peers))
+	for i, p := range peers {
+		ids[i] = p.ID
+	}
+	return ids
 }
 
 // HTTPAddr is the address the API listens on.
 func (m *Member) HTTPAddr() string { return m.addr.String() }
 
-func (m *Member) serve() error {
+// listen serves HTTP at once: peers probe a starting member, and
+// orchestrators see /healthz.
+func (m *Member) listen() error {
 	ln, err := net.Listen("tcp", m.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("http_listen %s: %w", m.cfg.HTTPListen, err)
 	}
 	m.addr = ln.Addr()
+	boot := http.Handler(startingHandler(m))
+	m.handler.Store(&boot)
 	m.srv = &http.Server{
-		Handler:           NewHandler(m, m.log, newMetrics(m.engine).handler()),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {
@@ -127,17 +224,20 @@ func (m *Member) serve() error {
 	return nil
 }
 
-// Stop shuts down in order: stop serving the API, stop reconciling, drain
-// the data path (every fetched batch produced, final checkpoints), close
-// raft.
+// Stop shuts down in order: hand this member's partitions to the others
+// (when there are others), stop serving the API, stop the loops, drain the
+// data path (final checkpoints), close raft.
 func (m *Member) Stop() error {
-	m.log.Info("stopping kmirror member: draining partitions and writing final checkpoints")
+	m.log.Info("stopping kmirror member: handing off or draining partitions")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
+	m.handOffAll(ctx)
 	var errs []error
-	if err := m.srv.Shutdown(ctx); err != nil {
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := m.srv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop http: %w", err))
 	}
+	scancel()
 	m.cancel()
 	m.wg.Wait()
 	if err := m.engine.Close(ctx); err != nil {
@@ -149,141 +249,4 @@ func (m *Member) Stop() error {
 	}
 	m.log.Info("kmirror member stopped")
 	return errors.Join(errs...)
-}
-
-// reconcileLoop reacts to every state change (and a timer): on the leader
-// it finishes pending topics and assigns partitions; on every member it
-// hands the partitions leased to it to the data path.
-func (m *Member) reconcileLoop() {
-	changed, stop := m.store.Watch()
-	defer stop()
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		if m.store.IsLeader() {
-			m.leaderReconcile()
-		}
-		m.memberReconcile()
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-changed:
-		case <-t.C:
-		}
-	}
-}
-
-// leaderReconcile gives every unowned partition of an active topic an
-// owner. With one member every partition goes to it; balancing across
-// members and lease expiry come with multi-member groups.
-func (m *Member) leaderReconcile() {
-	var cmds []raftstore.Command
-	var pending []raftstore.MirrorTopic
-	m.store.Read(func(s *raftstore.State) {
-		for _, t := range s.Topics {
-			switch t.State {
-			case raftstore.StatePending:
-				pending = append(pending, *t)
-			case raftstore.StateMirroring, raftstore.StateFailed, raftstore.StateStopping:
-				for i, p := range t.Partitions {
-					if p.Owner == "" && p.State != raftstore.StateStopped {
-						cmds = append(cmds, raftstore.Assign{
-							Key:   raftstore.PartitionKey{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)},
-							Owner: m.cfg.NodeID,
-						})
-					}
-				}
-			}
-		}
-	})
-	for _, t := range pending {
-		m.finishPending(t)
-	}
-	for _, c := range cmds {
-		if err := m.store.Apply(m.ctx, c); err != nil && m.ctx.Err() == nil {
-			m.log.Warn("assign partition", zap.Error(err))
-		}
-	}
-}
-
-// memberReconcile hands the data path the partitions leased to this member
-// and the source settings of their mirrors.
-func (m *Member) memberReconcile() {
-	var specs []fetch.Spec
-	sources := map[string]fetch.Source{}
-	m.store.Read(func(s *raftstore.State) {
-		for _, t := range s.Topics {
-			// STOPPING topics are released by RemoveTopic; handing them
-			// out again would restart a partition it has just stopped.
-			if t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed {
-				continue
-			}
-			mir, ok := s.Mirrors[t.Mirror]
-			if !ok {
-				continue
-			}
-			sources[t.Mirror] = fetch.Source{Bootstrap: mir.Bootstrap}
-			for i, p := range t.Partitions {
-				if p.Owner != m.cfg.NodeID || p.State == raftstore.StateDiverged || p.State == raftstore.StateStopped {
-					continue
-				}
-				spec := fetch.Spec{
-					Key:         fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)},
-					Generation:  p.Generation,
-					StartOffset: p.StartOffset,
-				}
-				if p.Producer.Allocated {
-					spec.Producer = &fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
-				}
-				specs = append(specs, spec)
-			}
-		}
-	})
-	for name, src := range sources {
-		m.engine.SetSource(name, src)
-	}
-	m.engine.Assign(specs)
-}
-
-// control implements fetch.Control over the raft store.
-type control struct{ m *Member }
-
-func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id fetch.ProducerID) error {
-	return c.m.store.Apply(ctx, raftstore.SetProducer{
-		Key:        raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition},
-		Producer:   raftstore.ProducerIdentity{ProducerID: id.ID, Epoch: id.Epoch, Allocated: true},
-		Generation: gen,
-	})
-}
-
-// Report records FAILED and DIVERGED (and the return to MIRRORING) in the
-// replicated state, so describe shows the reason from any member.
-func (c *control) Report(k fetch.Key, state fetch.State, reason string) {
-	var s raftstore.TopicState
-	switch state {
-	case fetch.Failed:
-		s = raftstore.StateFailed
-	case fetch.Diverged:
-		s = raftstore.StateDiverged
-	case fetch.Mirroring:
-		s = raftstore.StateMirroring
-	default:
-		return
-	}
-	key := raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}
-	var cur raftstore.PartitionInfo
-	found := false
-	c.m.store.Read(func(st *raftstore.State) {
-		if t, ok := st.Topic(k.Mirror, k.Topic); ok && int(k.Partition) < len(t.Partitions) {
-			cur, found = t.Partitions[k.Partition], true
-		}
-	})
-	if !found || (cur.State == s && cur.Reason == reason) || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
-		return
-	}
-	ctx, cancel := context.WithTimeout(c.m.ctx, 10*time.Second)
-	defer cancel()
-	if err := c.m.store.Apply(ctx, raftstore.SetPartitionState{Key: key, State: s, Reason: reason}); err != nil && ctx.Err() == nil {
-		c.m.log.Warn("record partition state", zap.Stringer("partition", k), zap.String("state", string(s)), zap.Error(err))
-	}
 }

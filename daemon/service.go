@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"sort"
 	"strings"
@@ -28,17 +29,13 @@ var sourceProperties = map[string]bool{"bootstrap.servers": true, "client.id": t
 // adminTimeout bounds each call to a Kafka cluster made for an API request.
 const adminTimeout = 15 * time.Second
 
-func (m *Member) leaderOnly() error {
-	if !m.store.IsLeader() {
-		return fmt.Errorf("%w: send admin requests to the leader (forwarding comes with multi-member groups)", ErrNotLeader)
-	}
-	return nil
-}
-
 // CreateMirror defines a mirror after checking its source cluster answers.
 func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) error {
-	if err := m.leaderOnly(); err != nil {
-		return err
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return c.CreateMirror(ctx, req)
 	}
 	if !validName.MatchString(req.Name) {
 		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", ErrInvalid, req.Name)
@@ -101,6 +98,10 @@ func mapStoreErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrExists, err)
 	case errors.Is(err, raftstore.ErrNotLeader):
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	case errors.Is(err, raftstore.ErrStaleGeneration):
+		return fmt.Errorf("%w: %v", ErrStale, err)
+	case errors.Is(err, raftstore.ErrInvalid):
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return err
 }
@@ -108,8 +109,11 @@ func mapStoreErr(err error) error {
 // DeleteMirror removes a mirror; with force, its mirroring topics are
 // stopped first (as remove does).
 func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) error {
-	if err := m.leaderOnly(); err != nil {
-		return err
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return c.DeleteMirror(ctx, name, force)
 	}
 	var active []string
 	found := false
@@ -148,8 +152,11 @@ type plannedTopic struct {
 // topic exists, destination topic does not, offsets resolved); only then is
 // anything created, so a bad request leaves nothing half-done.
 func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
-	if err := m.leaderOnly(); err != nil {
-		return err
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return c.AddTopics(ctx, req)
 	}
 	if len(req.Topics) == 0 {
 		return fmt.Errorf("%w: name at least one --topic", ErrInvalid)
@@ -283,14 +290,14 @@ func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) erro
 
 // finishPending completes a topic left PENDING by a leader that stopped
 // between recording it and creating the destination topic.
-func (m *Member) finishPending(t raftstore.MirrorTopic) {
+func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	m.creatingMu.Lock()
 	busy := m.creating[raftstore.TopicKey(t.Mirror, t.Topic)]
 	m.creatingMu.Unlock()
 	if busy {
 		return
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, adminTimeout)
+	ctx, cancel := context.WithTimeout(lctx, adminTimeout)
 	defer cancel()
 	n, err := m.dest.Partitions(ctx, t.Topic)
 	switch {
@@ -308,55 +315,101 @@ func (m *Member) finishPending(t raftstore.MirrorTopic) {
 	}
 }
 
-// RemoveTopic stops mirroring a topic: no more fetching, in-flight batches
-// produced, final checkpoint, and the last mirrored position of every
-// partition recorded in raft and in the state topic. The destination topic
-// is then the writable copy.
+// removeWait bounds how long remove waits for the owners to record the
+// last mirrored positions.
+const removeWait = 2 * time.Minute
+
+// RemoveTopic stops mirroring a topic: the topic becomes STOPPING in the
+// replicated state, and the owner of each partition (whichever member
+// holds it, or the next one if it crashes) stops fetching, produces what
+// it fetched, and records the last mirrored position in raft and in the
+// state topic. This returns once every partition is STOPPED; the
+// destination topic is then the writable copy. STOPPING survives any
+// crash: the owners carry it on.
 func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
-	if err := m.leaderOnly(); err != nil {
-		return err
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return c.RemoveTopic(ctx, mirror, topic)
 	}
-	var t raftstore.MirrorTopic
-	var mir raftstore.Mirror
+	var state raftstore.TopicState
 	found := false
 	m.store.Read(func(s *raftstore.State) {
 		if p, ok := s.Topic(mirror, topic); ok {
-			t, found = *p, true
-		}
-		if p, ok := s.Mirrors[mirror]; ok {
-			mir = *p
+			state, found = p.State, true
 		}
 	})
 	if !found {
 		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
 	}
-	if t.State == raftstore.StateStopped {
+	if state == raftstore.StateStopped {
 		return nil
 	}
-	if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
-		return mapStoreErr(err)
-	}
-	m.engine.SetSource(mirror, fetch.Source{Bootstrap: mir.Bootstrap})
-	positions := make([]raftstore.Position, len(t.Partitions))
-	for i := range t.Partitions {
-		k := fetch.Key{Mirror: mirror, Topic: topic, Partition: int32(i)}
-		pos, err := m.engine.Stop(ctx, fetch.Spec{Key: k, StartOffset: t.Partitions[i].StartOffset})
-		if err != nil {
-			return fmt.Errorf("stop %s: %w (the topic stays STOPPING; run remove again)", k, err)
-		}
-		positions[i] = raftstore.Position{
-			SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
-			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: mir.SourceClusterID, SourceTopicID: t.SourceTopicID,
-		}
-		if err := m.engine.RecordStopped(ctx, k, positions[i]); err != nil {
-			return fmt.Errorf("record last mirrored position of %s: %w (run remove again)", k, err)
+	if state != raftstore.StateStopping {
+		if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
+			return mapStoreErr(err)
 		}
 	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.RecordStopped{Mirror: mirror, Topic: topic, Positions: positions}))
+	return m.waitStopped(ctx, mirror, topic)
+}
+
+// waitStopped waits until every partition of the topic is STOPPED.
+func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
+	wctx, cancel := context.WithTimeout(ctx, removeWait)
+	defer cancel()
+	changed, stop := m.store.Watch()
+	defer stop()
+	for {
+		left, owners := 0, map[string]bool{}
+		gone := true
+		m.store.Read(func(s *raftstore.State) {
+			t, ok := s.Topic(mirror, topic)
+			if !ok {
+				return
+			}
+			gone = false
+			for _, p := range t.Partitions {
+				if p.State != raftstore.StateStopped {
+					left++
+					owners[p.Owner] = true
+				}
+			}
+		})
+		if gone {
+			return fmt.Errorf("%w: topic %s of mirror %s was deleted while it stopped", ErrNotFound, topic, mirror)
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Second):
+		case <-wctx.Done():
+			return fmt.Errorf("%w: %d partitions of %s are still STOPPING after %s (owners: %s): they stop once their owners have "+
+				"drained them; check kmirror describe --mirror %s and the owners' logs, and run remove again to keep waiting",
+				ErrUnavailable, left, topic, removeWait, strings.Join(sortedKeys(owners), ", "), mirror)
+		}
+	}
+}
+
+func sortedKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		if k == "" {
+			k = "none yet"
+		}
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ListMirrors summarises every mirror.
 func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
+	if err := m.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	var out []MirrorSummary
 	m.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
@@ -395,11 +448,14 @@ func summarise(states []raftstore.TopicState) string {
 }
 
 // Describe shows every partition of the selected topics.
+//
+// Any member answers for every partition of the group: offsets come from
+// the members that run the partitions, asked at the time of the request.
 func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error) {
-	live := map[fetch.Key]fetch.Status{}
-	for _, st := range m.engine.Statuses() {
-		live[st.Key] = st
+	if err := m.caughtUp(ctx); err != nil {
+		return nil, err
 	}
+	live := m.liveStatuses(ctx)
 	var out []PartitionStatus
 	mirrorFound := mirror == ""
 	m.store.Read(func(s *raftstore.State) {
@@ -416,12 +472,12 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 				if t.State == raftstore.StatePending || t.State == raftstore.StateStopping {
 					ps.State = string(t.State)
 				}
-				if st, ok := live[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}]; ok {
-					ps.DestinationOffset = st.Position.DestinationOffset
+				if st, ok := live[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}]; ok && p.State != raftstore.StateStopped {
+					ps.DestinationOffset = st.DestinationOffset
 					if st.SourceEnd >= 0 {
 						ps.SourceOffset, ps.Lag = st.SourceEnd, st.Lag
 					}
-					if st.State == fetch.Starting && ps.State == string(raftstore.StateMirroring) {
+					if st.State == string(fetch.Starting) && ps.State == string(raftstore.StateMirroring) {
 						ps.Reason = "resuming: verifying source and destination from the last checkpoint"
 					}
 					ps.DuplicateRecords = st.DuplicateRecords
@@ -466,8 +522,8 @@ func (m *Member) Ready(ctx context.Context) error {
 	if _, id := m.store.Leader(); id == "" {
 		return errors.New("raft group has no leader")
 	}
-	if applied, committed := m.store.AppliedIndex(), m.store.CommitIndex(); applied < committed {
-		return fmt.Errorf("replicated state not caught up: applied index %d < commit index %d", applied, committed)
+	if err := m.caughtUp(ctx); err != nil {
+		return err
 	}
 	m.readyMu.Lock()
 	defer m.readyMu.Unlock()
@@ -483,10 +539,61 @@ func (m *Member) Ready(ctx context.Context) error {
 	return nil
 }
 
+// caughtUp is nil when this member's replicated state is current enough to
+// answer reads: it is the leader, or it has applied every command the
+// leader had applied when asked (a read index: a restarted follower
+// applies its log only once the leader tells it the commit index, and
+// raft's applied index counts entries handed to the state machine, not
+// applied by it).
+func (m *Member) caughtUp(ctx context.Context) error {
+	if m.store.IsLeader() {
+		return nil
+	}
+	_, id := m.store.Leader()
+	addr := m.memberHTTP(id)
+	if id == "" || addr == "" {
+		return fmt.Errorf("%w: no raft leader is known to this member, so its state may be stale; retry shortly or ask another member", ErrNotLeader)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pr, err := probePeer(cctx, &http.Client{Timeout: 2 * time.Second}, addr)
+	if err != nil {
+		return fmt.Errorf("%w: cannot ask the raft leader %s how far the state goes (%v); retry or ask another member", ErrNotLeader, id, err)
+	}
+	for {
+		var applied uint64
+		m.store.Read(func(s *raftstore.State) { applied = s.Index })
+		if applied >= pr.StateIndex {
+			return nil
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Errorf("%w: this member has applied the replicated state to index %d, the leader to %d; retry shortly", ErrNotLeader, applied, pr.StateIndex)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // Translate maps a source offset of a partition this member mirrors to the
 // destination offset a consumer continues from.
+//
+// Any member answers: the request goes to the member that runs the
+// partition, which holds its translation in memory.
 func (m *Member) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error) {
 	k := fetch.Key{Mirror: mirror, Topic: topic, Partition: partition}
+	owner := ""
+	m.store.Read(func(s *raftstore.State) {
+		if p, ok := s.Partition(partitionKey(k)); ok {
+			owner = p.Owner
+		}
+	})
+	if owner != "" && owner != m.cfg.NodeID && !isForwarded(ctx) {
+		c, err := m.memberClient(owner)
+		if err != nil {
+			return Translation{}, err
+		}
+		return c.Translate(ctx, mirror, topic, partition, sourceOffset)
+	}
 	d, ok := m.engine.Translate(k, sourceOffset)
 	if !ok {
 		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d: the partition is not mirrored by this member, "+

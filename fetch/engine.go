@@ -154,9 +154,12 @@ func (e *Engine) SetSource(mirror string, src Source) {
 	}
 }
 
-// Assign makes the engine mirror exactly the given partitions: new ones
-// start (resume from their checkpoint), missing ones are drained and
-// released in the background.
+// Assign starts the given partitions that the engine does not hold yet
+// (each resumes from its checkpoint, or continues from its handoff) and
+// updates the generation of held ones; a held partition whose producer
+// identity changed resumes under the new one. Partitions not named are
+// left alone: the caller releases (Release, HandOff, Stop) or drops (Drop)
+// them.
 func (e *Engine) Assign(specs []Spec) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -166,6 +169,17 @@ func (e *Engine) Assign(specs []Spec) {
 	}
 	for k, s := range want {
 		p, ok := e.parts[k]
+		if ok && !p.draining && p.spec.Generation != s.Generation && (p.renewing || !sameProducer(p.spec.Producer, s.Producer)) {
+			// A new producer identity (a renewal through raft): resume
+			// under it with a walk.
+			e.log.Info("partition has a new producer identity; resuming", zap.Stringer("partition", k))
+			p.spec, p.renewing = s, false
+			p.spec.Handoff = nil
+			e.dropQueueLocked(p)
+			p.state = Starting
+			e.startLocked(p, 0)
+			continue
+		}
 		if ok {
 			p.spec.Generation = s.Generation
 			continue
@@ -174,15 +188,41 @@ func (e *Engine) Assign(specs []Spec) {
 		e.parts[k] = p
 		e.startLocked(p, 0)
 	}
-	for k, p := range e.parts {
-		if _, ok := want[k]; !ok && !p.draining {
-			go func(k Key) {
-				if _, err := e.Release(e.ctx, k); err != nil {
-					e.log.Warn("release partition", zap.Stringer("partition", k), zap.Error(err))
-				}
-			}(k)
-		}
+}
+
+// Held lists the partitions the engine holds.
+func (e *Engine) Held() []Key {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Key, 0, len(e.parts))
+	for k := range e.parts {
+		out = append(out, k)
 	}
+	return out
+}
+
+// Drop stops a partition at once, without draining its queue or writing a
+// checkpoint: its lease moved to another member, which resumes from the
+// last checkpoint with a walk. It returns once no produce of the partition
+// is in flight.
+func (e *Engine) Drop(ctx context.Context, k Key) error {
+	e.mu.Lock()
+	p, ok := e.parts[k]
+	if !ok {
+		e.mu.Unlock()
+		return nil
+	}
+	p.gen++
+	e.dropQueueLocked(p)
+	p.state, p.draining = Stopped, true
+	e.mu.Unlock()
+	err := e.waitIdle(ctx, p, -1)
+	e.mu.Lock()
+	if e.parts[k] == p {
+		delete(e.parts, k)
+	}
+	e.mu.Unlock()
+	return err
 }
 
 // startLocked launches the resume of p after delay. Called with e.mu held.
@@ -235,6 +275,22 @@ func (e *Engine) failLocked(p *partition, err error) {
 	e.log.Warn("partition failed; retrying", zap.Stringer("partition", p.key()),
 		zap.Duration("backoff", backoff), zap.Error(err))
 	e.startLocked(p, backoff)
+}
+
+func sameProducer(a, b *ProducerID) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
+// handBackLocked stops p after the destination refused its producer
+// identity and asks the control plane to renew it; Assign restarts p once
+// the new generation arrives.
+func (e *Engine) handBackLocked(p *partition, reason string) {
+	e.setStateLocked(p, Failed, reason+"; waiting for the raft leader to renew the producer epoch")
+	e.dropQueueLocked(p)
+	p.gen++ // no restart before the renewal
+	p.renewing = true
+	k, gen := p.key(), p.spec.Generation
+	go e.ctl.RenewProducer(k, gen, reason)
 }
 
 // divergeLocked stops p for good: it needs an operator.
@@ -312,6 +368,31 @@ func closeOnce(p *partition) {
 func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 	pos, _, err := e.release(ctx, k)
 	return pos, err
+}
+
+// HandOff releases a partition for a graceful handoff and returns its
+// exact position, from which the next owner continues without a walk.
+// It returns nil when the drain was not clean (the partition was not
+// mirroring): the next owner then resumes with the verified walk.
+func (e *Engine) HandOff(ctx context.Context, k Key) (*Handoff, error) {
+	e.mu.Lock()
+	p, ok := e.parts[k]
+	var id ProducerID
+	if ok {
+		id = p.producer
+	}
+	e.mu.Unlock()
+	if !ok {
+		return nil, nil // nothing runs here: the next owner walks
+	}
+	pos, settled, err := e.release(ctx, k)
+	if err != nil || settled {
+		return nil, err
+	}
+	e.mu.Lock()
+	seq := p.nextSeq
+	e.mu.Unlock()
+	return &Handoff{Position: pos, Sequence: seq, Producer: id}, nil
 }
 
 // Stop ends the mirroring of a partition for good (remove, failover) and

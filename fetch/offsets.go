@@ -225,7 +225,7 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 			return err
 		}
 	}
-	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
+	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, time.Time{}, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
 	if err == nil && (len(res) != 1 || res[0].Err != 0) {
 		if len(res) == 1 {
 			err = &kwire.Error{Code: res[0].Err, Topic: topic, Op: "write checkpoints"}

@@ -38,7 +38,10 @@ type partition struct {
 	// own holds every producer identity this partition was written with
 	// since its checkpoint (the current one, one replaced by a renewal)
 	// and its next sequence, to tell late copies from foreign writes.
-	own      ownSeqs
+	own ownSeqs
+	// renewing: the destination refused the producer identity and the
+	// control plane is asked for a new epoch; nothing runs until it comes.
+	renewing bool
 	retryAt  time.Time
 	failures int
 

@@ -48,6 +48,13 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		return fmt.Errorf("read checkpoints: %w", err)
 	}
 	cp, hasCP, entries := e.store.load(k)
+	if h := spec.Handoff; h != nil {
+		if hasCP && cp.Src == h.Position.SourceOffset && cp.Dst == h.Position.DestinationOffset && cp.PID == h.Producer.ID && cp.Epoch == h.Producer.Epoch {
+			return e.startHandoff(p, gen, *h, entries)
+		}
+		e.log.Warn("handoff position is not the last checkpoint; resuming with a walk", zap.Stringer("partition", k),
+			zap.Int64("handoff_source_offset", h.Position.SourceOffset), zap.Int64("checkpoint_source_offset", cp.Src))
+	}
 	var pid ProducerID
 	if spec.Producer != nil {
 		pid = *spec.Producer
@@ -59,6 +66,12 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		if err := e.ctl.SaveProducer(ctx, k, spec.Generation, pid); err != nil {
 			return fmt.Errorf("save producer identity of %s: %w", k, err)
 		}
+		// Allocated once: a failed walk below must not allocate again.
+		e.mu.Lock()
+		if p.gen == gen {
+			p.spec.Producer = &pid
+		}
+		e.mu.Unlock()
 	}
 	start := Entry{Src: spec.StartOffset}
 	// Every identity the partition wrote with since the checkpoint is
@@ -110,6 +123,42 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	e.log.Info("partition resumed", zap.Stringer("partition", k), zap.Int64("source_offset", w.end.Src),
 		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
 		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))
+	kick(e.kickRt)
+	return nil
+}
+
+// startHandoff continues a partition exactly where its previous owner
+// drained it (design.md section 3, graceful handoff): same producer
+// identity, next sequence, position and translation, no walk. The previous
+// owner acknowledged every batch it sent and wrote this checkpoint before
+// it released the partition through raft, so nothing of its can land later.
+func (e *Engine) startHandoff(p *partition, gen int, h Handoff, entries []Entry) error {
+	start := Entry{Src: h.Position.SourceOffset, Dst: h.Position.DestinationOffset}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.gen != gen || p.draining {
+		if p.draining && p.released != nil {
+			closeOnce(p)
+		}
+		return nil
+	}
+	pid := h.Producer
+	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
+	p.nextSeq = h.Sequence
+	p.own = ownSeqs{pid: h.Sequence}
+	p.confirming = false
+	p.pos = h.Position
+	p.xl = Translation{}
+	p.xl.Restore(entries, start)
+	p.xl.Advance(start.Src, start.Dst)
+	p.unsaved, p.dirty = nil, false
+	p.fetchOffset = start.Src
+	p.fetchBytes = e.cfg.PartitionBytes
+	p.srcLeader, p.dstLeader = -1, -1
+	p.failures = 0
+	e.setStateLocked(p, Mirroring, "")
+	e.log.Info("partition taken over by handoff", zap.Stringer("partition", p.key()), zap.Int64("source_offset", start.Src),
+		zap.Int64("destination_offset", start.Dst), zap.Int64("producer_id", pid.ID), zap.Int32("sequence", h.Sequence))
 	kick(e.kickRt)
 	return nil
 }

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,7 +33,7 @@ func (e *Engine) produceLoop(w *worker) {
 	}()
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
-		batch, wait, current := e.collectProduce(w)
+		batch, writeBy, wait, current := e.collectProduce(w)
 		if !current {
 			return // replaced: the broker moved to another address
 		}
@@ -58,8 +59,11 @@ func (e *Engine) produceLoop(w *worker) {
 		var res []kwire.ProduceResult
 		if sent {
 			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
-			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, parts)
+			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, writeBy, parts)
 			cancel()
+			// A request the broker never wholly received (the lease ran out
+			// while writing it, or the connection broke) was not appended.
+			sent = !errors.Is(err, kwire.ErrNotSent)
 		}
 		if err != nil {
 			if conn != nil {
@@ -89,16 +93,20 @@ func (e *Engine) produceLoop(w *worker) {
 
 // collectProduce takes the head batch of every ready partition led by
 // broker, assigning sequence numbers the first time a batch is sent. wait
-// is how long to sleep when nothing is ready.
-func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, current bool) {
+// is how long to sleep when nothing is ready. writeBy is the end of this
+// member's lease: nothing is collected after it, and the request must be
+// written before it (self-fencing, design.md section 3).
+func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wait time.Duration, current bool) {
+	writeBy = e.ctl.WriteDeadline()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.senders[w.broker] != w {
-		return nil, 0, false
+		return nil, writeBy, 0, false
 	}
 	broker := w.broker
 	wait = time.Second
 	now := time.Now()
+	fenced := !now.Before(writeBy)
 	size := 0
 	for _, p := range e.parts {
 		if p.dstLeader != broker || !p.active() || p.inflight || p.confirming {
@@ -118,6 +126,11 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, cu
 			wait = min(wait, p.retryAt.Sub(now))
 			continue
 		}
+		if fenced {
+			p.produceErr = "lease: this member has not heard from the raft leader in time; it writes nothing until it does (the leader moves its partitions after lease_ttl)"
+			wait = min(wait, 100*time.Millisecond)
+			continue
+		}
 		it := p.queue[0]
 		if size > 0 && size+len(it.batch) > maxProduceBytes {
 			wait = 0
@@ -132,7 +145,7 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, wait time.Duration, cu
 		size += len(it.batch)
 		batch = append(batch, sent{p, it})
 	}
-	return batch, wait, true
+	return batch, writeBy, wait, true
 }
 
 // unsend returns batches that were not sent (the connection could not be
@@ -224,8 +237,10 @@ const (
 	resendRerouted
 	// confirmFirst: the batch may be in the log; confirm before resending.
 	confirmFirst
-	// renewIdentity: the broker refuses the producer's sequence; resume
-	// with a new producer identity (the walk verifies the destination).
+	// renewIdentity: the broker refuses the producer's identity or
+	// sequence; the partition stops and the control plane bumps its epoch
+	// through raft (never the engine on its own: in a group a local renewal
+	// would let a late batch of the old identity land as a duplicate).
 	renewIdentity
 	// failPartition: the batch can never be accepted as it is.
 	failPartition
@@ -247,7 +262,7 @@ var beforeAppend = map[int16]bool{
 func classifyProduceError(code int16) produceAction {
 	action := kwire.Classify(code)
 	switch {
-	case code == kwire.CodeOutOfOrderSequence || code == kwire.CodeUnknownProducerID:
+	case code == kwire.CodeOutOfOrderSequence || code == kwire.CodeUnknownProducerID || code == kwire.CodeInvalidProducerEpoch:
 		return renewIdentity
 	case beforeAppend[code] && action == kwire.RefreshMetadata:
 		return resendRerouted
@@ -269,12 +284,12 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 	}
 	switch classifyProduceError(r.Err) {
 	case renewIdentity:
-		// The broker lost our producer state (the producer ID expired after
-		// an idle period, or its batches were deleted by retention).
-		e.log.Warn("destination lost producer state; renewing the producer identity",
+		// The broker lost our producer state (expiry, retention), a late
+		// copy reset it, or another owner fenced this epoch: stop and let
+		// the control plane renew it; the walk after that verifies.
+		e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
 			zap.Stringer("partition", p.key()), zap.String("error", msg))
-		p.spec.Producer = nil
-		e.failLocked(p, fmt.Errorf("%s; renewing the producer identity", msg))
+		e.handBackLocked(p, msg)
 	case resendRerouted:
 		p.dstLeader = -1
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)

@@ -29,7 +29,7 @@ func TestClassifyProduceError(t *testing.T) {
 		{"message too large", kwire.CodeMessageTooLarge, failPartition},
 		{"corrupt message", kwire.CodeCorruptMessage, failPartition},
 		{"invalid timestamp", kwire.CodeInvalidTimestamp, failPartition},
-		{"fenced producer epoch", kwire.CodeInvalidProducerEpoch, failPartition},
+		{"fenced epoch: the identity was renewed through raft; hand back", kwire.CodeInvalidProducerEpoch, renewIdentity},
 		{"an error code nobody planned for", 9999, failPartition},
 	}
 	for _, c := range cases {

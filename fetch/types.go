@@ -40,6 +40,19 @@ type Spec struct {
 	Producer   *ProducerID // nil: allocate one
 	// StartOffset is where mirroring starts when no checkpoint exists.
 	StartOffset int64
+	// Handoff is the exact position the previous owner released the
+	// partition at after draining it (a graceful handoff): the engine
+	// continues there without a walk. nil: resume with the verified walk.
+	Handoff *Handoff
+}
+
+// Handoff is a partition's exact position after a clean drain: every
+// fetched batch produced and acknowledged, the checkpoint written.
+type Handoff struct {
+	Position Position
+	// Sequence is the next sequence number of Producer.
+	Sequence int32
+	Producer ProducerID
 }
 
 // Source is how to reach a mirror's source cluster.
@@ -68,6 +81,15 @@ type Control interface {
 	SaveProducer(ctx context.Context, key Key, generation uint64, id ProducerID) error
 	// Report tells the control plane about a state change with its reason.
 	Report(key Key, state State, reason string)
+	// RenewProducer asks the control plane for a new producer epoch after
+	// the destination refused the partition's identity (out-of-order
+	// sequence, unknown producer, fenced epoch). The partition waits,
+	// FAILED, until Assign hands it a new generation.
+	RenewProducer(key Key, generation uint64, reason string)
+	// WriteDeadline is when this member's lease ends: it sends no produce
+	// request after it, and a request must be wholly written before it
+	// (design.md section 3, self-fencing).
+	WriteDeadline() time.Time
 }
 
 // Position is where a partition's mirroring stands.

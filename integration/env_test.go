@@ -48,7 +48,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(tmp)
+	if os.Getenv("KMIRROR_KEEP_TEST_DIR") == "" {
+		defer os.RemoveAll(tmp)
+	} else {
+		fmt.Fprintln(os.Stderr, "keeping member logs and data in", tmp)
+	}
 	env.tmp = tmp
 	env.bin = filepath.Join(tmp, "kmirror")
 	build := exec.Command("go", "build", "-o", env.bin, "github.com/kmirror/kmirror/cmd/kmirror")
@@ -106,6 +110,12 @@ type memberOpts struct {
 	extra       string // appended top-level YAML
 	destination string // bootstrap servers; default the shared destination
 	destExtra   string // appended to the destination block, indented
+	// httpAddr and raftAddr are chosen by the caller (a group lists them
+	// in every member's peers); empty: a free port each.
+	httpAddr, raftAddr string
+	// noWait starts the process without waiting for /readyz (members of a
+	// new group are ready only once a quorum is up).
+	noWait bool
 }
 
 // startMember starts a daemon for one test.
@@ -122,7 +132,13 @@ func newMember(t testing.TB, name string, o memberOpts) *member {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	httpAddr := freeAddr(t)
+	httpAddr, raftAddr := o.httpAddr, o.raftAddr
+	if httpAddr == "" {
+		httpAddr = freeAddr(t)
+	}
+	if raftAddr == "" {
+		raftAddr = freeAddr(t)
+	}
 	if o.destination == "" {
 		o.destination = env.dst.Bootstrap()
 	}
@@ -130,12 +146,11 @@ func newMember(t testing.TB, name string, o memberOpts) *member {
 data_dir: %s
 http_listen: %s
 raft_listen: %s
-bootstrap: true
 checkpoint_interval: 200ms
 log_level: info
 %sdestination:
   bootstrap_servers: [%s]
-%s`, name, filepath.Join(dir, "data"), httpAddr, freeAddr(t), o.extra, o.destination, o.destExtra)
+%s`, name, filepath.Join(dir, "data"), httpAddr, raftAddr, o.extra, o.destination, o.destExtra)
 	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
 		url: "http://" + httpAddr}
 	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
@@ -145,11 +160,23 @@ log_level: info
 	if m.client, err = daemon.NewClient(m.url, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	m.start()
+	if o.noWait {
+		m.spawn()
+	} else {
+		m.start()
+	}
 	return m
 }
 
+// start starts the daemon and waits until it is ready.
 func (m *member) start() {
+	m.t.Helper()
+	m.spawn()
+	m.waitReady()
+}
+
+// spawn starts the daemon process.
+func (m *member) spawn() {
 	m.t.Helper()
 	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -163,6 +190,11 @@ func (m *member) start() {
 	}
 	m.done = make(chan error, 1)
 	go func() { m.done <- m.cmd.Wait(); logf.Close() }()
+}
+
+// waitReady waits until /readyz answers 200.
+func (m *member) waitReady() {
+	m.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get(m.url + "/readyz")

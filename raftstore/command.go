@@ -16,12 +16,21 @@ const (
 	TypeAddTopic          CommandType = 3
 	TypeSetTopicState     CommandType = 4
 	TypeSetPartitionState CommandType = 5
-	TypeAssign            CommandType = 6
-	TypeSetProducer       CommandType = 7
-	TypeRecordStopped     CommandType = 8
-	TypeUpsertMember      CommandType = 9
-	TypeRemoveMember      CommandType = 10
-	TypeRemoveTopic       CommandType = 11
+	// TypeAssign is the single, unconditional assignment of the first
+	// single-member builds; kept so their logs replay. New code uses
+	// TypeAssignPartitions.
+	TypeAssign           CommandType = 6
+	TypeSetProducer      CommandType = 7
+	TypeRecordStopped    CommandType = 8
+	TypeUpsertMember     CommandType = 9
+	TypeRemoveMember     CommandType = 10
+	TypeRemoveTopic      CommandType = 11
+	TypeAssignPartitions CommandType = 12
+	TypeReleasePartition CommandType = 13
+	TypeRequestMove      CommandType = 14
+	TypePartitionStopped CommandType = 15
+	TypeSetDraining      CommandType = 16
+	TypeRenewProducer    CommandType = 17
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -34,35 +43,15 @@ const IgnorableFlag CommandType = 0x80
 func (t CommandType) Ignorable() bool { return t&IgnorableFlag != 0 }
 
 func (t CommandType) String() string {
-	switch t {
-	case TypeCreateMirror:
-		return "CreateMirror"
-	case TypeDeleteMirror:
-		return "DeleteMirror"
-	case TypeAddTopic:
-		return "AddTopic"
-	case TypeSetTopicState:
-		return "SetTopicState"
-	case TypeSetPartitionState:
-		return "SetPartitionState"
-	case TypeAssign:
-		return "Assign"
-	case TypeSetProducer:
-		return "SetProducer"
-	case TypeRecordStopped:
-		return "RecordStopped"
-	case TypeUpsertMember:
-		return "UpsertMember"
-	case TypeRemoveMember:
-		return "RemoveMember"
-	case TypeRemoveTopic:
-		return "RemoveTopic"
+	if c, ok := commands[t]; ok {
+		return c.name
 	}
 	return fmt.Sprintf("CommandType(%d)", uint8(t))
 }
 
 // payloadVersion is the second byte of every entry. Bump it when a payload
-// changes meaning, and keep decoding the old versions.
+// changes meaning, and keep decoding the old versions. Adding an optional
+// field whose zero value keeps the old meaning is not a change of meaning.
 const payloadVersion byte = 1
 
 var (
@@ -77,6 +66,62 @@ var (
 // Command is one change to the replicated state.
 type Command interface {
 	Type() CommandType
+}
+
+// commandEntry is one row of the command table: how to decode a type and
+// how to apply it at a raft index.
+type commandEntry struct {
+	name   string
+	decode func(version byte, payload []byte) (Command, error)
+	apply  func(s *State, cmd Command, index uint64) error
+}
+
+// commands is the one table of command types (Consul's registerCommand
+// shape): Decode, Apply and String all read it.
+var commands = map[CommandType]commandEntry{}
+
+// register adds command type T to the table. A duplicate type is a bug in
+// this package and panics at start-up.
+func register[T Command](name string, apply func(s *State, c T, index uint64) error) {
+	var zero T
+	t := zero.Type()
+	if _, dup := commands[t]; dup {
+		panic(fmt.Sprintf("raftstore: command type %d registered twice", t))
+	}
+	commands[t] = commandEntry{
+		name: name,
+		decode: func(version byte, payload []byte) (Command, error) {
+			if version != payloadVersion {
+				return nil, fmt.Errorf("%w: %s version %d, this build reads version %d", ErrUnknownVersion, name, version, payloadVersion)
+			}
+			var cmd T
+			if err := json.Unmarshal(payload, &cmd); err != nil {
+				return nil, fmt.Errorf("decode %s: %w", name, err)
+			}
+			return cmd, nil
+		},
+		apply: func(s *State, cmd Command, index uint64) error { return apply(s, cmd.(T), index) },
+	}
+}
+
+func init() {
+	register("CreateMirror", (*State).applyCreateMirror)
+	register("DeleteMirror", (*State).applyDeleteMirror)
+	register("AddTopic", (*State).applyAddTopic)
+	register("SetTopicState", (*State).applySetTopicState)
+	register("SetPartitionState", (*State).applySetPartitionState)
+	register("Assign", (*State).applyAssign)
+	register("SetProducer", (*State).applySetProducer)
+	register("RecordStopped", (*State).applyRecordStopped)
+	register("UpsertMember", (*State).applyUpsertMember)
+	register("RemoveMember", (*State).applyRemoveMember)
+	register("RemoveTopic", (*State).applyRemoveTopic)
+	register("AssignPartitions", (*State).applyAssignPartitions)
+	register("ReleasePartition", (*State).applyReleasePartition)
+	register("RequestMove", (*State).applyRequestMove)
+	register("PartitionStopped", (*State).applyPartitionStopped)
+	register("SetDraining", (*State).applySetDraining)
+	register("RenewProducer", (*State).applyRenewProducer)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -96,8 +141,10 @@ type AddTopic struct {
 }
 
 // SetTopicState sets the state of a topic and of each of its partitions
-// that is not DIVERGED. FAILED and DIVERGED set the topic only: they
-// describe the topic as a whole and must not erase per-partition detail.
+// that is not DIVERGED or STOPPED. FAILED and DIVERGED set the topic only:
+// they describe the topic as a whole and must not erase per-partition
+// detail. STOPPING marks a remove in progress: every owner drains its
+// partitions and records them stopped (PartitionStopped).
 type SetTopicState struct {
 	Mirror string     `json:"mirror"`
 	Topic  string     `json:"topic"`
@@ -107,27 +154,103 @@ type SetTopicState struct {
 	DestTopicID string `json:"dest_topic_id,omitempty"`
 }
 
-// SetPartitionState sets the state of one partition.
+// Lease names the writer of a partition-scoped command: the member that
+// owns the partition and the generation it was assigned in. A command
+// whose lease is not the partition's current one fails with
+// ErrStaleGeneration, so a member that lost the partition cannot change it.
+type Lease struct {
+	Owner      string `json:"owner,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+}
+
+// SetPartitionState sets the state of one partition. With a Lease (a
+// member's report) it applies only while that lease is current; without
+// one it is the control plane's own decision.
 type SetPartitionState struct {
 	Key    PartitionKey `json:"key"`
 	State  TopicState   `json:"state"`
 	Reason string       `json:"reason,omitempty"`
+	Lease
 }
 
-// Assign gives a partition to Owner ("" releases it) and starts a new
-// generation, so the previous owner's writes become stale.
+// Assign gives a partition to Owner ("" releases it) unconditionally.
+// Only replayed from old logs; see AssignPartitions.
 type Assign struct {
 	Key   PartitionKey `json:"key"`
 	Owner string       `json:"owner"`
 }
 
+// Assignment moves one partition from the lease the leader saw (From) to
+// Owner ("" releases it).
+type Assignment struct {
+	Key   PartitionKey `json:"key"`
+	Owner string       `json:"owner"`
+	// From is the generation the leader decided on; a partition whose
+	// generation moved since is left alone (the leader decides again).
+	From uint64 `json:"from"`
+	// Takeover says the previous owner did not hand the partition off (a
+	// crash or an unreachable member): its handoff checkpoint, if any, no
+	// longer holds, and the new owner resumes with the verified walk. The
+	// producer identity is kept on purpose (fetch/DESIGN.md, fencing): a
+	// late batch of the old owner is then byte-identical to the new
+	// owner's and the broker de-duplicates it.
+	Takeover bool `json:"takeover,omitempty"`
+}
+
+// AssignPartitions applies many assignments in one log entry. Each moved
+// partition gets the entry's raft index as its generation, which never
+// repeats, even across remove and re-add of a topic.
+type AssignPartitions struct {
+	Assignments []Assignment `json:"assignments"`
+}
+
 // SetProducer records the producer identity of a partition. Generation is
 // the writer's assignment generation; a stale one fails with
-// ErrStaleGeneration.
+// ErrStaleGeneration. Owner, when set, must be the current owner.
 type SetProducer struct {
 	Key        PartitionKey     `json:"key"`
 	Producer   ProducerIdentity `json:"producer"`
 	Generation uint64           `json:"generation"`
+	Owner      string           `json:"owner,omitempty"`
+}
+
+// RenewProducer is asked by a partition's owner whose producer identity
+// the destination refused (out-of-order sequence, unknown producer, a
+// fenced epoch): the epoch is bumped and the partition gets a new
+// generation, so the owner resumes with a walk under the new epoch.
+type RenewProducer struct {
+	Key PartitionKey `json:"key"`
+	Lease
+	Reason string `json:"reason,omitempty"`
+}
+
+// ReleasePartition is sent by an owner that drained a partition for a
+// graceful handoff: Checkpoint is its exact final position, from which the
+// next owner starts without a walk. The partition goes to the member it was
+// being moved to (RequestMove), or is left unowned.
+type ReleasePartition struct {
+	Key PartitionKey `json:"key"`
+	Lease
+	// Checkpoint is nil when the drain was not clean: the next owner
+	// then walks (the releasing owner has stopped writing, so nothing is
+	// fenced).
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+}
+
+// RequestMove asks the owner of a partition to hand it to another member:
+// the owner drains it and sends ReleasePartition. To "" cancels the move.
+type RequestMove struct {
+	Key        PartitionKey `json:"key"`
+	Generation uint64       `json:"generation"`
+	To         string       `json:"to"`
+}
+
+// PartitionStopped records the last mirrored position of one partition of
+// a STOPPING topic; once every partition is stopped the topic is STOPPED.
+type PartitionStopped struct {
+	Key PartitionKey `json:"key"`
+	Lease
+	Position Position `json:"position"`
 }
 
 // RecordStopped records the final positions of a topic that stopped
@@ -149,6 +272,13 @@ type RemoveMember struct {
 	ID string `json:"id"`
 }
 
+// SetDraining marks a member as draining (its partitions move away by
+// handoff and it gets no new ones) or clears the mark.
+type SetDraining struct {
+	ID       string `json:"id"`
+	Draining bool   `json:"draining"`
+}
+
 // RemoveTopic removes a mirror topic.
 type RemoveTopic struct {
 	Mirror string `json:"mirror"`
@@ -166,6 +296,12 @@ func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }
 func (RemoveMember) Type() CommandType      { return TypeRemoveMember }
 func (RemoveTopic) Type() CommandType       { return TypeRemoveTopic }
+func (AssignPartitions) Type() CommandType  { return TypeAssignPartitions }
+func (ReleasePartition) Type() CommandType  { return TypeReleasePartition }
+func (RequestMove) Type() CommandType       { return TypeRequestMove }
+func (PartitionStopped) Type() CommandType  { return TypePartitionStopped }
+func (SetDraining) Type() CommandType       { return TypeSetDraining }
+func (RenewProducer) Type() CommandType     { return TypeRenewProducer }
 
 // Encode returns the raft log bytes of cmd: type byte, payload version
 // byte, JSON payload.
@@ -190,40 +326,9 @@ func Decode(b []byte) (Command, error) {
 		return nil, fmt.Errorf("decode command: %d bytes is shorter than the 2-byte header", len(b))
 	}
 	t, v, payload := CommandType(b[0]), b[1], b[2:]
-	switch t {
-	case TypeCreateMirror:
-		return decodeAs[CreateMirror](t, v, payload)
-	case TypeDeleteMirror:
-		return decodeAs[DeleteMirror](t, v, payload)
-	case TypeAddTopic:
-		return decodeAs[AddTopic](t, v, payload)
-	case TypeSetTopicState:
-		return decodeAs[SetTopicState](t, v, payload)
-	case TypeSetPartitionState:
-		return decodeAs[SetPartitionState](t, v, payload)
-	case TypeAssign:
-		return decodeAs[Assign](t, v, payload)
-	case TypeSetProducer:
-		return decodeAs[SetProducer](t, v, payload)
-	case TypeRecordStopped:
-		return decodeAs[RecordStopped](t, v, payload)
-	case TypeUpsertMember:
-		return decodeAs[UpsertMember](t, v, payload)
-	case TypeRemoveMember:
-		return decodeAs[RemoveMember](t, v, payload)
-	case TypeRemoveTopic:
-		return decodeAs[RemoveTopic](t, v, payload)
+	c, ok := commands[t]
+	if !ok {
+		return nil, fmt.Errorf("%w %d (ignorable: %t)", ErrUnknownCommand, uint8(t), t.Ignorable())
 	}
-	return nil, fmt.Errorf("%w %d (ignorable: %t)", ErrUnknownCommand, uint8(t), t.Ignorable())
-}
-
-func decodeAs[T Command](t CommandType, version byte, payload []byte) (Command, error) {
-	if version != payloadVersion {
-		return nil, fmt.Errorf("%w: %s version %d, this build reads version %d", ErrUnknownVersion, t, version, payloadVersion)
-	}
-	var cmd T
-	if err := json.Unmarshal(payload, &cmd); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", t, err)
-	}
-	return cmd, nil
+	return c.decode(v, payload)
 }

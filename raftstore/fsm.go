@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 
@@ -86,7 +87,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	var resp error
 	f.mu.Lock()
 	if cmd != nil {
-		resp = f.state.apply(cmd)
+		resp = commands[cmd.Type()].apply(f.state, cmd, l.Index)
 	}
 	f.state.Index = l.Index
 	f.mu.Unlock()
@@ -116,36 +117,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func (s *State) apply(cmd Command) error {
-	switch c := cmd.(type) {
-	case CreateMirror:
-		return s.applyCreateMirror(c)
-	case DeleteMirror:
-		return s.applyDeleteMirror(c)
-	case AddTopic:
-		return s.applyAddTopic(c)
-	case SetTopicState:
-		return s.applySetTopicState(c)
-	case SetPartitionState:
-		return s.applySetPartitionState(c)
-	case Assign:
-		return s.applyAssign(c)
-	case SetProducer:
-		return s.applySetProducer(c)
-	case RecordStopped:
-		return s.applyRecordStopped(c)
-	case UpsertMember:
-		return s.applyUpsertMember(c)
-	case RemoveMember:
-		return s.applyRemoveMember(c)
-	case RemoveTopic:
-		return s.applyRemoveTopic(c)
-	}
-	// Decode returned a type this switch lacks: a bug in this file.
-	panic(fmt.Sprintf("raftstore: no apply method for %s", cmd.Type()))
-}
-
-func (s *State) applyCreateMirror(c CreateMirror) error {
+func (s *State) applyCreateMirror(c CreateMirror, index uint64) error {
 	name := c.Mirror.Name
 	if name == "" || strings.Contains(name, "/") {
 		return fmt.Errorf("%w: mirror name %q must be non-empty and contain no '/'", ErrInvalid, name)
@@ -157,7 +129,7 @@ func (s *State) applyCreateMirror(c CreateMirror) error {
 	return nil
 }
 
-func (s *State) applyDeleteMirror(c DeleteMirror) error {
+func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
 	if _, ok := s.Mirrors[c.Name]; !ok {
 		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
 	}
@@ -170,7 +142,7 @@ func (s *State) applyDeleteMirror(c DeleteMirror) error {
 	return nil
 }
 
-func (s *State) applyAddTopic(c AddTopic) error {
+func (s *State) applyAddTopic(c AddTopic, index uint64) error {
 	t := c.Topic
 	if t.Topic == "" {
 		return fmt.Errorf("%w: topic name is empty (mirror %q)", ErrInvalid, t.Mirror)
@@ -188,7 +160,7 @@ func (s *State) applyAddTopic(c AddTopic) error {
 	return nil
 }
 
-func (s *State) applySetTopicState(c SetTopicState) error {
+func (s *State) applySetTopicState(c SetTopicState, _ uint64) error {
 	if !knownState(c.State) {
 		return fmt.Errorf("%w: unknown topic state %q", ErrInvalid, c.State)
 	}
@@ -205,14 +177,17 @@ func (s *State) applySetTopicState(c SetTopicState) error {
 	}
 	for i := range t.Partitions {
 		p := &t.Partitions[i]
-		if p.State != StateDiverged {
+		switch {
+		case p.State == StateStopped:
+		case p.State == StateDiverged && c.State != StateStopping:
+		default:
 			p.State, p.Reason = c.State, c.Reason
 		}
 	}
 	return nil
 }
 
-func (s *State) applySetPartitionState(c SetPartitionState) error {
+func (s *State) applySetPartitionState(c SetPartitionState, _ uint64) error {
 	if !knownState(c.State) {
 		return fmt.Errorf("%w: unknown partition state %q", ErrInvalid, c.State)
 	}
@@ -220,33 +195,141 @@ func (s *State) applySetPartitionState(c SetPartitionState) error {
 	if err != nil {
 		return err
 	}
+	if c.Owner != "" {
+		if err := checkLease(c.Key, p, c.Lease); err != nil {
+			return err
+		}
+		if p.State == StateStopping || p.State == StateStopped {
+			return fmt.Errorf("%w: partition %s is %s; its owner records it stopped instead", ErrInvalid, c.Key, p.State)
+		}
+	}
 	p.State, p.Reason = c.State, c.Reason
 	return nil
 }
 
-func (s *State) applyAssign(c Assign) error {
+func (s *State) applyAssign(c Assign, index uint64) error {
 	p, err := s.partition(c.Key)
 	if err != nil {
 		return err
 	}
-	p.Owner = c.Owner
-	p.Generation++
+	p.Owner, p.Generation, p.MoveTo, p.Handoff = c.Owner, index, "", nil
 	return nil
 }
 
-func (s *State) applySetProducer(c SetProducer) error {
+// applyAssignPartitions moves every partition whose generation is still the
+// one the leader decided on; the others are left for the leader's next
+// round. A takeover drops the handoff checkpoint; the producer identity
+// stays (fetch/DESIGN.md, fencing).
+func (s *State) applyAssignPartitions(c AssignPartitions, index uint64) error {
+	for _, a := range c.Assignments {
+		p, ok := s.Partition(a.Key)
+		if !ok || p.Generation != a.From || p.State == StateStopped {
+			continue
+		}
+		if a.Takeover {
+			p.Handoff = nil
+		}
+		p.Owner, p.Generation, p.MoveTo = a.Owner, index, ""
+	}
+	return nil
+}
+
+func (s *State) applySetProducer(c SetProducer, _ uint64) error {
 	p, err := s.partition(c.Key)
 	if err != nil {
 		return err
 	}
-	if c.Generation != p.Generation {
-		return fmt.Errorf("%w: partition %s is in generation %d, writer has %d", ErrStaleGeneration, c.Key, p.Generation, c.Generation)
+	if c.Generation != p.Generation || (c.Owner != "" && c.Owner != p.Owner) {
+		return fmt.Errorf("%w: partition %s is leased to %q in generation %d, writer %q has %d", ErrStaleGeneration, c.Key, p.Owner, p.Generation, c.Owner, c.Generation)
 	}
 	p.Producer = c.Producer
 	return nil
 }
 
-func (s *State) applyRecordStopped(c RecordStopped) error {
+func (s *State) applyRenewProducer(c RenewProducer, index uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if err := checkLease(c.Key, p, c.Lease); err != nil {
+		return err
+	}
+	p.Producer = p.Producer.bumped()
+	p.Generation, p.Handoff = index, nil
+	return nil
+}
+
+func (s *State) applyReleasePartition(c ReleasePartition, index uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if err := checkLease(c.Key, p, c.Lease); err != nil {
+		return err
+	}
+	p.Handoff = nil
+	if c.Checkpoint != nil {
+		cp := *c.Checkpoint
+		p.Handoff, p.Producer = &cp, cp.Producer
+	}
+	p.Owner = ""
+	if m, ok := s.Members[p.MoveTo]; ok && !m.Draining {
+		p.Owner = p.MoveTo
+	}
+	p.Generation, p.MoveTo = index, ""
+	return nil
+}
+
+func (s *State) applyRequestMove(c RequestMove, _ uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if c.Generation != p.Generation {
+		return fmt.Errorf("%w: partition %s is in generation %d, the move was decided in %d", ErrStaleGeneration, c.Key, p.Generation, c.Generation)
+	}
+	if _, ok := s.Members[c.To]; c.To != "" && !ok {
+		return fmt.Errorf("%w: member %q", ErrNotFound, c.To)
+	}
+	p.MoveTo = c.To
+	return nil
+}
+
+func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if err := checkLease(c.Key, p, c.Lease); err != nil {
+		return err
+	}
+	t, _ := s.Topic(c.Key.Mirror, c.Key.Topic)
+	if t.State != StateStopping {
+		return fmt.Errorf("%w: topic %q is %s, not STOPPING", ErrInvalid, TopicKey(t.Mirror, t.Topic), t.State)
+	}
+	pos := c.Position
+	p.LastMirrored = &pos
+	p.State, p.Reason = StateStopped, ""
+	p.Owner, p.Generation, p.MoveTo, p.Handoff = "", index, "", nil
+	for _, q := range t.Partitions {
+		if q.State != StateStopped {
+			return nil
+		}
+	}
+	t.State, t.Reason = StateStopped, ""
+	return nil
+}
+
+func (s *State) applySetDraining(c SetDraining, _ uint64) error {
+	m, ok := s.Members[c.ID]
+	if !ok {
+		return fmt.Errorf("%w: member %q", ErrNotFound, c.ID)
+	}
+	m.Draining = c.Draining
+	return nil
+}
+
+func (s *State) applyRecordStopped(c RecordStopped, index uint64) error {
 	t, ok := s.Topic(c.Mirror, c.Topic)
 	if !ok {
 		return fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(c.Mirror, c.Topic))
@@ -261,15 +344,12 @@ func (s *State) applyRecordStopped(c RecordStopped) error {
 		p.LastMirrored = &pos
 		p.State, p.Reason = StateStopped, ""
 		// Releasing the owner is an assignment change: fence the old owner.
-		if p.Owner != "" {
-			p.Owner = ""
-			p.Generation++
-		}
+		p.Owner, p.Generation, p.MoveTo, p.Handoff = "", index, "", nil
 	}
 	return nil
 }
 
-func (s *State) applyUpsertMember(c UpsertMember) error {
+func (s *State) applyUpsertMember(c UpsertMember, index uint64) error {
 	if c.Member.ID == "" {
 		return fmt.Errorf("%w: member ID is empty", ErrInvalid)
 	}
@@ -278,7 +358,7 @@ func (s *State) applyUpsertMember(c UpsertMember) error {
 	return nil
 }
 
-func (s *State) applyRemoveMember(c RemoveMember) error {
+func (s *State) applyRemoveMember(c RemoveMember, index uint64) error {
 	if _, ok := s.Members[c.ID]; !ok {
 		return fmt.Errorf("%w: member %q", ErrNotFound, c.ID)
 	}
@@ -286,7 +366,7 @@ func (s *State) applyRemoveMember(c RemoveMember) error {
 	return nil
 }
 
-func (s *State) applyRemoveTopic(c RemoveTopic) error {
+func (s *State) applyRemoveTopic(c RemoveTopic, index uint64) error {
 	k := TopicKey(c.Mirror, c.Topic)
 	if _, ok := s.Topics[k]; !ok {
 		return fmt.Errorf("%w: topic %q", ErrNotFound, k)
@@ -304,6 +384,29 @@ func (s *State) partition(k PartitionKey) (*PartitionInfo, error) {
 		return nil, fmt.Errorf("%w: partition %s", ErrNotFound, k)
 	}
 	return p, nil
+}
+
+// checkLease refuses a partition-scoped command from a writer whose lease
+// is not the partition's current one.
+func checkLease(k PartitionKey, p *PartitionInfo, l Lease) error {
+	if l.Owner == "" || l.Owner != p.Owner || l.Generation != p.Generation {
+		return fmt.Errorf("%w: partition %s is leased to %q in generation %d, writer %q has generation %d",
+			ErrStaleGeneration, k, p.Owner, p.Generation, l.Owner, l.Generation)
+	}
+	return nil
+}
+
+// bumped is the next epoch of the same producer ID, for a renewal after
+// the broker refused the identity: the broker then refuses the old epoch's
+// batches (INVALID_PRODUCER_EPOCH) for as long as it holds the producer's
+// state. At the last epoch the identity is dropped and the owner allocates
+// a new producer ID.
+func (id ProducerIdentity) bumped() ProducerIdentity {
+	if !id.Allocated || id.Epoch == math.MaxInt16 {
+		return ProducerIdentity{}
+	}
+	id.Epoch++
+	return id
 }
 
 func knownState(s TopicState) bool {

@@ -201,11 +201,12 @@ func TestApplySetPartitionState(t *testing.T) {
 
 func TestApplyAssign(t *testing.T) {
 	x := newFixture(t)
+	// The generation is the raft index of the assignment: it never repeats.
 	for i, owner := range []string{"n1", "n2", ""} {
 		x.mustApply(Assign{Key: p1, Owner: owner})
 		p, _ := x.state().Partition(p1)
-		if p.Owner != owner || p.Generation != uint64(i+1) {
-			t.Fatalf("after assign %d: owner %q generation %d, want %q %d", i, p.Owner, p.Generation, owner, i+1)
+		if p.Owner != owner || p.Generation != x.idx {
+			t.Fatalf("after assign %d: owner %q generation %d, want %q %d", i, p.Owner, p.Generation, owner, x.idx)
 		}
 	}
 	if p, _ := x.state().Partition(PartitionKey{Mirror: "m1", Topic: "orders"}); p.Generation != 0 {
@@ -218,14 +219,17 @@ func TestApplyAssign(t *testing.T) {
 func TestApplySetProducer(t *testing.T) {
 	x := newFixture(t)
 	x.mustApply(Assign{Key: p1, Owner: "n1"})
+	old := x.idx
 	x.mustApply(Assign{Key: p1, Owner: "n2"})
+	gen := x.idx
 	id := ProducerIdentity{ProducerID: 4711, Epoch: 3}
-	x.mustApply(SetProducer{Key: p1, Producer: id, Generation: 2})
+	x.mustApply(SetProducer{Key: p1, Producer: id, Generation: gen, Owner: "n2"})
 	if p, _ := x.state().Partition(p1); p.Producer != id {
 		t.Fatalf("producer %+v, want %+v", p.Producer, id)
 	}
-	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: 1}, ErrStaleGeneration)
-	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: 3}, ErrStaleGeneration)
+	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: old}, ErrStaleGeneration)
+	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: gen + 1}, ErrStaleGeneration)
+	x.mustFail(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 1}, Generation: gen, Owner: "n1"}, ErrStaleGeneration)
 	x.mustFail(SetProducer{Key: PartitionKey{Mirror: "m1", Topic: "nope"}, Generation: 0}, ErrNotFound)
 }
 
@@ -248,9 +252,10 @@ func TestApplyRecordStopped(t *testing.T) {
 			t.Fatalf("partition %d = %+v, want STOPPED, unowned, at %+v", i, p, pos[i])
 		}
 	}
-	// Releasing n1 fenced it: generation 1 -> 2. Unowned partitions keep 0.
-	if mt.Partitions[1].Generation != 2 || mt.Partitions[0].Generation != 0 {
-		t.Fatalf("generations %d %d, want 0 2", mt.Partitions[0].Generation, mt.Partitions[1].Generation)
+	// Stopping is an assignment change: every partition's generation is
+	// the index of RecordStopped, which fences n1.
+	if mt.Partitions[1].Generation != x.idx || mt.Partitions[0].Generation != x.idx {
+		t.Fatalf("generations %d %d, want %d", mt.Partitions[0].Generation, mt.Partitions[1].Generation, x.idx)
 	}
 	x.mustFail(RecordStopped{Mirror: "m1", Topic: "nope", Positions: pos}, ErrNotFound)
 	x.mustFail(RecordStopped{Mirror: "m1", Topic: "orders", Positions: pos[:2]}, ErrInvalid)

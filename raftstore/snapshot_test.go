@@ -52,7 +52,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	full := newFixture(t)
 	full.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring, Reason: "", DestTopicID: "dest-1"})
 	full.mustApply(Assign{Key: p1, Owner: "n1"})
-	full.mustApply(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 77, Epoch: 2}, Generation: 1})
+	full.mustApply(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 77, Epoch: 2}, Generation: full.idx})
+	full.mustApply(RequestMove{Key: p1, Generation: full.idx - 1, To: "n1"})
+	full.mustApply(ReleasePartition{Key: p1, Lease: Lease{Owner: "n1", Generation: full.idx - 2},
+		Checkpoint: &Checkpoint{SourceOffset: 9, DestinationOffset: 7, Sequence: 4, Producer: ProducerIdentity{ProducerID: 77, Epoch: 2}}})
 	full.mustApply(RecordStopped{Mirror: "m2", Topic: "orders", Positions: []Position{{SourceOffset: 8, DestinationOffset: 8, SourceLeaderEpoch: 4, SourceClusterID: "c", SourceTopicID: "t"}}})
 	full.mustApply(UpsertMember{Member: Member{ID: "n2", RaftAddr: "h2:7000", Draining: true}})
 	all := full.state()

@@ -63,14 +63,31 @@ type ProducerIdentity struct {
 	Allocated bool `json:"allocated"`
 }
 
+// Checkpoint is an owner's exact final position of a partition it handed
+// off: the next owner continues from it without a walk.
+type Checkpoint struct {
+	SourceOffset      int64 `json:"source_offset"`      // next source offset to mirror
+	DestinationOffset int64 `json:"destination_offset"` // next destination offset
+	SourceLeaderEpoch int32 `json:"source_leader_epoch"`
+	// Sequence is the next sequence number of Producer.
+	Sequence int32            `json:"sequence"`
+	Producer ProducerIdentity `json:"producer"`
+}
+
 // PartitionInfo is the control-plane state of one mirrored partition.
 type PartitionInfo struct {
 	State  TopicState `json:"state"`
 	Reason string     `json:"reason,omitempty"`
-	// Owner is the member ID that leases the partition; Generation grows
-	// by one on every assignment change so a stale owner can tell.
+	// Owner is the member ID that leases the partition; Generation is the
+	// raft index of the command that last changed the lease (owner or
+	// producer identity), so it never repeats and a stale owner can tell.
 	Owner      string `json:"owner,omitempty"`
 	Generation uint64 `json:"generation"`
+	// MoveTo is the member the owner is asked to hand the partition to.
+	MoveTo string `json:"move_to,omitempty"`
+	// Handoff is the checkpoint the last owner released the partition at;
+	// nil when the next owner must walk (first start, crash takeover).
+	Handoff *Checkpoint `json:"handoff,omitempty"`
 	// Producer is zero until the first owner allocates it.
 	Producer ProducerIdentity `json:"producer"`
 	// StartOffset is the source offset mirroring starts from, resolved when
@@ -99,6 +116,10 @@ type Member struct {
 	HTTPAddr string `json:"http_addr"`
 	Voter    bool   `json:"voter"`
 	Draining bool   `json:"draining"`
+	// Joined is set once the member has run with raft state; a member with
+	// an empty data directory whose ID has joined is a wiped member and is
+	// refused (it could vote twice in a term).
+	Joined bool `json:"joined"`
 }
 
 // State is the whole replicated control-plane state held by the FSM.
@@ -179,6 +200,10 @@ func (t *MirrorTopic) Clone() *MirrorTopic {
 			if p.LastMirrored != nil {
 				pos := *p.LastMirrored
 				p.LastMirrored = &pos
+			}
+			if p.Handoff != nil {
+				h := *p.Handoff
+				p.Handoff = &h
 			}
 			c.Partitions[i] = p
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -23,7 +24,9 @@ const (
 	retainSnapshots = 2
 	logCacheSize    = 512
 	tcpMaxPool      = 3
-	tcpTimeout      = 10 * time.Second
+	// tcpTimeout bounds each raft RPC, so a stopped peer shows up as a
+	// failed heartbeat within seconds (see PeerContact).
+	tcpTimeout = 2 * time.Second
 	// boltOpenTimeout bounds the wait for bolt's file lock, so a second
 	// daemon on the same DataDir fails instead of hanging.
 	boltOpenTimeout = time.Second
@@ -33,14 +36,19 @@ const (
 type Config struct {
 	// NodeID is this member's raft server ID, unique in the group.
 	NodeID string
-	// RaftAddr is the host:port the raft TCP transport listens on and
-	// advertises, so it must be dialable by the other members.
+	// RaftAddr is the host:port the raft TCP transport advertises; it must
+	// be dialable by the other members.
 	RaftAddr string
+	// BindAddr is where the transport listens; empty means RaftAddr.
+	BindAddr string
 	// DataDir holds raft.db (log and stable store) and the snapshots.
 	DataDir string
-	// Bootstrap makes this member a single-voter cluster when DataDir has
-	// no raft state yet. Ignored when state exists.
+	// Bootstrap forms a new group when DataDir has no raft state yet: with
+	// Peers as its configuration, or this member alone when Peers is
+	// empty. Every member of a new group bootstraps with the same Peers,
+	// which raft allows. Ignored when state exists.
 	Bootstrap bool
+	Peers     []Server
 	// Logger receives raft's logs under "raft"; nil discards them.
 	Logger *zap.Logger
 	// Transport replaces the TCP transport on RaftAddr (tests use raft's
@@ -103,6 +111,13 @@ func (c Config) raftConfig() *raft.Config {
 	return rc
 }
 
+// Server is one member of the raft configuration.
+type Server struct {
+	ID    string
+	Addr  string
+	Voter bool
+}
+
 // Store is one member's replica of the control-plane state: the FSM behind
 // hashicorp/raft, with raft-boltdb as log and stable store.
 type Store struct {
@@ -111,8 +126,44 @@ type Store struct {
 	raft *raft.Raft
 	bolt *raftboltdb.BoltStore // nil when InMemory
 
+	leadership chan bool
+	obs        *raft.Observer
+	stream     *streamLayer // nil with a test transport
+	obsCh      chan raft.Observation
+
+	mu sync.Mutex
+	// leaderSince is when this member last became leader; leftLeadership
+	// when it last stopped being leader.
+	leaderSince, leftLeadership time.Time
+	// failing holds, for each peer whose heartbeats fail, the last time
+	// the leader heard from it (zero: never since it became leader).
+	failing map[string]time.Time
+	closed  chan struct{}
+
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// HasState reports whether dataDir holds raft state (a log, a stable
+// store entry or a snapshot) from an earlier run.
+func HasState(dataDir string) (bool, error) {
+	path := filepath.Join(dataDir, "raft.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout}})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return false, fmt.Errorf("raftstore: %s is locked; is another kmirror daemon using %s?", path, dataDir)
+	}
+	if err != nil {
+		return false, fmt.Errorf("raftstore: open %s: %w", path, err)
+	}
+	defer bolt.Close()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dataDir, retainSnapshots, newHCLog(zap.NewNop(), "raft"))
+	if err != nil {
+		return false, fmt.Errorf("raftstore: snapshot store in %s: %w", dataDir, err)
+	}
+	return raft.HasExistingState(bolt, bolt, snaps)
 }
 
 // Open starts raft for cfg and returns once it is running (not
@@ -127,7 +178,10 @@ func Open(cfg Config) (*Store, error) {
 	}
 	rc := cfg.raftConfig()
 	rc.Logger = newHCLog(logger, "raft")
-	s := &Store{log: logger.Named("raftstore"), fsm: NewFSM()}
+	// raft blocks on NotifyCh: watchLeadership drains it.
+	notify := make(chan bool, 16)
+	rc.NotifyCh = notify
+	s := &Store{log: logger.Named("raftstore"), fsm: NewFSM(), leadership: make(chan bool, 16), failing: map[string]time.Time{}, closed: make(chan struct{})}
 
 	var (
 		logs   raft.LogStore
@@ -178,11 +232,24 @@ func Open(cfg Config) (*Store, error) {
 	if trans == nil {
 		// A nil advertise address advertises the listener's, which raft
 		// refuses for 0.0.0.0.
-		nt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, tcpMaxPool, tcpTimeout, rc.Logger)
+		bind := cfg.BindAddr
+		if bind == "" {
+			bind = cfg.RaftAddr
+		}
+		adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 		if err != nil {
 			cleanup()
-			return nil, fmt.Errorf("raftstore: listen on RaftAddr %q (it must be an address other members can dial): %w", cfg.RaftAddr, err)
+			return nil, fmt.Errorf("raftstore: RaftAddr %q: %w", cfg.RaftAddr, err)
 		}
+		layer, err := newStreamLayer(bind, adv)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("raftstore: listen on %q for raft: %w", bind, err)
+		}
+		s.stream = layer
+		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: layer, MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: rc.Logger,
+		})
 		trans = nt
 	}
 
@@ -198,11 +265,21 @@ func Open(cfg Config) (*Store, error) {
 				ID:       rc.LocalID,
 				Address:  trans.LocalAddr(),
 			}}}
+			if len(cfg.Peers) > 0 {
+				conf.Servers = nil
+				for _, p := range cfg.Peers {
+					suffrage := raft.Voter
+					if !p.Voter {
+						suffrage = raft.Nonvoter
+					}
+					conf.Servers = append(conf.Servers, raft.Server{Suffrage: suffrage, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+				}
+			}
 			if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
 				cleanup()
 				return nil, fmt.Errorf("raftstore: bootstrap: %w", err)
 			}
-			s.log.Info("bootstrapped single-voter raft cluster", zap.String("node", cfg.NodeID), zap.String("addr", string(trans.LocalAddr())))
+			s.log.Info("bootstrapped a new raft group", zap.String("node", cfg.NodeID), zap.Int("servers", len(conf.Servers)))
 		}
 	}
 
@@ -212,6 +289,16 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("raftstore: start raft: %w", err)
 	}
 	s.raft = r
+	s.obsCh = make(chan raft.Observation, 64)
+	s.obs = raft.NewObserver(s.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	})
+	r.RegisterObserver(s.obs)
+	go s.watch(notify)
 	s.log.Info("raft started", zap.String("node", cfg.NodeID), zap.String("addr", string(trans.LocalAddr())), zap.Bool("in_memory", cfg.InMemory))
 	return s, nil
 }
@@ -266,10 +353,122 @@ func (s *Store) Watch() (<-chan struct{}, func()) { return s.fsm.Watch() }
 // IsLeader reports whether this member currently is the raft leader.
 func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 
-// LeaderCh is raft's leadership channel: true on gaining leadership, false
-// on losing it. Signals are dropped when not received in time, so only
-// one goroutine should read it.
-func (s *Store) LeaderCh() <-chan bool { return s.raft.LeaderCh() }
+// Leadership delivers true when this member becomes leader and false when
+// it stops being leader, every change in order (raft's NotifyCh). Only one
+// goroutine should read it; it is closed by Close.
+func (s *Store) Leadership() <-chan bool { return s.leadership }
+
+// watch follows raft's leadership notifications and heartbeat observations
+// until Close.
+func (s *Store) watch(notify <-chan bool) {
+	defer close(s.leadership)
+	for {
+		select {
+		case leader, ok := <-notify:
+			if !ok {
+				return
+			}
+			now := time.Now()
+			s.mu.Lock()
+			if leader {
+				s.leaderSince = now
+				clear(s.failing)
+			} else {
+				s.leftLeadership = now
+			}
+			s.mu.Unlock()
+			select {
+			case s.leadership <- leader:
+			case <-s.closed:
+				return
+			}
+		case o := <-s.obsCh:
+			s.mu.Lock()
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				s.failing[string(d.PeerID)] = d.LastContact
+			case raft.ResumedHeartbeatObservation:
+				delete(s.failing, string(d.PeerID))
+			}
+			s.mu.Unlock()
+		case <-s.closed:
+			return
+		}
+	}
+}
+
+// PeerContact is, on the leader, when it last heard from peer id: now for
+// a peer whose heartbeats succeed, the last success for one whose
+// heartbeats fail, and the time this member became leader if it never
+// reached the peer since. Liveness comes from raft's own heartbeats
+// (FailedHeartbeatObservation), not from a second protocol.
+func (s *Store) PeerContact(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last, failing := s.failing[id]
+	if !failing {
+		return time.Now()
+	}
+	if last.Before(s.leaderSince) {
+		return s.leaderSince
+	}
+	return last
+}
+
+// LeaseContact is the last moment this member is known to have been part
+// of the group with a leader: now while it is leader (raft's leader steps
+// down once it loses a quorum for LeaderLeaseTimeout), else the later of
+// the leader's last contact and the time this member stopped leading. A
+// member writes its partitions only while LeaseContact is recent (design.md
+// section 3, self-fencing).
+func (s *Store) LeaseContact() time.Time {
+	if s.raft.State() == raft.Leader {
+		return time.Now()
+	}
+	lc := s.raft.LastContact()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leftLeadership.After(lc) {
+		return s.leftLeadership
+	}
+	return lc
+}
+
+// Servers returns the raft configuration: every member with its address
+// and whether it votes.
+func (s *Store) Servers() ([]Server, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("read raft configuration: %w", err)
+	}
+	var out []Server
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, Server{ID: string(srv.ID), Addr: string(srv.Address), Voter: srv.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// SetIsolated cuts (or restores) all of this member's raft traffic while
+// everything else keeps running: a test hook for self-fencing tests. It
+// fails with a test transport.
+func (s *Store) SetIsolated(on bool) error {
+	if s.stream == nil {
+		return errors.New("raftstore: isolation needs the TCP transport")
+	}
+	s.stream.setCut(on)
+	s.log.Warn("raft isolation test hook", zap.Bool("isolated", on))
+	return nil
+}
+
+// AddNonvoter adds (or updates) a member that replicates the state but
+// does not vote. Leader only.
+func (s *Store) AddNonvoter(id, addr string) error {
+	err := s.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0).Error()
+	if err != nil {
+		return fmt.Errorf("add non-voter %s at %s: %w", id, addr, s.mapErr(err))
+	}
+	return nil
+}
 
 // Leader returns the raft address and ID of the current leader, or empty
 // strings when none is known.
@@ -332,7 +531,9 @@ func (s *Store) RemoveServer(id string) error {
 // Close stops raft, its transport and the log store. Safe to call twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.raft.DeregisterObserver(s.obs)
 		err := s.raft.Shutdown().Error()
+		close(s.closed)
 		if s.bolt != nil {
 			err = errors.Join(err, s.bolt.Close())
 		}

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,6 +35,9 @@ func TestMain(m *testing.M) {
 
 func waitGoroutines(want int) error {
 	deadline := time.Now().Add(testWait)
+	if flag.Lookup("test.fuzz").Value.String() != "" {
+		want++ // the fuzzing engine's os/signal loop
+	}
 	for runtime.NumGoroutine() > want {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)
@@ -191,9 +195,11 @@ func TestStoreReopen(t *testing.T) {
 	if err := s.raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
+	p1 := PartitionKey{Mirror: "m1", Topic: "orders", Partition: 1}
+	gen := storeState(s).Topics["m1/orders"].Partitions[1].Generation
 	apply(s,
 		SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring, DestTopicID: "d1"},
-		SetProducer{Key: PartitionKey{Mirror: "m1", Topic: "orders", Partition: 1}, Producer: ProducerIdentity{ProducerID: 3}, Generation: 1},
+		SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 3}, Generation: gen},
 	)
 	s = reopen(storeState(s))
 	if s.Stats()["last_snapshot_index"] == "0" {

@@ -65,7 +65,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{
 				Name:    "server",
-				Usage:   "`URL` of a kmirror member's HTTP API",
+				Usage:   "`URL` of a kmirror member's HTTP API; several, separated by commas, are tried in turn",
 				EnvVars: []string{"KMIRROR_SERVER"},
 				Value:   "http://127.0.0.1:8080",
 			},
@@ -95,6 +95,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			listCommand(),
 			describeCommand(),
 			deleteCommand(),
+			membersCommand(),
 			versionCommand(),
 		},
 		OnUsageError: onUsageError,
@@ -103,6 +104,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = onUsageError
+		for _, sub := range cmd.Subcommands {
+			sub.OnUsageError = onUsageError
+		}
 	}
 	return app
 }

@@ -23,6 +23,7 @@ type fakeAPI struct {
 	err     error
 	mirrors []daemon.MirrorSummary
 	rows    []daemon.PartitionStatus
+	members []daemon.MemberStatus
 }
 
 func (f *fakeAPI) record(format string, args ...any) error {
@@ -61,6 +62,22 @@ func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition i
 }
 
 func (f *fakeAPI) Ready(context.Context) error { return nil }
+
+func (f *fakeAPI) Members(context.Context) ([]daemon.MemberStatus, error) {
+	return f.members, f.record("Members")
+}
+
+func (f *fakeAPI) AddMember(_ context.Context, req daemon.AddMemberRequest) error {
+	return f.record("AddMember %s raft=%s http=%s non-voter=%t", req.ID, req.RaftAddr, req.HTTPAddr, req.NonVoter)
+}
+
+func (f *fakeAPI) RemoveMember(_ context.Context, id string) error {
+	return f.record("RemoveMember %s", id)
+}
+
+func (f *fakeAPI) DrainMember(_ context.Context, id string, drain bool) error {
+	return f.record("DrainMember %s %t", id, drain)
+}
 
 type cliResult struct {
 	code           int
@@ -117,8 +134,8 @@ func TestCommandsSucceed(t *testing.T) {
 			"[\n  {\n    \"name\": \"east\",\n    \"topics\": [\n      \"orders\"\n    ],\n    \"bootstrap\": [\n      \"a1:9092\"\n    ],\n    \"state\": \"MIRRORING\"\n  }\n]\n",
 			"ListMirrors"},
 		{"describe", []string{"describe", "--mirror", "east", "--topic", "orders"},
-			"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  STATE   REASON\n" +
-				"east    orders  0          5              3                   2    FAILED  broker down\n",
+			"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  OWNER  STATE   REASON\n" +
+				"east    orders  0          5              3                   2    -      FAILED  broker down\n",
 			"Describe mirror=east topic=orders"},
 		{"create json", []string{"--output", "json", "create", "--mirror", "east", "--mirror-config", props},
 			"{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
@@ -219,7 +236,7 @@ func TestServerNotRunning(t *testing.T) {
 	url := "http://" + l.Addr().String()
 	l.Close()
 	r := runAt(&fakeAPI{}, url, "list")
-	want := "kmirror: cannot reach kmirror at " + url + ": is the daemon running? (set --server or KMIRROR_SERVER)\n"
+	want := "kmirror: cannot reach kmirror at " + url + ": is the daemon running? (set --server or KMIRROR_SERVER; several members may be listed, separated by commas)\n"
 	if r.code != 1 || r.stderr != want {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}

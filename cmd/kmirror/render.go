@@ -31,12 +31,16 @@ func writeMirrorTable(w io.Writer, mirrors []daemon.MirrorSummary) error {
 // fills the reason only when there is something to say: why a partition is
 // not MIRRORING, or what a MIRRORING partition is retrying.
 func writePartitionTable(w io.Writer, partitions []daemon.PartitionStatus) error {
-	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE", "REASON"}}
+	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "OWNER", "STATE", "REASON"}}
 	for _, p := range partitions {
+		owner := p.Owner
+		if owner == "" {
+			owner = "-"
+		}
 		rows = append(rows, []string{
 			p.Mirror, p.Topic, strconv.Itoa(int(p.Partition)),
 			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag),
-			p.State, p.Reason,
+			owner, p.State, p.Reason,
 		})
 	}
 	return writeTable(w, rows)

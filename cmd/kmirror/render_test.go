@@ -38,7 +38,7 @@ func TestWriteMirrorTableEmpty(t *testing.T) {
 func TestWritePartitionTable(t *testing.T) {
 	var out strings.Builder
 	err := writePartitionTable(&out, []daemon.PartitionStatus{
-		{Mirror: "east", Topic: "orders", Partition: 0, SourceOffset: 1200, DestinationOffset: 1200, Lag: 0, State: "MIRRORING"},
+		{Mirror: "east", Topic: "orders", Partition: 0, SourceOffset: 1200, DestinationOffset: 1200, Lag: 0, State: "MIRRORING", Owner: "kmirror-2"},
 		{Mirror: "east", Topic: "orders", Partition: 1, SourceOffset: 50, DestinationOffset: 40, Lag: 10, State: "MIRRORING", Reason: "retrying: produce NOT_ENOUGH_REPLICAS"},
 		{Mirror: "east", Topic: "orders", Partition: 11, SourceOffset: 98765, DestinationOffset: 98000, Lag: 765, State: "FAILED", Reason: "destination: NOT_ENOUGH_REPLICAS\tretrying in 4s"},
 		{Mirror: "east", Topic: "payments", Partition: 2, SourceOffset: -1, DestinationOffset: -1, Lag: -1, State: "PENDING"},
@@ -47,12 +47,12 @@ func TestWritePartitionTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `MIRROR  TOPIC     PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  STATE      REASON
-east    orders    0          1200           1200                0    MIRRORING
-east    orders    1          50             40                  10   MIRRORING  retrying: produce NOT_ENOUGH_REPLICAS
-east    orders    11         98765          98000               765  FAILED     destination: NOT_ENOUGH_REPLICAS retrying in 4s
-east    payments  2          -              -                   -    PENDING
-east    payments  3          10             12                  0    DIVERGED   foreign write at destination offset 10: run kmirror describe
+	want := `MIRROR  TOPIC     PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  OWNER      STATE      REASON
+east    orders    0          1200           1200                0    kmirror-2  MIRRORING
+east    orders    1          50             40                  10   -          MIRRORING  retrying: produce NOT_ENOUGH_REPLICAS
+east    orders    11         98765          98000               765  -          FAILED     destination: NOT_ENOUGH_REPLICAS retrying in 4s
+east    payments  2          -              -                   -    -          PENDING
+east    payments  3          10             12                  0    -          DIVERGED   foreign write at destination offset 10: run kmirror describe
 `
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -138,11 +139,26 @@ func (c *Conn) deadline(ctx context.Context) (stop func() bool) {
 // correlation ID). The body is a fresh buffer the caller owns: fetched
 // record batches are sub-slices of it.
 func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
+	return c.roundTripBy(ctx, w, time.Time{})
+}
+
+// ErrNotSent wraps a failure to write a whole request: the broker never
+// received all of it, so it cannot have acted on it. The connection must be
+// closed (the broker drops the partial request with it).
+var ErrNotSent = errors.New("request not sent")
+
+// roundTripBy is roundTrip with the request's last byte written by writeBy
+// at the latest (zero: ctx's deadline only); a request that cannot be
+// written by then fails with ErrNotSent.
+func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) ([]byte, error) {
 	binary.BigEndian.PutUint32(w.b, uint32(len(w.b)-4))
 	c.wbuf = w.b
 	defer c.deadline(ctx)()
-	if _, err := c.nc.Write(w.b); err != nil {
-		return nil, err
+	if dl, ok := ctx.Deadline(); !writeBy.IsZero() && (!ok || writeBy.Before(dl)) {
+		c.nc.SetWriteDeadline(writeBy)
+	}
+	if n, err := c.nc.Write(w.b); err != nil {
+		return nil, fmt.Errorf("%w: %d of %d bytes written to %s: %w", ErrNotSent, n, len(w.b), c.addr, err)
 	}
 	var hdr [8]byte
 	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {

@@ -24,7 +24,11 @@ type ProduceResult struct {
 
 // Produce sends one Produce (v8) with acks=all (-1) or the given acks.
 // Kafka takes at most one batch per partition per request.
-func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, parts []ProducePartition) ([]ProduceResult, error) {
+//
+// writeBy, when not zero, is when the request must be written by (the
+// sender's lease): a request not wholly written by then fails with
+// ErrNotSent and was not received by the broker.
+func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, writeBy time.Time, parts []ProducePartition) ([]ProduceResult, error) {
 	w := c.header(apiProduce, produceVersion)
 	w.nullString() // transactional ID
 	w.int16(acks)
@@ -39,7 +43,7 @@ func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, p
 			w.bytes(parts[i].Batch)
 		}
 	}
-	body, err := c.roundTrip(ctx, w)
+	body, err := c.roundTripBy(ctx, w, writeBy)
 	if err != nil {
 		return nil, fmt.Errorf("produce to %s: %w", c.addr, err)
 	}

@@ -48,7 +48,6 @@ func startMember(ctx context.Context, bin, dir, destination string) (*member, er
 data_dir: %s
 http_listen: %s
 raft_listen: %s
-bootstrap: true
 checkpoint_interval: 1s
 memory_budget: 256MiB
 log_level: info

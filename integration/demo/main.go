@@ -1,12 +1,16 @@
 // Command demo shows kmirror end to end on one machine (`make demo`): it
 // starts a source and a destination Kafka cluster, produces orders into a
-// topic on the source, runs a kmirror daemon, sets up the mirror with the
-// kmirror CLI and prints `kmirror describe` while the topic is mirrored.
+// topic on the source, runs a group of three kmirror daemons (one config
+// file each), sets up the mirror with the kmirror CLI and prints `kmirror
+// members` and `kmirror describe` while the topic is mirrored. Part way
+// through it kills one member (SIGKILL) and shows the others take its
+// partitions over; at the end it reads the destination back and checks
+// every record arrived exactly once.
 //
 // It runs until Ctrl-C or for DEMO_SECONDS (default 60) once the backlog is
 // mirrored, then shuts everything down and exits 0. On a failure it prints
-// the end of the daemon log, keeps the demo folder for inspection and exits
-// 1. Either way no JVM is left running.
+// the end of the daemon logs, keeps the demo folder for inspection and
+// exits 1. Either way no JVM is left running.
 package main
 
 import (
@@ -22,6 +26,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,7 +37,8 @@ import (
 
 const (
 	topic      = "demo"
-	partitions = 3
+	partitions = 6
+	members    = 3
 	mirror     = "demo"
 	backlog    = 3000 // records produced before mirroring starts
 	perSecond  = 5    // records produced per second while the demo runs
@@ -106,14 +112,25 @@ func demoSeconds() (int, error) {
 // demo holds what the demo started, so that close can undo it.
 type demo struct {
 	bin      string // kmirror binary
-	dir      string // config, mirror properties, daemon data and log
+	dir      string // configs, mirror properties, daemon data and logs
 	keepDir  bool
-	server   string // the daemon's HTTP API
+	servers  string // every member's HTTP API, comma-separated (--server)
 	src, dst *harness.Cluster
-	daemon   *exec.Cmd
-	exited   chan error // receives the daemon's exit status
+	members  []*member
+	// died receives the name and exit status of a member that exited
+	// without being told to.
+	died     chan string
 	writer   *kafka.Writer
 	produced int
+	killed   string // the member the demo killed
+}
+
+// member is one kmirror daemon of the demo's group.
+type member struct {
+	id, server string // node_id, HTTP API URL
+	cmd        *exec.Cmd
+	exited     chan error
+	stopping   atomic.Bool // the demo ends it: its exit is no failure
 }
 
 // errInterrupted ends the set-up early on Ctrl-C or SIGTERM.
@@ -135,8 +152,16 @@ func (d *demo) run(ctx context.Context, stopSignals func(), duration time.Durati
 	defer stop()
 
 	say("backlog mirrored; producing %d records/s and describing every 5s for %s (Ctrl-C stops)", perSecond, duration)
-	if err := d.live(ctx, duration); err != nil {
+	if err := d.live(ctx, duration/3); err != nil {
 		return err
+	}
+	if ctx.Err() == nil {
+		if err := d.killOne(ctx); err != nil {
+			return err
+		}
+		if err := d.live(ctx, duration-duration/3); err != nil {
+			return err
+		}
 	}
 	// ctx may be cancelled by now: the shutdown gets its own deadline.
 	stopCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -154,9 +179,13 @@ func (d *demo) run(ctx context.Context, stopSignals func(), duration time.Durati
 	if mirrored != d.produced {
 		return fmt.Errorf("the destination ends at %d records in total, but %d were produced", mirrored, d.produced)
 	}
-	say("all %d records are on the destination, source and destination end offsets equal", mirrored)
-	say("stopping kmirror daemon (SIGTERM)")
-	return d.stopDaemon(60 * time.Second)
+	say("reading the destination back to check every order arrived exactly once")
+	if err := d.checkExactlyOnce(stopCtx); err != nil {
+		return err
+	}
+	say("all %d orders are on the destination exactly once, in order per key", d.produced)
+	say("stopping the kmirror members (SIGTERM)")
+	return d.stopMembers(60 * time.Second)
 }
 
 // setUp starts both clusters, produces the backlog, starts the daemon,
@@ -193,15 +222,18 @@ func (d *demo) setUp(ctx context.Context) error {
 	if d.dir, err = os.MkdirTemp("", "kmirror-demo-"); err != nil {
 		return err
 	}
-	say("writing kmirror.yaml and source.properties into %s", d.dir)
+	say("writing kmirror-1.yaml .. kmirror-%d.yaml and source.properties into %s", members, d.dir)
 	if err := d.writeConfig(); err != nil {
 		return err
 	}
-	say("starting kmirror daemon (log: %s)", filepath.Join(d.dir, "kmirror.log"))
-	if err := d.startDaemon(ctx); err != nil {
+	say("starting %d kmirror daemons (logs: %s)", members, filepath.Join(d.dir, "kmirror-N.log"))
+	if err := d.startMembers(ctx); err != nil {
 		return err
 	}
-	say("setting up the mirror with the kmirror CLI")
+	if _, err := d.cli(ctx, "members"); err != nil {
+		return err
+	}
+	say("setting up the mirror with the kmirror CLI (any member answers; writes go to the raft leader)")
 	if _, err := d.cli(ctx, "create", "--mirror", mirror, "--mirror-config", filepath.Join(d.dir, "source.properties")); err != nil {
 		return err
 	}
@@ -244,72 +276,166 @@ func (d *demo) produce(ctx context.Context, n int) error {
 }
 
 func (d *demo) writeConfig() error {
-	httpAddr, err := harness.FreeAddr()
-	if err != nil {
-		return err
+	type addrs struct{ http, raft string }
+	as := make([]addrs, members)
+	var peers, servers []string
+	for i := range as {
+		var err error
+		if as[i].http, err = harness.FreeAddr(); err != nil {
+			return err
+		}
+		if as[i].raft, err = harness.FreeAddr(); err != nil {
+			return err
+		}
+		id := fmt.Sprintf("kmirror-%d", i+1)
+		peers = append(peers, fmt.Sprintf("  - {id: %s, raft: \"%s\", http: \"%s\"}", id, as[i].raft, as[i].http))
+		servers = append(servers, "http://"+as[i].http)
+		d.members = append(d.members, &member{id: id, server: "http://" + as[i].http})
 	}
-	raftAddr, err := harness.FreeAddr()
-	if err != nil {
-		return err
-	}
-	d.server = "http://" + httpAddr
-	config := fmt.Sprintf(`node_id: demo-1
+	d.servers = strings.Join(servers, ",")
+	for i, m := range d.members {
+		config := fmt.Sprintf(`node_id: %s
 data_dir: %s
 http_listen: %s
 raft_listen: %s
-bootstrap: true
 checkpoint_interval: 1s
+# Short leases so the demo shows a takeover within seconds (default 10s).
+lease_ttl: 6s
+lease_margin: 3s
+peers:
+%s
 destination:
   bootstrap_servers: ["%s"]
-`, filepath.Join(d.dir, "data"), httpAddr, raftAddr, strings.Join(d.dst.BrokerAddrs(), `", "`))
-	if err := os.WriteFile(filepath.Join(d.dir, "kmirror.yaml"), []byte(config), 0o644); err != nil {
-		return err
+`, m.id, filepath.Join(d.dir, m.id+"-data"), as[i].http, as[i].raft, strings.Join(peers, "\n"), strings.Join(d.dst.BrokerAddrs(), `", "`))
+		if err := os.WriteFile(filepath.Join(d.dir, m.id+".yaml"), []byte(config), 0o644); err != nil {
+			return err
+		}
 	}
 	props := "bootstrap.servers=" + d.src.Bootstrap() + "\n"
 	return os.WriteFile(filepath.Join(d.dir, "source.properties"), []byte(props), 0o644)
 }
 
-// startDaemon starts `kmirror daemon` and waits until /readyz answers 200.
-func (d *demo) startDaemon(ctx context.Context) error {
-	logFile, err := os.Create(filepath.Join(d.dir, "kmirror.log"))
+// startMembers starts every member (a new group forms once a quorum is up)
+// and waits until each answers /readyz with 200.
+func (d *demo) startMembers(ctx context.Context) error {
+	d.died = make(chan string, members)
+	for _, m := range d.members {
+		if err := d.spawn(m); err != nil {
+			return err
+		}
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.After(90 * time.Second)
+	for _, m := range d.members {
+		for ready := false; !ready; {
+			resp, err := client.Get(m.server + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				ready = resp.StatusCode == http.StatusOK
+			}
+			if ready {
+				fmt.Printf("   %s ready at %s\n", m.id, m.server)
+				break
+			}
+			select {
+			case who := <-d.died:
+				return fmt.Errorf("%s exited during start-up", who)
+			case <-deadline:
+				return fmt.Errorf("%s not ready after 90s (GET /readyz)", m.id)
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func (d *demo) spawn(m *member) error {
+	logFile, err := os.Create(filepath.Join(d.dir, m.id+".log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(d.bin, "daemon", "--config", filepath.Join(d.dir, "kmirror.yaml"))
+	cmd := exec.Command(d.bin, "daemon", "--config", filepath.Join(d.dir, m.id+".yaml"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so Ctrl-C reaches only the demo, which stops the
-	// daemon in order; it dies with the demo if the demo is killed.
+	// daemons in order; they die with the demo if the demo is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s: %w", d.bin, err)
 	}
-	d.daemon, d.exited = cmd, make(chan error, 1)
+	m.cmd, m.exited = cmd, make(chan error, 1)
 	go func() {
-		d.exited <- cmd.Wait()
+		err := cmd.Wait()
 		logFile.Close()
+		if !m.stopping.Load() {
+			d.died <- fmt.Sprintf("%s (%v)", m.id, err)
+		}
+		m.exited <- err
 	}()
+	return nil
+}
 
-	client := &http.Client{Timeout: 2 * time.Second}
+// killOne kills, with SIGKILL, the member that leases the most partitions
+// (not the raft leader, so the takeover shows at the lease TTL), then
+// describes until the others have taken its partitions over.
+func (d *demo) killOne(ctx context.Context) error {
+	rows, _, err := d.describe(ctx)
+	if err != nil {
+		return err
+	}
+	out, err := d.cli(ctx, "members")
+	if err != nil {
+		return err
+	}
+	leader := ""
+	for _, r := range parseTable(out) {
+		if r["ROLE"] == "leader" {
+			leader = r["ID"]
+		}
+	}
+	count := map[string]int{}
+	for _, r := range rows {
+		count[r["OWNER"]]++
+	}
+	var victim *member
+	for _, m := range d.members {
+		if m.id != leader && (victim == nil || count[m.id] > count[victim.id]) {
+			victim = m
+		}
+	}
+	say("killing %s with SIGKILL (it leases %d partitions); the others take them over after lease_ttl (6s here)", victim.id, count[victim.id])
+	victim.stopping.Store(true)
+	_ = victim.cmd.Process.Kill()
+	<-victim.exited
+	victim.cmd, d.killed = nil, victim.id
+	start := time.Now()
 	deadline := time.After(90 * time.Second)
 	for {
-		resp, err := client.Get(d.server + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				fmt.Printf("   kmirror daemon ready at %s\n", d.server)
-				return nil
+		select {
+		case <-ctx.Done():
+			return nil
+		case who := <-d.died:
+			return fmt.Errorf("%s exited", who)
+		case <-deadline:
+			return fmt.Errorf("the partitions of %s were not taken over within 90s", victim.id)
+		case <-time.After(2 * time.Second):
+		}
+		rows, _, err := d.describe(ctx)
+		if err != nil {
+			return err
+		}
+		moved := len(rows) == partitions
+		for _, r := range rows {
+			if r["OWNER"] == victim.id || r["STATE"] != "MIRRORING" {
+				moved = false
 			}
 		}
-		select {
-		case err := <-d.exited:
-			d.daemon = nil
-			return fmt.Errorf("kmirror daemon exited during start-up (%v)", err)
-		case <-deadline:
-			return errors.New("kmirror daemon not ready after 90s (GET /readyz)")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		if moved {
+			say("every partition of %s was taken over in %s; the resumes verified the destination against the source", victim.id, time.Since(start).Round(100*time.Millisecond))
+			_, err := d.cli(ctx, "members")
+			return err
 		}
 	}
 }
@@ -317,8 +443,8 @@ func (d *demo) startDaemon(ctx context.Context) error {
 // cli runs the kmirror CLI against the daemon, echoing the command line
 // and its output, and returns the output.
 func (d *demo) cli(ctx context.Context, args ...string) (string, error) {
-	fmt.Printf("$ kmirror --server %s %s\n", d.server, strings.Join(args, " "))
-	out, err := exec.CommandContext(ctx, d.bin, append([]string{"--server", d.server}, args...)...).CombinedOutput()
+	fmt.Printf("$ kmirror %s\n", strings.Join(args, " "))
+	out, err := exec.CommandContext(ctx, d.bin, append([]string{"--server", d.servers}, args...)...).CombinedOutput()
 	fmt.Print(string(out))
 	if err != nil {
 		return "", fmt.Errorf("kmirror %s: %w", args[0], err)
@@ -380,9 +506,8 @@ func (d *demo) waitCaughtUp(ctx context.Context, timeout time.Duration) ([]map[s
 			return rows, err
 		}
 		select {
-		case err := <-d.exited:
-			d.daemon = nil
-			return nil, fmt.Errorf("kmirror daemon exited (%v)", err)
+		case who := <-d.died:
+			return nil, fmt.Errorf("kmirror member %s exited", who)
 		case <-deadline:
 			return nil, fmt.Errorf("the mirror did not catch up within %s", timeout)
 		case <-ctx.Done():
@@ -409,9 +534,8 @@ func (d *demo) live(ctx context.Context, duration time.Duration) error {
 			return nil
 		case <-end:
 			return nil
-		case err := <-d.exited:
-			d.daemon = nil
-			return fmt.Errorf("kmirror daemon exited (%v)", err)
+		case who := <-d.died:
+			return fmt.Errorf("kmirror member %s exited", who)
 		case <-produceTick.C:
 			if err := d.produce(ctx, perSecond); err != nil && ctx.Err() == nil {
 				return err
@@ -425,29 +549,94 @@ func (d *demo) live(ctx context.Context, duration time.Duration) error {
 	}
 }
 
-// stopDaemon sends SIGTERM and requires a clean exit within timeout.
-func (d *demo) stopDaemon(timeout time.Duration) error {
-	if err := d.daemon.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("signalling the kmirror daemon: %w", err)
-	}
-	select {
-	case err := <-d.exited:
-		d.daemon = nil
-		if err != nil {
-			return fmt.Errorf("kmirror daemon exited with %v after SIGTERM", err)
+// stopMembers sends SIGTERM to every running member and requires clean
+// exits within timeout.
+func (d *demo) stopMembers(timeout time.Duration) error {
+	for _, m := range d.members {
+		if m.cmd == nil {
+			continue
 		}
-		return nil
-	case <-time.After(timeout):
-		return fmt.Errorf("kmirror daemon did not exit within %s of SIGTERM", timeout)
+		m.stopping.Store(true)
+		if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("signalling %s: %w", m.id, err)
+		}
 	}
+	for _, m := range d.members {
+		if m.cmd == nil {
+			continue
+		}
+		select {
+		case err := <-m.exited:
+			m.cmd = nil
+			if err != nil {
+				return fmt.Errorf("%s exited with %v after SIGTERM", m.id, err)
+			}
+		case <-time.After(timeout):
+			return fmt.Errorf("%s did not exit within %s of SIGTERM", m.id, timeout)
+		}
+	}
+	return nil
+}
+
+// checkExactlyOnce reads every destination partition and requires each
+// order produced to be there once, with every key's orders in the order
+// they were produced.
+func (d *demo) checkExactlyOnce(ctx context.Context) error {
+	seen := make([]int, d.produced)
+	for p := 0; p < partitions; p++ {
+		conn, err := kafka.DialLeader(ctx, "tcp", d.dst.BrokerAddrs()[0], topic, p)
+		if err != nil {
+			return fmt.Errorf("reading destination partition %d: %w", p, err)
+		}
+		last := map[string]int{}
+		end, err := conn.ReadLastOffset()
+		for off := int64(0); err == nil && off < end; {
+			if err = conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				break
+			}
+			batch := conn.ReadBatch(1, 10<<20)
+			for {
+				msg, rerr := batch.ReadMessage()
+				if rerr != nil {
+					break
+				}
+				off = msg.Offset + 1
+				var id int
+				if _, serr := fmt.Sscanf(string(msg.Value), `{"order_id":%d,`, &id); serr != nil || id < 0 || id >= d.produced {
+					conn.Close()
+					return fmt.Errorf("destination partition %d offset %d holds an unexpected value %q", p, msg.Offset, msg.Value)
+				}
+				seen[id]++
+				if prev, ok := last[string(msg.Key)]; ok && prev > id {
+					conn.Close()
+					return fmt.Errorf("destination partition %d: order %d of %s after order %d", p, id, msg.Key, prev)
+				}
+				last[string(msg.Key)] = id
+			}
+			err = batch.Close()
+		}
+		conn.Close()
+		if err != nil {
+			return fmt.Errorf("reading destination partition %d: %w", p, err)
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			return fmt.Errorf("order %d is on the destination %d times, want exactly once", id, n)
+		}
+	}
+	return nil
 }
 
 // close kills whatever is still running and removes the demo folder unless
 // a failure asked to keep it.
 func (d *demo) close() {
-	if d.daemon != nil {
-		_ = d.daemon.Process.Kill()
-		<-d.exited
+	for _, m := range d.members {
+		if m.cmd != nil {
+			m.stopping.Store(true)
+			_ = m.cmd.Process.Kill()
+			<-m.exited
+		}
 	}
 	if d.writer != nil {
 		_ = d.writer.Close()
@@ -469,27 +658,26 @@ func (d *demo) close() {
 	}
 }
 
-// printLogTail prints the last lines of the daemon log to stderr.
+// printLogTail prints the last lines of each member's log to stderr.
 func (d *demo) printLogTail() {
-	if d.dir == "" {
-		return
-	}
-	path := filepath.Join(d.dir, "kmirror.log")
-	f, err := os.Open(path)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var tail []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		tail = append(tail, sc.Text())
-		if len(tail) > logLines {
-			tail = tail[1:]
+	for _, m := range d.members {
+		path := filepath.Join(d.dir, m.id+".log")
+		f, err := os.Open(path)
+		if err != nil {
+			continue
 		}
+		var tail []string
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			tail = append(tail, sc.Text())
+			if len(tail) > logLines {
+				tail = tail[1:]
+			}
+		}
+		f.Close()
+		fmt.Fprintf(os.Stderr, "--- last %d lines of %s ---\n%s\n", len(tail), path, strings.Join(tail, "\n"))
 	}
-	fmt.Fprintf(os.Stderr, "--- last %d lines of %s ---\n%s\n", len(tail), path, strings.Join(tail, "\n"))
 }
 
 func say(format string, args ...any) {

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kmirror/kmirror/daemon"
+)
+
+func membersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "members",
+		Usage: "list the members of the kmirror group, or add, remove or drain one",
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			rows, err := client.Members(c.Context)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(c) {
+				if rows == nil {
+					rows = []daemon.MemberStatus{}
+				}
+				return writeJSON(c.App.Writer, rows)
+			}
+			return writeMemberTable(c.App.Writer, rows)
+		},
+		Subcommands: []*cli.Command{
+			{
+				Name:      "add",
+				Usage:     "add a member to the group (then start it with the same peers list)",
+				ArgsUsage: "ID",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "raft", Usage: "`HOST:PORT` other members reach its raft transport on (required)"},
+					&cli.StringFlag{Name: "http", Usage: "`HOST:PORT` of its HTTP API (required)"},
+					&cli.BoolFlag{Name: "non-voter", Usage: "replicate the state and take partitions, without a vote"},
+				},
+				Action: func(c *cli.Context) error {
+					id, err := oneArg(c, "ID")
+					if err != nil {
+						return err
+					}
+					for _, f := range []string{"raft", "http"} {
+						if !c.IsSet(f) {
+							return usagef("members add: missing required flag --%s (run 'kmirror members add --help')", f)
+						}
+					}
+					client, err := newClient(c)
+					if err != nil {
+						return err
+					}
+					req := daemon.AddMemberRequest{ID: id, RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), NonVoter: c.Bool("non-voter")}
+					if err := client.AddMember(c.Context, req); err != nil {
+						return err
+					}
+					return memberResult(c, "added", id, "added member "+id)
+				},
+			},
+			{
+				Name:      "remove",
+				Usage:     "remove a member from the group (drain it first)",
+				ArgsUsage: "ID",
+				Action: func(c *cli.Context) error {
+					id, err := oneArg(c, "ID")
+					if err != nil {
+						return err
+					}
+					client, err := newClient(c)
+					if err != nil {
+						return err
+					}
+					if err := client.RemoveMember(c.Context, id); err != nil {
+						return err
+					}
+					return memberResult(c, "removed", id, "removed member "+id)
+				},
+			},
+			{
+				Name:      "drain",
+				Usage:     "move every partition off a member by graceful handoff (--undo ends the drain)",
+				ArgsUsage: "ID",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "undo", Usage: "let the member take partitions again"}},
+				Action: func(c *cli.Context) error {
+					id, err := oneArg(c, "ID")
+					if err != nil {
+						return err
+					}
+					client, err := newClient(c)
+					if err != nil {
+						return err
+					}
+					drain := !c.Bool("undo")
+					if err := client.DrainMember(c.Context, id, drain); err != nil {
+						return err
+					}
+					if drain {
+						return memberResult(c, "draining", id, "draining member "+id+": its partitions move to the others (see kmirror members)")
+					}
+					return memberResult(c, "not draining", id, "member "+id+" takes partitions again")
+				},
+			},
+		},
+	}
+}
+
+// oneArg returns the single positional argument of a subcommand.
+func oneArg(c *cli.Context, name string) (string, error) {
+	cmd := "members " + c.Command.Name
+	if c.NArg() != 1 {
+		return "", usagef("%s: give exactly one %s (run 'kmirror %s --help')", cmd, name, cmd)
+	}
+	return c.Args().First(), nil
+}
+
+func memberResult(c *cli.Context, result, id, line string) error {
+	if jsonOutput(c) {
+		return writeJSON(c.App.Writer, struct {
+			Result string `json:"result"`
+			Member string `json:"member"`
+		}{result, id})
+	}
+	_, err := fmt.Fprintln(c.App.Writer, line)
+	return err
+}
+
+// writeMemberTable prints the rows of `kmirror members`.
+func writeMemberTable(w io.Writer, members []daemon.MemberStatus) error {
+	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "STATE"}}
+	for _, m := range members {
+		contact := "-"
+		if m.Role != "leader" {
+			contact = (time.Duration(m.LastContactMs) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
+		}
+		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, m.State})
+	}
+	return writeTable(w, rows)
+}

@@ -1,0 +1,256 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// forwardedHeader marks a request one member forwarded to another; it is
+// never forwarded again, so a leader change cannot make it loop.
+const forwardedHeader = "X-Kmirror-Forwarded"
+
+type ctxKey int
+
+const forwardedKey ctxKey = 1
+
+func isForwarded(ctx context.Context) bool {
+	v, _ := ctx.Value(forwardedKey).(bool)
+	return v
+}
+
+// memberTimeout bounds a request from one member to another.
+const memberTimeout = 2 * time.Minute
+
+// memberHTTP is the HTTP address of member id: from the replicated state,
+// else from the peers list.
+func (m *Member) memberHTTP(id string) string {
+	addr := ""
+	m.store.Read(func(s *raftstore.State) {
+		if mem, ok := s.Members[id]; ok {
+			addr = mem.HTTPAddr
+		}
+	})
+	if addr == "" {
+		for _, p := range m.cfg.Peers {
+			if p.ID == id {
+				addr = p.HTTP
+			}
+		}
+	}
+	return addr
+}
+
+// memberClient is a client of member id for forwarded requests.
+func (m *Member) memberClient(id string) (*Client, error) {
+	addr := m.memberHTTP(id)
+	if addr == "" {
+		return nil, fmt.Errorf("%w: member %s has no known HTTP address", ErrUnavailable, id)
+	}
+	c, err := NewClient("http://"+addr, memberTimeout)
+	if err != nil {
+		return nil, err
+	}
+	c.forwarded = true
+	return c, nil
+}
+
+// leaderClient is a client of the raft leader.
+func (m *Member) leaderClient() (*Client, error) {
+	_, id := m.store.Leader()
+	if id == "" {
+		return nil, fmt.Errorf("%w: no raft leader is known right now; retry in a few seconds", ErrNotLeader)
+	}
+	if id == m.cfg.NodeID {
+		return nil, fmt.Errorf("%w: leadership is changing; retry in a few seconds", ErrNotLeader)
+	}
+	return m.memberClient(id)
+}
+
+// toLeader returns nil when this member is the leader and should serve a
+// write itself, or a client of the leader to forward it to. A request
+// that was forwarded already is not forwarded again.
+func (m *Member) toLeader(ctx context.Context) (*Client, error) {
+	if m.store.IsLeader() {
+		return nil, nil
+	}
+	if isForwarded(ctx) {
+		return nil, fmt.Errorf("%w: this member stopped being the leader while the request was forwarded; retry", ErrNotLeader)
+	}
+	return m.leaderClient()
+}
+
+// submit applies a command through the leader: here when this member
+// leads, else over the leader's internal API. Errors wrap ErrStale,
+// ErrInvalid, ErrNotFound, ErrExists (refused: do not retry) or
+// ErrNotLeader and transport errors (retry).
+func (m *Member) submit(ctx context.Context, cmd raftstore.Command) error {
+	if m.store.IsLeader() {
+		return mapStoreErr(m.store.Apply(ctx, cmd))
+	}
+	c, err := m.leaderClient()
+	if err != nil {
+		return err
+	}
+	entry, err := raftstore.Encode(cmd)
+	if err != nil {
+		return err
+	}
+	return c.applyInternal(ctx, entry)
+}
+
+// memberCommands are the commands a member may submit to the leader: its
+// own partitions' reports (checked against its lease inside Apply) and its
+// own membership record.
+var memberCommands = map[raftstore.CommandType]bool{
+	raftstore.TypeSetPartitionState: true,
+	raftstore.TypeSetProducer:       true,
+	raftstore.TypeRenewProducer:     true,
+	raftstore.TypeReleasePartition:  true,
+	raftstore.TypePartitionStopped:  true,
+	raftstore.TypeUpsertMember:      true,
+	raftstore.TypeSetDraining:       true,
+}
+
+// ApplyInternal applies a command a member sent to this leader.
+func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
+	cmd, err := raftstore.Decode(entry)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if !memberCommands[cmd.Type()] {
+		return fmt.Errorf("%w: members may not submit %s", ErrInvalid, cmd.Type())
+	}
+	if sp, ok := cmd.(raftstore.SetPartitionState); ok && sp.Owner == "" {
+		return fmt.Errorf("%w: a member's partition report must name its lease", ErrInvalid)
+	}
+	if !m.store.IsLeader() {
+		return fmt.Errorf("%w: this member is not the leader", ErrNotLeader)
+	}
+	return mapStoreErr(m.store.Apply(ctx, cmd))
+}
+
+// LocalStatuses are the partitions this member's data path runs.
+func (m *Member) LocalStatuses() []LiveStatus {
+	sts := m.engine.Statuses()
+	out := make([]LiveStatus, 0, len(sts))
+	for _, st := range sts {
+		out = append(out, LiveStatus{
+			Mirror: st.Key.Mirror, Topic: st.Key.Topic, Partition: st.Key.Partition,
+			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd,
+			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,
+			DuplicateRecords: st.DuplicateRecords, Duplicate: st.Duplicate,
+		})
+	}
+	return out
+}
+
+// liveStatuses collects what every member's data path reports right now,
+// keyed by partition; members that do not answer within a few seconds are
+// left out (their partitions show without offsets).
+func (m *Member) liveStatuses(ctx context.Context) map[fetch.Key]LiveStatus {
+	out := map[fetch.Key]LiveStatus{}
+	add := func(sts []LiveStatus) {
+		for _, st := range sts {
+			out[fetch.Key{Mirror: st.Mirror, Topic: st.Topic, Partition: st.Partition}] = st
+		}
+	}
+	var ids []string
+	m.store.Read(func(s *raftstore.State) {
+		for id := range s.Members {
+			if id != m.cfg.NodeID {
+				ids = append(ids, id)
+			}
+		}
+	})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	for _, id := range ids {
+		c, err := m.memberClient(id)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sts, err := c.liveStatuses(cctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			add(sts)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	// This member's own view last: it wins for partitions it runs.
+	add(m.LocalStatuses())
+	return out
+}
+
+// internalAPI is what members serve each other under /v1/internal.
+type internalAPI interface {
+	ApplyInternal(ctx context.Context, entry []byte) error
+	LocalStatuses() []LiveStatus
+	probe() raftProbe
+	// testHooks reports whether test_hooks is on; SetRaftIsolated is
+	// served only then.
+	testHooks() bool
+	SetRaftIsolated(on bool) error
+}
+
+func (m *Member) testHooks() bool { return m.cfg.TestHooks }
+
+// SetRaftIsolated cuts or restores this member's raft traffic (test hook).
+func (m *Member) SetRaftIsolated(on bool) error { return m.store.SetIsolated(on) }
+
+func (h *handler) raftIsolation(r *http.Request) (int, any, error) {
+	q, err := queryParams(r, "on")
+	if err != nil {
+		return 0, nil, err
+	}
+	on, err := strconv.ParseBool(q["on"])
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: on=%q: use true or false", ErrInvalid, q["on"])
+	}
+	if err := h.internal.SetRaftIsolated(on); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{fmt.Sprintf("raft isolated: %t", on)}, nil
+}
+
+func (h *handler) applyInternal(r *http.Request) (int, any, error) {
+	var req internalApply
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := h.internal.ApplyInternal(r.Context(), req.Entry); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{"applied"}, nil
+}
+
+func (h *handler) localStatuses(*http.Request) (int, any, error) {
+	return http.StatusOK, h.internal.LocalStatuses(), nil
+}
+
+// startingHandler answers while the member forms or joins the group: the
+// probe peers need, /healthz, and 503 for everything else.
+func startingHandler(m *Member) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, m.probe()) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, statusBody{"ok"}) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{
+			Error: "this kmirror member is starting: it is forming or joining the raft group (see its log)", Code: "not_leader"})
+	})
+	return mux
+}

@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// assignChunk bounds the assignments in one raft entry.
+const assignChunk = 2000
+
+// leadershipLoop runs the leader loop while this member is the raft leader
+// (Nomad's monitorLeadership shape): raft's notify channel starts it with
+// a context that is cancelled when leadership is lost.
+func (m *Member) leadershipLoop() {
+	var lead *leaderTask
+	defer lead.stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case leader, ok := <-m.store.Leadership():
+			if !ok {
+				return
+			}
+			lead.stop()
+			lead = nil
+			if leader {
+				lead = m.startLeaderTask()
+			}
+		}
+	}
+}
+
+// leaderTask is the running leader loop and how to stop it.
+type leaderTask struct {
+	m      *Member
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (m *Member) startLeaderTask() *leaderTask {
+	ctx, cancel := context.WithCancel(m.ctx)
+	t := &leaderTask{m: m, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		m.runLeader(ctx)
+	}()
+	return t
+}
+
+// stop cancels the leader loop and waits for it; nil is a no-op.
+func (t *leaderTask) stop() {
+	if t == nil {
+		return
+	}
+	t.cancel()
+	<-t.done
+	t.m.log.Info("leader loop stopped")
+}
+
+// runLeader waits for a barrier (every earlier entry applied here), then
+// reconciles on every state change and every second until ctx ends.
+func (m *Member) runLeader(ctx context.Context) {
+	for {
+		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := m.store.Barrier(bctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("leader barrier failed; retrying", zap.Error(err))
+		sleepCtx(ctx, time.Second)
+	}
+	m.log.Info("leader loop started")
+	changed, unwatch := m.store.Watch()
+	defer unwatch()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		m.leaderReconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+// leaderReconcile is one round of leader work: members known, pending
+// topics finished, partitions placed.
+func (m *Member) leaderReconcile(ctx context.Context) {
+	m.ensureMembers(ctx)
+	var pending []raftstore.MirrorTopic
+	var p plan
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			if t.State == raftstore.StatePending {
+				pending = append(pending, *t.Clone())
+			}
+		}
+		p = planAssignments(s, m.alive)
+	})
+	for _, t := range pending {
+		m.finishPending(ctx, t)
+	}
+	for i := 0; i < len(p.assign); i += assignChunk {
+		chunk := p.assign[i:min(i+assignChunk, len(p.assign))]
+		if err := m.store.Apply(ctx, raftstore.AssignPartitions{Assignments: chunk}); err != nil && ctx.Err() == nil {
+			m.log.Warn("assign partitions", zap.Int("partitions", len(chunk)), zap.Error(err))
+			return
+		}
+		for _, a := range chunk {
+			if a.Takeover {
+				m.log.Warn("partition taken over from an unreachable member", zap.Stringer("partition", a.Key), zap.String("to", a.Owner))
+			}
+		}
+	}
+	for _, mv := range p.moves {
+		err := m.store.Apply(ctx, mv)
+		if err != nil && !errors.Is(err, raftstore.ErrStaleGeneration) && ctx.Err() == nil {
+			m.log.Warn("request handoff", zap.Stringer("partition", mv.Key), zap.String("to", mv.To), zap.Error(err))
+		}
+	}
+}
+
+// alive reports whether member id was heard from within the lease TTL (this
+// member, the leader, always is).
+func (m *Member) alive(id string) bool {
+	if id == m.cfg.NodeID {
+		return true
+	}
+	return time.Since(m.store.PeerContact(id)) < m.cfg.LeaseTTL
+}
+
+// ensureMembers records every member of the raft configuration in the
+// replicated state, with its HTTP address from the peers list.
+func (m *Member) ensureMembers(ctx context.Context) {
+	servers, err := m.store.Servers()
+	if err != nil {
+		return
+	}
+	var missing []raftstore.Member
+	m.store.Read(func(s *raftstore.State) {
+		for _, srv := range servers {
+			if _, ok := s.Members[srv.ID]; !ok {
+				mem := raftstore.Member{ID: srv.ID, RaftAddr: srv.Addr, Voter: srv.Voter}
+				for _, p := range m.cfg.Peers {
+					if p.ID == srv.ID {
+						mem.HTTPAddr = p.HTTP
+					}
+				}
+				if srv.ID == m.cfg.NodeID {
+					mem.HTTPAddr, mem.Joined = m.advertisedHTTP(), true
+				}
+				missing = append(missing, mem)
+			}
+		}
+	})
+	for _, mem := range missing {
+		if err := m.store.Apply(ctx, raftstore.UpsertMember{Member: mem}); err != nil && ctx.Err() == nil {
+			m.log.Warn("record member", zap.String("member", mem.ID), zap.Error(err))
+		}
+	}
+}
+
+// advertisedHTTP is the HTTP address other members reach this one on.
+func (m *Member) advertisedHTTP() string {
+	if p := m.self(); p.HTTP != "" && len(m.cfg.Peers) > 0 {
+		return p.HTTP
+	}
+	return m.addr.String()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

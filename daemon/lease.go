@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// leaseState is this member's right to write its partitions (design.md
+// section 3, self-fencing). A member may write while it has heard from the
+// leader within lease_ttl - lease_margin, and only once its replicated
+// state has caught up with the leader's since it started or was last
+// fenced: raft heartbeats alone tell a follower that is far behind that it
+// is in contact, while its state still shows partitions that have moved.
+type leaseState struct {
+	mu sync.Mutex
+	// synced: the state caught up (read index) after the last fence.
+	synced bool
+	fenced bool
+}
+
+// leaseWindow is how long after its last contact with the leader a member
+// may write.
+func (m *Member) leaseWindow() time.Duration { return m.cfg.LeaseTTL - m.cfg.LeaseMargin }
+
+// writeDeadline is the end of this member's lease, or the zero time when it
+// has none.
+func (m *Member) writeDeadline() time.Time {
+	m.lease.mu.Lock()
+	synced := m.lease.synced
+	m.lease.mu.Unlock()
+	if !synced {
+		return time.Time{}
+	}
+	return m.store.LeaseContact().Add(m.leaseWindow())
+}
+
+// leaseSynced reports whether the owner loop may act on the state.
+func (m *Member) leaseSynced() bool {
+	m.lease.mu.Lock()
+	defer m.lease.mu.Unlock()
+	return m.lease.synced
+}
+
+// leaseLoop watches the lease: when the last contact is older than the
+// lease window the member is fenced (it writes nothing); to write again it
+// first syncs its state with the leader's (read index).
+func (m *Member) leaseLoop() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		expired := time.Since(m.store.LeaseContact()) >= m.leaseWindow()
+		m.lease.mu.Lock()
+		if expired && !m.lease.fenced {
+			m.lease.fenced, m.lease.synced = true, false
+			m.log.Warn("lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again",
+				zap.Duration("window", m.leaseWindow()))
+		}
+		synced := m.lease.synced
+		m.lease.mu.Unlock()
+		if !synced && !expired {
+			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+			err := m.caughtUp(ctx)
+			cancel()
+			if err == nil {
+				m.lease.mu.Lock()
+				was := m.lease.fenced
+				m.lease.synced, m.lease.fenced = true, false
+				m.lease.mu.Unlock()
+				if was {
+					m.log.Info("lease regained: state synced with the raft leader")
+				}
+			}
+		}
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,451 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// ownerState tracks the partition jobs this member runs outside the
+// engine's normal mirroring: handoffs, stops and drops. A partition with a
+// job is kept out of the engine's assignment until the job ends.
+type ownerState struct {
+	mu   sync.Mutex
+	busy map[fetch.Key]string
+}
+
+func (o *ownerState) init() { o.busy = map[fetch.Key]string{} }
+
+// start marks k busy with job and reports whether it was free.
+func (o *ownerState) start(k fetch.Key, job string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.busy[k]; ok {
+		return false
+	}
+	o.busy[k] = job
+	return true
+}
+
+func (o *ownerState) done(k fetch.Key) {
+	o.mu.Lock()
+	delete(o.busy, k)
+	o.mu.Unlock()
+}
+
+func (o *ownerState) isBusy(k fetch.Key) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.busy[k]
+	return ok
+}
+
+// ownerLoop gives the data path the partitions leased to this member and
+// carries out what the state asks of their owner (handoff, stop), on every
+// state change and every second.
+func (m *Member) ownerLoop() {
+	changed, stop := m.store.Watch()
+	defer stop()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		m.ownerReconcile()
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+// ownerJob is one thing the owner of a partition must do outside mirroring.
+type ownerJob struct {
+	kind  string // "handoff", "stop"
+	spec  fetch.Spec
+	lease raftstore.Lease
+	// For stop: what the last mirrored position records besides offsets.
+	clusterID, topicID string
+}
+
+func (m *Member) ownerReconcile() {
+	if !m.leaseSynced() {
+		return // the state may be behind the leader's: act on nothing
+	}
+	var specs []fetch.Spec
+	var jobs []ownerJob
+	sources := map[string]fetch.Source{}
+	owned := map[fetch.Key]bool{}
+	me := m.cfg.NodeID
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			mir, ok := s.Mirrors[t.Mirror]
+			if !ok {
+				continue
+			}
+			for i, p := range t.Partitions {
+				if p.Owner != me || p.State == raftstore.StateStopped {
+					continue
+				}
+				sources[t.Mirror] = fetch.Source{Bootstrap: mir.Bootstrap}
+				spec := specOf(t, int32(i), p)
+				owned[spec.Key] = true
+				lease := raftstore.Lease{Owner: me, Generation: p.Generation}
+				switch {
+				case t.State == raftstore.StateStopping || p.State == raftstore.StateStopping:
+					jobs = append(jobs, ownerJob{kind: "stop", spec: spec, lease: lease, clusterID: mir.SourceClusterID, topicID: t.SourceTopicID})
+				case t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed:
+				case p.State == raftstore.StateDiverged:
+				case p.MoveTo != "":
+					jobs = append(jobs, ownerJob{kind: "handoff", spec: spec, lease: lease})
+				default:
+					specs = append(specs, spec)
+				}
+			}
+		}
+	})
+	for name, src := range sources {
+		m.engine.SetSource(name, src)
+	}
+	free := specs[:0]
+	for _, s := range specs {
+		if !m.owner.isBusy(s.Key) {
+			free = append(free, s)
+		}
+	}
+	m.engine.Assign(free)
+	wanted := map[fetch.Key]bool{}
+	for _, s := range free {
+		wanted[s.Key] = true
+	}
+	for _, j := range jobs {
+		if m.owner.start(j.spec.Key, j.kind) {
+			m.goLoop(func() { m.runJob(j) })
+		}
+	}
+	for _, k := range m.engine.Held() {
+		if wanted[k] || owned[k] || !m.owner.start(k, "drop") {
+			continue
+		}
+		m.goLoop(func() {
+			defer m.owner.done(k)
+			// The lease moved: stop writing at once, no drain (the new
+			// owner walks or was handed an exact position).
+			ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+			defer cancel()
+			if err := m.engine.Drop(ctx, k); err != nil && m.ctx.Err() == nil {
+				m.log.Warn("drop partition", zap.Stringer("partition", k), zap.Error(err))
+			}
+		})
+	}
+}
+
+// specOf is the engine's lease of partition i of t.
+func specOf(t *raftstore.MirrorTopic, i int32, p raftstore.PartitionInfo) fetch.Spec {
+	spec := fetch.Spec{
+		Key:         fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i},
+		Generation:  p.Generation,
+		StartOffset: p.StartOffset,
+	}
+	if p.Producer.Allocated {
+		spec.Producer = &fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
+	}
+	if h := p.Handoff; h != nil && h.Producer.Allocated {
+		spec.Handoff = &fetch.Handoff{
+			Position: fetch.Position{SourceOffset: h.SourceOffset, DestinationOffset: h.DestinationOffset, SourceLeaderEpoch: h.SourceLeaderEpoch},
+			Sequence: h.Sequence,
+			Producer: fetch.ProducerID{ID: h.Producer.ProducerID, Epoch: h.Producer.Epoch},
+		}
+	}
+	return spec
+}
+
+func partitionKey(k fetch.Key) raftstore.PartitionKey {
+	return raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}
+}
+
+// runJob carries out a handoff or a stop; a failed stop is retried by the
+// next reconcile, since the partition stays STOPPING and owned.
+func (m *Member) runJob(j ownerJob) {
+	k := j.spec.Key
+	defer m.owner.done(k)
+	switch j.kind {
+	case "handoff":
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		defer cancel()
+		h, err := m.engine.HandOff(ctx, k)
+		if err != nil {
+			m.log.Warn("handoff drain failed; the next owner resumes with a walk", zap.Stringer("partition", k), zap.Error(err))
+		}
+		cmd := raftstore.ReleasePartition{Key: partitionKey(k), Lease: j.lease}
+		if h != nil {
+			cmd.Checkpoint = &raftstore.Checkpoint{
+				SourceOffset: h.Position.SourceOffset, DestinationOffset: h.Position.DestinationOffset,
+				SourceLeaderEpoch: h.Position.SourceLeaderEpoch, Sequence: h.Sequence,
+				Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
+			}
+		}
+		m.submitRetry(ctx, cmd)
+		m.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
+	case "stop":
+		ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
+		defer cancel()
+		pos, err := m.engine.Stop(ctx, j.spec)
+		if err != nil {
+			m.log.Warn("stop partition failed; retrying", zap.Stringer("partition", k), zap.Error(err))
+			sleepCtx(m.ctx, time.Second)
+			return
+		}
+		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
+			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}
+		if err := m.engine.RecordStopped(ctx, k, rec); err != nil {
+			m.log.Warn("record last mirrored position failed; retrying", zap.Stringer("partition", k), zap.Error(err))
+			return
+		}
+		m.submitRetry(ctx, raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec})
+	}
+}
+
+// submitRetry submits cmd until it is applied, refused for good (a stale
+// lease: the state moved on), or ctx ends.
+func (m *Member) submitRetry(ctx context.Context, cmd raftstore.Command) {
+	for {
+		err := m.submit(ctx, cmd)
+		if err == nil || permanent(err) {
+			if err != nil {
+				m.log.Info("command refused", zap.Stringer("command", cmd.Type()), zap.Error(err))
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			m.log.Warn("command not applied", zap.Stringer("command", cmd.Type()), zap.Error(err))
+			return
+		}
+		sleepCtx(ctx, 300*time.Millisecond)
+	}
+}
+
+// permanent reports whether a refused command must not be retried.
+func permanent(err error) bool {
+	return errors.Is(err, ErrStale) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists)
+}
+
+// handOffAll moves this member's partitions to the others before it stops
+// (SIGTERM), when there are others: it marks itself draining, and the
+// leader moves its partitions by graceful handoff. A restart clears the
+// mark (announce).
+func (m *Member) handOffAll(ctx context.Context) {
+	others := false
+	m.store.Read(func(s *raftstore.State) {
+		for id, mem := range s.Members {
+			if id != m.cfg.NodeID && !mem.Draining {
+				others = true
+			}
+		}
+	})
+	if !others {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := m.submit(dctx, raftstore.SetDraining{ID: m.cfg.NodeID, Draining: true})
+	cancel()
+	if err != nil {
+		m.log.Warn("could not start handing off partitions; they are drained and taken over instead", zap.Error(err))
+		return
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	changed, stop := m.store.Watch()
+	defer stop()
+	for {
+		n := m.ownedCount()
+		if n == 0 {
+			m.log.Info("every partition handed off")
+			return
+		}
+		select {
+		case <-wctx.Done():
+			m.log.Warn("handoff did not finish in time; draining the rest", zap.Int("partitions", n))
+			return
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ownedCount counts the partitions leased to this member that are not
+// stopped.
+func (m *Member) ownedCount() int {
+	n := 0
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			for _, p := range t.Partitions {
+				if p.Owner == m.cfg.NodeID && p.State != raftstore.StateStopped {
+					n++
+				}
+			}
+		}
+	})
+	return n
+}
+
+// announce records this member in the state as joined (it runs with
+// raft state), with its addresses, and clears a drain left by its last
+// shutdown.
+func (m *Member) announce() {
+	self := m.self()
+	want := raftstore.Member{ID: m.cfg.NodeID, RaftAddr: m.cfg.RaftAdvertise, HTTPAddr: m.advertisedHTTP(), Voter: self.IsVoter(), Joined: true}
+	for m.ctx.Err() == nil {
+		var cur raftstore.Member
+		found := false
+		m.store.Read(func(s *raftstore.State) {
+			if mem, ok := s.Members[m.cfg.NodeID]; ok {
+				cur, found = *mem, true
+			}
+		})
+		if found {
+			want.Voter = cur.Voter
+			if cur == want {
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+		err := m.submit(ctx, raftstore.UpsertMember{Member: want})
+		cancel()
+		if err == nil {
+			return // applied; this member's state shows it a moment later
+		}
+		sleepCtx(m.ctx, time.Second)
+	}
+}
+
+// control implements fetch.Control: the engine's reports reach the raft
+// leader from whichever member runs the partition, retried until applied.
+type control struct{ m *Member }
+
+func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id fetch.ProducerID) error {
+	return c.m.submit(ctx, raftstore.SetProducer{
+		Key:        partitionKey(k),
+		Producer:   raftstore.ProducerIdentity{ProducerID: id.ID, Epoch: id.Epoch, Allocated: true},
+		Generation: gen,
+		Owner:      c.m.cfg.NodeID,
+	})
+}
+
+// Report records FAILED and DIVERGED (and the return to MIRRORING) in the
+// replicated state, so describe shows the reason from any member.
+func (c *control) Report(k fetch.Key, state fetch.State, reason string) {
+	var s raftstore.TopicState
+	switch state {
+	case fetch.Failed:
+		s = raftstore.StateFailed
+	case fetch.Diverged:
+		s = raftstore.StateDiverged
+	case fetch.Mirroring:
+		s = raftstore.StateMirroring
+	default:
+		return
+	}
+	var cur raftstore.PartitionInfo
+	found := false
+	c.m.store.Read(func(st *raftstore.State) {
+		if p, ok := st.Partition(partitionKey(k)); ok {
+			cur, found = *p, true
+		}
+	})
+	if !found || cur.Owner != c.m.cfg.NodeID || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
+		return
+	}
+	if cur.State == s && cur.Reason == reason {
+		c.m.out.drop("state " + k.String()) // a newer report may be waiting: this one is the truth
+		return
+	}
+	c.m.out.put("state "+k.String(), raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason,
+		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: cur.Generation}})
+}
+
+func (c *control) RenewProducer(k fetch.Key, gen uint64, reason string) {
+	c.m.out.put("renew "+k.String(), raftstore.RenewProducer{Key: partitionKey(k), Reason: reason,
+		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: gen}})
+}
+
+// WriteDeadline is the end of this member's lease (lease.go).
+func (c *control) WriteDeadline() time.Time { return c.m.writeDeadline() }
+
+// outbox holds the latest command per key that must reach the leader, and
+// retries each until it is applied or refused for good. A newer command
+// for the same key replaces an older one not yet sent (desired state, not
+// a queue of events).
+type outbox struct {
+	m    *Member
+	mu   sync.Mutex
+	cmds map[string]pendingCmd
+	seq  uint64
+	kick chan struct{}
+}
+
+type pendingCmd struct {
+	cmd raftstore.Command
+	seq uint64
+}
+
+func newOutbox(m *Member) *outbox {
+	return &outbox{m: m, cmds: map[string]pendingCmd{}, kick: make(chan struct{}, 1)}
+}
+
+func (o *outbox) put(key string, cmd raftstore.Command) {
+	o.mu.Lock()
+	o.seq++
+	o.cmds[key] = pendingCmd{cmd, o.seq}
+	o.mu.Unlock()
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+}
+
+// drop forgets the command waiting under key.
+func (o *outbox) drop(key string) {
+	o.mu.Lock()
+	delete(o.cmds, key)
+	o.mu.Unlock()
+}
+
+func (o *outbox) run() {
+	for {
+		select {
+		case <-o.m.ctx.Done():
+			return
+		case <-o.kick:
+		case <-time.After(500 * time.Millisecond):
+		}
+		o.mu.Lock()
+		batch := make(map[string]pendingCmd, len(o.cmds))
+		for k, c := range o.cmds {
+			batch[k] = c
+		}
+		o.mu.Unlock()
+		for key, pc := range batch {
+			ctx, cancel := context.WithTimeout(o.m.ctx, 5*time.Second)
+			err := o.m.submit(ctx, pc.cmd)
+			cancel()
+			if err != nil && !permanent(err) {
+				continue
+			}
+			if err != nil {
+				o.m.log.Info("report refused", zap.String("report", key), zap.Error(err))
+			}
+			o.mu.Lock()
+			if o.cmds[key].seq == pc.seq {
+				delete(o.cmds, key)
+			}
+			o.mu.Unlock()
+		}
+	}
+}

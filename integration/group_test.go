@@ -1,0 +1,516 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+// groupLease is the lease configuration of test groups: shorter than the
+// defaults so takeovers happen within seconds, with the same ordering
+// (produce timeout < margin < TTL).
+const groupLease = "lease_ttl: 6s\nlease_margin: 3s\nproduce_timeout: 2s\ntest_hooks: true\n"
+
+// kgroup is a kmirror group of daemon processes with a shared peers list.
+type kgroup struct {
+	t       *testing.T
+	members []*member
+}
+
+// startGroup starts n members named name-1..name-n and waits until all are
+// ready (a new group forms once a quorum is up).
+func startGroup(t *testing.T, name string, n int) *kgroup {
+	t.Helper()
+	g := &kgroup{t: t}
+	type addrs struct{ http, raft string }
+	as := make([]addrs, n)
+	var peers strings.Builder
+	peers.WriteString("peers:\n")
+	for i := range as {
+		as[i] = addrs{freeAddr(t), freeAddr(t)}
+		fmt.Fprintf(&peers, "  - {id: %s-%d, raft: \"%s\", http: \"%s\"}\n", name, i+1, as[i].raft, as[i].http)
+	}
+	for i := range n {
+		m := startMember(t, fmt.Sprintf("%s-%d", name, i+1), memberOpts{
+			extra: peers.String() + groupLease, httpAddr: as[i].http, raftAddr: as[i].raft, noWait: true,
+		})
+		g.members = append(g.members, m)
+	}
+	for _, m := range g.members {
+		m.waitReady()
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, m := range g.members {
+			state := "running"
+			select {
+			case err := <-m.done:
+				state = fmt.Sprintf("exited: %v", err)
+			default:
+				if m.cmd == nil {
+					state = "not running"
+				}
+			}
+			t.Logf("member %s (%s), log tail:\n%s", memberID(m), state, m.logTail())
+		}
+	})
+	return g
+}
+
+// byID returns the member with node_id id.
+func (g *kgroup) byID(id string) *member {
+	g.t.Helper()
+	for _, m := range g.members {
+		if strings.HasSuffix(m.cfgPath, "/"+id+"/kmirror.yaml") {
+			return m
+		}
+	}
+	g.t.Fatalf("no member %s", id)
+	return nil
+}
+
+// members runs `kmirror members --output json` against m.
+func (g *kgroup) memberRows(m *member) []daemon.MemberStatus {
+	g.t.Helper()
+	var rows []daemon.MemberStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, errOut, code := cli(g.t, m, "--output", "json", "members")
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &rows); err != nil {
+				g.t.Fatalf("members output: %v\n%s", err, out)
+			}
+			return rows
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("kmirror members failed: %s", errOut)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// leaderID is the raft leader's ID as m sees it.
+func (g *kgroup) leaderID(m *member) string {
+	for _, r := range g.memberRows(m) {
+		if r.Role == "leader" {
+			return r.ID
+		}
+	}
+	g.t.Fatal("no leader in kmirror members")
+	return ""
+}
+
+// owners maps each partition of the topics to its owner, as m describes.
+func owners(t *testing.T, m *member, mirror string) map[string]string {
+	t.Helper()
+	rows, err := m.client.Describe(context.Background(), mirror, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		out[fmt.Sprintf("%s/%d", r.Topic, r.Partition)] = r.Owner
+	}
+	return out
+}
+
+// waitBalanced waits until every partition of the mirror has an owner and
+// the counts over the named members differ by at most one.
+func waitBalanced(t *testing.T, m *member, mirror string, ids ...string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		own := owners(t, m, mirror)
+		count := map[string]int{}
+		for _, o := range own {
+			count[o]++
+		}
+		lo, hi := 1<<30, -1
+		for _, id := range ids {
+			lo, hi = min(lo, count[id]), max(hi, count[id])
+		}
+		if count[""] == 0 && hi-lo <= 1 && len(own) > 0 {
+			return own
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partitions not balanced over %v within 60s: %v", ids, count)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func memberID(m *member) string {
+	return strings.TrimSuffix(strings.TrimPrefix(m.cfgPath[strings.LastIndex(m.cfgPath[:len(m.cfgPath)-len("/kmirror.yaml")], "/")+1:], ""), "/kmirror.yaml")
+}
+
+// waitTakenOver waits until no partition of the mirror is owned by id and
+// every one is MIRRORING again, as m describes it, and returns how long
+// that took.
+func waitTakenOver(t *testing.T, m *member, mirror, id string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(90 * time.Second)
+	for {
+		rows, err := m.client.Describe(context.Background(), mirror, "")
+		done := err == nil
+		for _, r := range rows {
+			if r.Owner == id || r.Owner == "" || r.State != "MIRRORING" || strings.HasPrefix(r.Reason, "resuming") {
+				done = false
+			}
+		}
+		if done {
+			return time.Since(start).Round(100 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partitions of %s not taken over within 90s: %+v (%v)", id, rows, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// logCount counts log lines of m with the given message.
+func logCount(t *testing.T, m *member, msg string) int {
+	t.Helper()
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGroupMemberFaults runs a 3-member group through the member faults a
+// group must survive while a stream is mirrored: SIGKILL of a follower and
+// of the raft leader, and a SIGTERM (graceful handoff). Every admin request
+// goes to a follower (forwarded to the leader), describe is asked of every
+// member, and the clusters are compared record by record.
+func TestGroupMemberFaults(t *testing.T) {
+	g := startGroup(t, "grp", 3)
+	ctx := context.Background()
+	m0 := g.members[0]
+	rows := g.memberRows(m0)
+	roles := map[string]int{}
+	for _, r := range rows {
+		roles[r.Role]++
+		if r.State != "alive" {
+			t.Fatalf("member %s is %s at start", r.ID, r.State)
+		}
+	}
+	if len(rows) != 3 || roles["leader"] != 1 || roles["follower"] != 2 {
+		t.Fatalf("kmirror members: %+v, want one leader and two followers", rows)
+	}
+	leader := g.leaderID(m0)
+	var follower *member
+	for _, r := range rows {
+		if r.Role == "follower" {
+			follower = g.byID(r.ID)
+			break
+		}
+	}
+	// Writes sent to a follower are forwarded to the leader.
+	if err := follower.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "grp", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatalf("create through a follower: %v", err)
+	}
+	topics := []string{"grp-a", "grp-b", "grp-c"}
+	const partitions, perTopic = 4, 50_000
+	var waits []func()
+	for _, topic := range topics {
+		if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, streamRecords(t, topic, perTopic, 2_500))
+	}
+	if err := follower.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "grp", Topics: topics}); err != nil {
+		t.Fatalf("add through a follower: %v", err)
+	}
+	ids := []string{"grp-1", "grp-2", "grp-3"}
+	own := waitBalanced(t, m0, "grp", ids...)
+	t.Logf("leader %s; owners %v", leader, own)
+
+	// 1. SIGKILL a follower that holds partitions; restart it once the
+	// others have taken its partitions over.
+	other := g.members[0]
+	if other == follower {
+		other = g.members[1]
+	}
+	follower.kill9()
+	t.Logf("killed follower %s", follower.cfgPath)
+	t.Logf("takeover after kill -9 of a follower: %s", waitTakenOver(t, other, "grp", memberID(follower)))
+	follower.start()
+
+	// 2. SIGKILL the raft leader.
+	lm := g.byID(leader)
+	lm.kill9()
+	t.Logf("killed leader %s", leader)
+	other = g.members[0]
+	if other == lm {
+		other = g.members[1]
+	}
+	t.Logf("takeover after kill -9 of the leader: %s", waitTakenOver(t, other, "grp", leader))
+	lm.start()
+
+	// 3. SIGTERM a member: it hands its partitions off before it exits.
+	newLeader := g.leaderID(other)
+	var calm *member
+	for _, m := range g.members {
+		if !strings.Contains(m.cfgPath, "/"+newLeader+"/") {
+			calm = m
+		}
+	}
+	waitBalanced(t, other, "grp", ids...)
+	calm.stop()
+	time.Sleep(2 * time.Second)
+	calm.start()
+
+	for _, w := range waits {
+		w()
+	}
+	waitBalanced(t, m0, "grp", ids...)
+	// describe from every member shows every partition caught up.
+	for _, m := range g.members {
+		waitCaughtUp(t, m, "grp", topics...)
+	}
+	for _, topic := range topics {
+		src := readAll(t, env.src, topic, partitions, true)
+		n := 0
+		for _, p := range src {
+			n += len(p)
+		}
+		if n != perTopic {
+			t.Fatalf("source %s holds %d records, want %d", topic, n, perTopic)
+		}
+		requireSameRecords(t, src, readAll(t, env.dst, topic, partitions, true))
+		requireSequencesContiguous(t, env.dst, topic, partitions)
+	}
+	takeovers, handoffs, walked := 0, 0, 0
+	for _, m := range g.members {
+		takeovers += logCount(t, m, "partition taken over from an unreachable member")
+		handoffs += logCount(t, m, "partition taken over by handoff")
+		walked += resumeWalks(t, m)
+	}
+	t.Logf("takeovers %d, exact handoffs %d, resumes that walked past a checkpoint %d", takeovers, handoffs, walked)
+	if takeovers < 8 || handoffs == 0 {
+		t.Fatalf("takeovers %d (want the 8 partitions of the two killed members), handoffs %d: the faults did not exercise both paths", takeovers, handoffs)
+	}
+}
+
+// TestGroupZombie stops (SIGSTOP) a member that holds partitions for
+// longer than the lease, lets the others take over and write, then
+// resumes it (SIGCONT). The destination must equal the source, and must
+// show that the stopped member wrote nothing after its partitions moved
+// (requireSequencesContiguous).
+func TestGroupZombie(t *testing.T) {
+	g := startGroup(t, "zmb", 3)
+	ctx := context.Background()
+	m0 := g.members[0]
+	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "zmb", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions, n = "zmb", 6, 90_000
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait := streamRecords(t, topic, n, 4_000)
+	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "zmb", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"zmb-1", "zmb-2", "zmb-3"}
+	waitBalanced(t, m0, "zmb", ids...)
+	time.Sleep(2 * time.Second)
+	leader := g.leaderID(m0)
+	var zombie *member
+	zombieID := ""
+	for _, id := range ids {
+		if id != leader {
+			zombie, zombieID = g.byID(id), id
+			break
+		}
+	}
+	var watcher *member
+	for _, m := range g.members {
+		if m != zombie {
+			watcher = m
+		}
+	}
+	held := owners(t, watcher, "zmb")
+	zombie.cmd.Process.Signal(syscall.SIGSTOP)
+	t.Logf("stopped %s (SIGSTOP); it held %v", zombieID, held)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		moved := true
+		for _, o := range owners(t, watcher, "zmb") {
+			if o == zombieID {
+				moved = false
+			}
+		}
+		if moved {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partitions of the stopped member not taken over within 60s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // the new owners write
+	zombie.cmd.Process.Signal(syscall.SIGCONT)
+	t.Logf("resumed %s (SIGCONT)", zombieID)
+	wait()
+	for _, m := range g.members {
+		waitCaughtUp(t, m, "zmb", topic)
+	}
+	src := readAll(t, env.src, topic, partitions, true)
+	dst := readAll(t, env.dst, topic, partitions, true)
+	requireSameRecords(t, src, dst)
+	requireSequencesContiguous(t, env.dst, topic, partitions)
+	if logCount(t, zombie, "lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again") == 0 {
+		t.Fatalf("the stopped member never noticed it lost its lease:\n%s", zombie.logTail())
+	}
+}
+
+// TestGroupRaftIsolation cuts one member's raft traffic with the test hook
+// while its Kafka connections stay up: it must fence itself (write
+// nothing) before the others take its partitions over, and write again
+// only once its state has caught up after the cut ends.
+func TestGroupRaftIsolation(t *testing.T) {
+	g := startGroup(t, "iso", 3)
+	ctx := context.Background()
+	m0 := g.members[0]
+	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "iso", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions, n = "iso", 6, 60_000
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait := streamRecords(t, topic, n, 3_000)
+	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "iso", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"iso-1", "iso-2", "iso-3"}
+	waitBalanced(t, m0, "iso", ids...)
+	leader := g.leaderID(m0)
+	var cut *member
+	for _, id := range ids {
+		if id != leader {
+			cut = g.byID(id)
+			break
+		}
+	}
+	var watcher *member
+	for _, m := range g.members {
+		if m != cut {
+			watcher = m
+		}
+	}
+	isolate := func(on bool) {
+		t.Helper()
+		resp, err := http.Post(fmt.Sprintf("%s/v1/internal/test/raft-isolation?on=%t", cut.url, on), "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("raft isolation hook: %s", resp.Status)
+		}
+	}
+	isolate(true)
+	t.Logf("cut the raft traffic of %s", memberID(cut))
+	t.Logf("takeover after the cut: %s", waitTakenOver(t, watcher, "iso", memberID(cut)))
+	isolate(false)
+	wait()
+	for _, m := range g.members {
+		waitCaughtUp(t, m, "iso", topic)
+	}
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+	requireSequencesContiguous(t, env.dst, topic, partitions)
+	if logCount(t, cut, "lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again") == 0 ||
+		logCount(t, cut, "lease regained: state synced with the raft leader") == 0 {
+		t.Fatalf("the cut member did not fence itself and sync again:\n%s", cut.logTail())
+	}
+}
+
+// requireSequencesContiguous reads the destination's record batches and
+// fails unless, in every partition, the batches of each producer identity
+// carry contiguous sequence numbers in offset order. Owners that take a
+// partition over keep its identity and continue its sequence, so a batch
+// written late by an owner that had lost the partition (a zombie) would
+// repeat an earlier sequence range: this shows from the destination that
+// no such batch landed.
+func requireSequencesContiguous(t *testing.T, cl *harness.Cluster, topic string, partitions int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := kwire.Dial(ctx, cl.BrokerAddrs()[0], "kmirror-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	batches := 0
+	for p := range partitions {
+		type identity struct {
+			id    int64
+			epoch int16
+		}
+		next := map[identity]int32{}
+		offset := int64(0)
+		for {
+			res, err := conn.Fetch(ctx, &kwire.FetchRequest{MaxWait: 10 * time.Millisecond, MaxBytes: 8 << 20,
+				Partitions: []kwire.FetchPartition{{Topic: topic, Partition: int32(p), Offset: offset, LeaderEpoch: -1, MaxBytes: 8 << 20}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != 1 || res[0].Err != 0 {
+				t.Fatalf("fetch %s/%d at %d: %+v", topic, p, offset, res)
+			}
+			bs, _, err := kwire.SplitBatches(res[0].Records)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(bs) == 0 {
+				if offset < res[0].HighWatermark {
+					t.Fatalf("fetch %s/%d at %d returned no whole batch below the high watermark %d", topic, p, offset, res[0].HighWatermark)
+				}
+				break
+			}
+			for _, b := range bs {
+				if b.LastOffset() < offset {
+					continue
+				}
+				id := identity{b.ProducerID(), b.ProducerEpoch()}
+				if want, ok := next[id]; ok && b.BaseSequence() != want {
+					t.Fatalf("%s/%d offset %d: producer %d epoch %d batch has sequence %d, expected %d: a batch landed out of order (a late write by an owner that had lost the partition?)",
+						topic, p, b.BaseOffset(), id.id, id.epoch, b.BaseSequence(), want)
+				}
+				next[id] = kwire.NextSequence(b.BaseSequence(), b.RecordCount())
+				offset = b.LastOffset() + 1
+				batches++
+			}
+		}
+	}
+	t.Logf("%s: %d destination batches, each producer's sequences contiguous", topic, batches)
+}

@@ -1,0 +1,159 @@
+package raftstore
+
+import (
+	"math"
+	"testing"
+)
+
+// lease is the current lease of p1 in x.
+func (x *fixture) lease(k PartitionKey) Lease {
+	x.t.Helper()
+	p, ok := x.state().Partition(k)
+	if !ok {
+		x.t.Fatalf("no partition %s", k)
+	}
+	return Lease{Owner: p.Owner, Generation: p.Generation}
+}
+
+func (x *fixture) part(k PartitionKey) PartitionInfo {
+	x.t.Helper()
+	p, _ := x.state().Partition(k)
+	return *p
+}
+
+func TestAssignPartitionsChecksGeneration(t *testing.T) {
+	x := newFixture(t)
+	p0 := PartitionKey{Mirror: "m1", Topic: "orders", Partition: 0}
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p0, Owner: "n1"}, {Key: p1, Owner: "n1"}}})
+	gen := x.idx
+	for _, k := range []PartitionKey{p0, p1} {
+		if l := x.lease(k); l != (Lease{Owner: "n1", Generation: gen}) {
+			t.Fatalf("%s lease %+v, want n1 at %d", k, l, gen)
+		}
+	}
+	// A decision made on an old generation is skipped, the rest applies.
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p0, Owner: "n2", From: gen - 1}, {Key: p1, Owner: "n2", From: gen}}})
+	if l := x.lease(p0); l.Owner != "n1" || l.Generation != gen {
+		t.Fatalf("stale assignment applied: %+v", l)
+	}
+	if l := x.lease(p1); l.Owner != "n2" || l.Generation != x.idx {
+		t.Fatalf("p1 lease %+v, want n2 at %d", l, x.idx)
+	}
+	// Unknown partitions are skipped, not an error: the topic may be gone.
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: PartitionKey{Mirror: "m1", Topic: "gone"}, Owner: "n1"}}})
+}
+
+func TestTakeoverKeepsIdentity(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1"}}})
+	id := ProducerIdentity{ProducerID: 42, Epoch: 7, Allocated: true}
+	x.mustApply(SetProducer{Key: p1, Producer: id, Generation: x.idx, Owner: "n1"})
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n2", From: x.idx - 1, Takeover: true}}})
+	if p := x.part(p1); p.Producer != id || p.Owner != "n2" || p.Generation != x.idx {
+		t.Fatalf("after takeover %+v, want n2 at %d with producer %+v unchanged", p, x.idx, id)
+	}
+}
+
+func TestRenewAtLastEpochDropsIdentity(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1"}}})
+	x.mustApply(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 42, Epoch: math.MaxInt16, Allocated: true}, Generation: x.idx, Owner: "n1"})
+	x.mustApply(RenewProducer{Key: p1, Lease: x.lease(p1)})
+	if got := x.part(p1).Producer; got.Allocated {
+		t.Fatalf("renewal at the last epoch left %+v, want no identity (the owner allocates a new producer ID)", got)
+	}
+}
+
+func TestRenewProducer(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1"}}})
+	x.mustApply(SetProducer{Key: p1, Producer: ProducerIdentity{ProducerID: 5, Allocated: true}, Generation: x.idx, Owner: "n1"})
+	l := x.lease(p1)
+	x.mustFail(RenewProducer{Key: p1, Lease: Lease{Owner: "n2", Generation: l.Generation}}, ErrStaleGeneration)
+	x.mustFail(RenewProducer{Key: p1, Lease: Lease{Owner: "n1", Generation: l.Generation - 1}}, ErrStaleGeneration)
+	x.mustApply(RenewProducer{Key: p1, Lease: l, Reason: "OUT_OF_ORDER_SEQUENCE_NUMBER"})
+	p := x.part(p1)
+	if p.Producer.Epoch != 1 || p.Generation != x.idx || p.Owner != "n1" {
+		t.Fatalf("after renew %+v, want epoch 1, generation %d, owner n1", p, x.idx)
+	}
+	// The renewal changed the generation: the same request again is stale.
+	x.mustFail(RenewProducer{Key: p1, Lease: l}, ErrStaleGeneration)
+}
+
+func TestHandoff(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(UpsertMember{Member: Member{ID: "n2"}})
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1"}}})
+	gen := x.idx
+	x.mustFail(RequestMove{Key: p1, Generation: gen, To: "n9"}, ErrNotFound)
+	x.mustFail(RequestMove{Key: p1, Generation: gen - 1, To: "n2"}, ErrStaleGeneration)
+	x.mustApply(RequestMove{Key: p1, Generation: gen, To: "n2"})
+	if p := x.part(p1); p.MoveTo != "n2" || p.Generation != gen {
+		t.Fatalf("after RequestMove %+v, want MoveTo n2 in generation %d", p, gen)
+	}
+	cp := Checkpoint{SourceOffset: 100, DestinationOffset: 90, SourceLeaderEpoch: 3, Sequence: 12,
+		Producer: ProducerIdentity{ProducerID: 9, Epoch: 1, Allocated: true}}
+	x.mustFail(ReleasePartition{Key: p1, Lease: Lease{Owner: "n2", Generation: gen}, Checkpoint: &cp}, ErrStaleGeneration)
+	x.mustApply(ReleasePartition{Key: p1, Lease: Lease{Owner: "n1", Generation: gen}, Checkpoint: &cp})
+	p := x.part(p1)
+	if p.Owner != "n2" || p.Generation != x.idx || p.MoveTo != "" || p.Handoff == nil || *p.Handoff != cp || p.Producer != cp.Producer {
+		t.Fatalf("after release %+v, want n2 at %d with handoff %+v", p, x.idx, cp)
+	}
+	// A handoff to a member that began draining meanwhile leaves the
+	// partition unowned for the leader to place; the checkpoint stays.
+	x.mustApply(RequestMove{Key: p1, Generation: x.idx, To: "n1"})
+	x.mustApply(SetDraining{ID: "n1", Draining: true})
+	x.mustApply(ReleasePartition{Key: p1, Lease: Lease{Owner: "n2", Generation: x.idx - 2}, Checkpoint: &cp})
+	if p := x.part(p1); p.Owner != "" || p.Handoff == nil {
+		t.Fatalf("release to a draining member: %+v, want unowned with the handoff kept", p)
+	}
+	// A takeover (crash) drops the handoff: the old owner may have written.
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n2", From: x.idx}}})
+	if p := x.part(p1); p.Handoff == nil {
+		t.Fatal("a plain assignment of an unowned partition dropped its handoff")
+	}
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1", From: x.idx, Takeover: true}}})
+	if p := x.part(p1); p.Handoff != nil {
+		t.Fatalf("takeover kept the handoff %+v", p.Handoff)
+	}
+	x.mustFail(SetDraining{ID: "n9", Draining: true}, ErrNotFound)
+}
+
+func TestPartitionStoppedCarriesTopicToStopped(t *testing.T) {
+	x := newFixture(t)
+	keys := []PartitionKey{{Mirror: "m1", Topic: "orders", Partition: 0}, p1, {Mirror: "m1", Topic: "orders", Partition: 2}}
+	var as []Assignment
+	for _, k := range keys {
+		as = append(as, Assignment{Key: k, Owner: "n1"})
+	}
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring})
+	x.mustApply(AssignPartitions{Assignments: as})
+	l := x.lease(p1)
+	pos := Position{SourceOffset: 5, DestinationOffset: 4, SourceClusterID: "c"}
+	x.mustFail(PartitionStopped{Key: p1, Lease: l, Position: pos}, ErrInvalid) // not STOPPING
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateStopping})
+	// A member's report cannot take a STOPPING partition back.
+	x.mustFail(SetPartitionState{Key: p1, State: StateMirroring, Lease: l}, ErrInvalid)
+	for i, k := range keys {
+		if i == 2 {
+			x.mustFail(PartitionStopped{Key: k, Lease: Lease{Owner: "n2", Generation: l.Generation}, Position: pos}, ErrStaleGeneration)
+		}
+		x.mustApply(PartitionStopped{Key: k, Lease: l, Position: pos})
+		mt := x.topic("m1", "orders")
+		want := StateStopping
+		if i == 2 {
+			want = StateStopped
+		}
+		if mt.State != want {
+			t.Fatalf("after %d of 3 partitions stopped: topic %s, want %s", i+1, mt.State, want)
+		}
+		if p := mt.Partitions[i]; p.State != StateStopped || p.Owner != "" || p.LastMirrored == nil || *p.LastMirrored != pos || p.Generation != x.idx {
+			t.Fatalf("partition %d = %+v", i, p)
+		}
+	}
+	// A stopped partition is never assigned again.
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1", From: x.part(p1).Generation}}})
+	if p := x.part(p1); p.Owner != "" {
+		t.Fatalf("stopped partition assigned to %q", p.Owner)
+	}
+}
