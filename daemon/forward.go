@@ -153,9 +153,9 @@ func (m *Member) LocalStatuses() []LiveStatus {
 
 // liveStatuses collects what every member's data path reports right now,
 // keyed by partition; members that do not answer within a few seconds are
-// left out (their partitions show without offsets).
-func (m *Member) liveStatuses(ctx context.Context) map[fetch.Key]LiveStatus {
-	out := map[fetch.Key]LiveStatus{}
+// left out (their partitions show without offsets) and named in silent.
+func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]LiveStatus, silent map[string]bool) {
+	out, silent = map[fetch.Key]LiveStatus{}, map[string]bool{}
 	add := func(sts []LiveStatus) {
 		for _, st := range sts {
 			out[fetch.Key{Mirror: st.Mirror, Topic: st.Topic, Partition: st.Partition}] = st
@@ -176,24 +176,26 @@ func (m *Member) liveStatuses(ctx context.Context) map[fetch.Key]LiveStatus {
 	for _, id := range ids {
 		c, err := m.memberClient(id)
 		if err != nil {
+			silent[id] = true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sts, err := c.liveStatuses(cctx)
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
+				silent[id] = true
 				return
 			}
-			mu.Lock()
 			add(sts)
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	// This member's own view last: it wins for partitions it runs.
 	add(m.LocalStatuses())
-	return out
+	return out, silent
 }
 
 // internalAPI is what members serve each other under /v1/internal.

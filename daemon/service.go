@@ -455,7 +455,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 	if err := m.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	live := m.liveStatuses(ctx)
+	live, silent := m.liveStatuses(ctx)
 	var out []PartitionStatus
 	mirrorFound := mirror == ""
 	m.store.Read(func(s *raftstore.State) {
@@ -488,6 +488,8 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 					case st.Duplicate != "" && ps.Reason == "":
 						ps.Reason = fmt.Sprintf("duplicate: %d records so far; the latest: %s", st.DuplicateRecords, st.Duplicate)
 					}
+				} else if silent[p.Owner] && ps.State == string(raftstore.StateMirroring) {
+					ps.Reason = fmt.Sprintf("owner %s did not answer: offsets unknown (if it is down, the leader moves its partitions after lease_ttl; see kmirror members)", p.Owner)
 				} else if p.LastMirrored != nil {
 					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0
 				}

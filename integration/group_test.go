@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +27,7 @@ const groupLease = "lease_ttl: 6s\nlease_margin: 3s\nproduce_timeout: 2s\ntest_h
 type kgroup struct {
 	t       *testing.T
 	members []*member
+	peers   []string // the peers list entries, one YAML line each
 }
 
 // startGroup starts n members named name-1..name-n and waits until all are
@@ -34,15 +37,13 @@ func startGroup(t *testing.T, name string, n int) *kgroup {
 	g := &kgroup{t: t}
 	type addrs struct{ http, raft string }
 	as := make([]addrs, n)
-	var peers strings.Builder
-	peers.WriteString("peers:\n")
 	for i := range as {
 		as[i] = addrs{freeAddr(t), freeAddr(t)}
-		fmt.Fprintf(&peers, "  - {id: %s-%d, raft: \"%s\", http: \"%s\"}\n", name, i+1, as[i].raft, as[i].http)
+		g.peers = append(g.peers, fmt.Sprintf("  - {id: %s-%d, raft: \"%s\", http: \"%s\"}\n", name, i+1, as[i].raft, as[i].http))
 	}
 	for i := range n {
 		m := startMember(t, fmt.Sprintf("%s-%d", name, i+1), memberOpts{
-			extra: peers.String() + groupLease, httpAddr: as[i].http, raftAddr: as[i].raft, noWait: true,
+			extra: "peers:\n" + strings.Join(g.peers, "") + groupLease, httpAddr: as[i].http, raftAddr: as[i].raft, noWait: true,
 		})
 		g.members = append(g.members, m)
 	}
@@ -453,6 +454,145 @@ func TestGroupRaftIsolation(t *testing.T) {
 		logCount(t, cut, "lease regained: state synced with the raft leader") == 0 {
 		t.Fatalf("the cut member did not fence itself and sync again:\n%s", cut.logTail())
 	}
+}
+
+// TestGroupJoinDrainLeave adds a fourth member while a stream is mirrored:
+// it receives partitions by graceful handoff, none of them with a walk.
+// Then a member is drained (all its partitions move away by handoff) and
+// removed from the group. No record is lost or written twice.
+func TestGroupJoinDrainLeave(t *testing.T) {
+	g := startGroup(t, "jdl", 3)
+	ctx := context.Background()
+	m0 := g.members[0]
+	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "jdl", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions, n = "jdl", 8, 80_000
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait := streamRecords(t, topic, n, 3_000)
+	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "jdl", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitBalanced(t, m0, "jdl", "jdl-1", "jdl-2", "jdl-3")
+
+	// Join: add the member to the group, then start it.
+	httpAddr, raftAddr := freeAddr(t), freeAddr(t)
+	if out, errOut, code := cli(t, m0, "members", "add", "jdl-4", "--raft", raftAddr, "--http", httpAddr); code != 0 {
+		t.Fatalf("members add: %s%s", out, errOut)
+	}
+	peers := "peers:\n" + strings.Join(g.peers, "") + fmt.Sprintf("  - {id: jdl-4, raft: \"%s\", http: \"%s\"}\n", raftAddr, httpAddr)
+	m4 := startMember(t, "jdl-4", memberOpts{extra: peers + groupLease, httpAddr: httpAddr, raftAddr: raftAddr})
+	g.members = append(g.members, m4)
+	waitBalanced(t, m0, "jdl", "jdl-1", "jdl-2", "jdl-3", "jdl-4")
+	for deadline := time.Now().Add(30 * time.Second); logCount(t, m4, "partition taken over by handoff") < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new member took %d partitions by handoff within 30s, want 2", logCount(t, m4, "partition taken over by handoff"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := logCount(t, m4, "partition resumed"); got != 0 {
+		t.Fatalf("the new member resumed %d partitions with a walk: handoffs must not walk", got)
+	}
+
+	// Drain, then remove, jdl-2.
+	if out, errOut, code := cli(t, m4, "members", "drain", "jdl-2"); code != 0 {
+		t.Fatalf("members drain: %s%s", out, errOut)
+	}
+	waitBalanced(t, m4, "jdl", "jdl-1", "jdl-3", "jdl-4")
+	for _, r := range g.memberRows(m4) {
+		if r.ID == "jdl-2" && (r.State != "draining" || r.Partitions != 0) {
+			t.Fatalf("drained member: %+v, want draining with 0 partitions", r)
+		}
+	}
+	if out, errOut, code := cli(t, m4, "members", "remove", "jdl-2"); code != 0 {
+		t.Fatalf("members remove: %s%s", out, errOut)
+	}
+	g.byID("jdl-2").stop()
+	rows := g.memberRows(m4)
+	if len(rows) != 3 {
+		t.Fatalf("members after remove: %+v, want jdl-1, jdl-3, jdl-4", rows)
+	}
+	wait()
+	for _, m := range []*member{g.byID("jdl-1"), g.byID("jdl-3"), m4} {
+		waitCaughtUp(t, m, "jdl", topic)
+	}
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+	requireSequencesContiguous(t, env.dst, topic, partitions)
+}
+
+// TestGroupRollingKill mirrors over a million records over 24 partitions in
+// three topics while a random member, the raft leader included, is killed
+// with SIGKILL again and again (each restarted once the others have taken
+// its partitions over, so a quorum is kept). It prints the takeover times
+// (kill to every partition mirroring again under a new owner).
+func TestGroupRollingKill(t *testing.T) {
+	g := startGroup(t, "roll", 3)
+	ctx := context.Background()
+	if err := g.members[0].client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "roll", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	topics := []string{"roll-a", "roll-b", "roll-c"}
+	const partitions, perTopic, kills = 8, 340_000, 10
+	var waits []func()
+	for _, topic := range topics {
+		if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, streamRecords(t, topic, perTopic, 4_000))
+	}
+	if err := g.members[0].client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "roll", Topics: topics}); err != nil {
+		t.Fatal(err)
+	}
+	waitBalanced(t, g.members[0], "roll", "roll-1", "roll-2", "roll-3")
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	t.Logf("kill schedule seed %d", seed)
+	var takeovers []time.Duration
+	for i := 0; i < kills; i++ {
+		time.Sleep(time.Duration(500+rng.Intn(2000)) * time.Millisecond)
+		victim := g.members[rng.Intn(len(g.members))]
+		var watcher *member
+		for _, m := range g.members {
+			if m != victim {
+				watcher = m
+			}
+		}
+		role := "follower"
+		if g.leaderID(watcher) == memberID(victim) {
+			role = "leader"
+		}
+		victim.kill9()
+		d := waitTakenOver(t, watcher, "roll", memberID(victim))
+		t.Logf("kill %d: %s (%s), partitions taken over in %s", i+1, memberID(victim), role, d)
+		takeovers = append(takeovers, d)
+		victim.start()
+	}
+	for _, w := range waits {
+		w()
+	}
+	for _, m := range g.members {
+		waitCaughtUp(t, m, "roll", topics...)
+	}
+	total := 0
+	for _, topic := range topics {
+		src := readAll(t, env.src, topic, partitions, true)
+		for _, p := range src {
+			total += len(p)
+		}
+		requireSameRecords(t, src, readAll(t, env.dst, topic, partitions, true))
+		requireSequencesContiguous(t, env.dst, topic, partitions)
+	}
+	if total < 1_000_000 {
+		t.Fatalf("%d records mirrored, want at least a million", total)
+	}
+	sort.Slice(takeovers, func(i, j int) bool { return takeovers[i] < takeovers[j] })
+	t.Logf("takeover after kill -9 over %d kills (lease_ttl 6s): median %s, max %s", len(takeovers), takeovers[len(takeovers)/2], takeovers[len(takeovers)-1])
 }
 
 // requireSequencesContiguous reads the destination's record batches and

@@ -139,6 +139,18 @@ func TestCommandsSucceed(t *testing.T) {
 			"Describe mirror=east topic=orders"},
 		{"create json", []string{"--output", "json", "create", "--mirror", "east", "--mirror-config", props},
 			"{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
+		{"members", []string{"members"},
+			"ID  RAFT-ADDRESS  HTTP-ADDRESS  ROLE      PARTITIONS  LAST-CONTACT  STATE\n" +
+				"m1  r1:7080       h1:8080       leader    4           -             alive\n" +
+				"m2  r2:7080       h2:8080       follower  0           12.3s ago     unreachable\n", "Members"},
+		{"members add, flags after the ID", []string{"members", "add", "m4", "--raft", "r4:7080", "--http=h4:8080", "--non-voter"},
+			"added member m4\n", "AddMember m4 raft=r4:7080 http=h4:8080 non-voter=true"},
+		{"members add, flags first", []string{"members", "add", "--raft", "r4:7080", "--http", "h4:8080", "m4"},
+			"added member m4\n", "AddMember m4 raft=r4:7080 http=h4:8080 non-voter=false"},
+		{"members drain", []string{"members", "drain", "m2"},
+			"draining member m2: its partitions move to the others (see kmirror members)\n", "DrainMember m2 true"},
+		{"members drain undo", []string{"members", "drain", "m2", "--undo"}, "member m2 takes partitions again\n", "DrainMember m2 false"},
+		{"members remove", []string{"members", "remove", "m2"}, "removed member m2\n", "RemoveMember m2"},
 		{"version", []string{"version"}, "kmirror dev (", ""},
 	}
 	for _, tt := range tests {
@@ -146,6 +158,10 @@ func TestCommandsSucceed(t *testing.T) {
 			f := &fakeAPI{
 				mirrors: []daemon.MirrorSummary{{Name: "east", Topics: []string{"orders"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}},
 				rows:    []daemon.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, State: "FAILED", Reason: "broker down"}},
+				members: []daemon.MemberStatus{
+					{ID: "m1", RaftAddr: "r1:7080", HTTPAddr: "h1:8080", Role: "leader", Partitions: 4, State: "alive"},
+					{ID: "m2", RaftAddr: "r2:7080", HTTPAddr: "h2:8080", Role: "follower", LastContactMs: 12345, State: "unreachable"},
+				},
 			}
 			r := runCLI(t, f, tt.args...)
 			if r.code != 0 || r.stderr != "" {
@@ -211,6 +227,16 @@ func TestCommandsFail(t *testing.T) {
 			"config " + badConfig + ": line 5: lease_ttl: cannot unmarshal !!str `soon` into time.Duration (want a duration such as 500ms, 1s or 2m)"},
 		{"server error", fmt.Errorf("%w: raft leader unknown", daemon.ErrNotLeader), []string{"list"}, 1,
 			"not the raft leader: raft leader unknown"},
+		{"members add without ID", nil, []string{"members", "add", "--raft", "r:1", "--http", "h:2"}, 2,
+			"members add: give one ID (run 'kmirror members add --help')"},
+		{"members add missing flag", nil, []string{"members", "add", "m4", "--raft", "r:1"}, 2,
+			"members add: missing required flag --http (run 'kmirror members add --help')"},
+		{"members add two IDs", nil, []string{"members", "add", "m4", "m5"}, 2,
+			`members add: unexpected argument "m5": give one ID (run 'kmirror members add --help')`},
+		{"members add unknown flag after ID", nil, []string{"members", "add", "m4", "--voter"}, 2,
+			"members add: unknown flag --voter (run 'kmirror members add --help')"},
+		{"members remove conflict", fmt.Errorf("%w: member m2 still holds 3 partitions: drain it first (kmirror members drain m2), then remove it", daemon.ErrConflict),
+			[]string{"members", "remove", "m2"}, 1, "conflict: member m2 still holds 3 partitions: drain it first (kmirror members drain m2), then remove it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

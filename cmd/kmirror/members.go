@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"io"
 	"strconv"
 	"time"
@@ -113,11 +114,46 @@ func membersCommand() *cli.Command {
 	}
 }
 
-// oneArg returns the single positional argument of a subcommand.
+// oneArg returns the single positional argument of a subcommand. urfave/cli
+// stops parsing flags at the first argument, so flags written after it
+// (kmirror members add ID --raft ADDR) are parsed here and set on c.
 func oneArg(c *cli.Context, name string) (string, error) {
 	cmd := "members " + c.Command.Name
-	if c.NArg() != 1 {
-		return "", usagef("%s: give exactly one %s (run 'kmirror %s --help')", cmd, name, cmd)
+	if c.NArg() < 1 {
+		return "", usagef("%s: give one %s (run 'kmirror %s --help')", cmd, name, cmd)
+	}
+	rest := c.Args().Tail()
+	for len(rest) > 0 {
+		arg := rest[0]
+		if !strings.HasPrefix(arg, "-") {
+			return "", usagef("%s: unexpected argument %q: give one %s (run 'kmirror %s --help')", cmd, arg, name, cmd)
+		}
+		flag, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		known, isBool := false, false
+		for _, f := range c.Command.Flags {
+			for _, n := range f.Names() {
+				if n == flag {
+					known = true
+					_, isBool = f.(*cli.BoolFlag)
+				}
+			}
+		}
+		if !known {
+			return "", usagef("%s: unknown flag %s (run 'kmirror %s --help')", cmd, arg, cmd)
+		}
+		rest = rest[1:]
+		switch {
+		case hasValue:
+		case isBool:
+			value = "true"
+		case len(rest) == 0:
+			return "", usagef("%s: flag %s needs a value (run 'kmirror %s --help')", cmd, arg, cmd)
+		default:
+			value, rest = rest[0], rest[1:]
+		}
+		if err := c.Set(flag, value); err != nil {
+			return "", usagef("%s: %s: %v", cmd, arg, err)
+		}
 	}
 	return c.Args().First(), nil
 }
