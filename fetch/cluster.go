@@ -35,6 +35,12 @@ type cluster struct {
 	md       *kwire.Metadata
 	fetched  time.Time
 
+	// idle holds open connections by broker address between walks, so a
+	// member taking over many partitions reuses a few connections instead
+	// of dialing two per partition.
+	idleMu sync.Mutex
+	idle   map[string][]idleConn
+
 	topicsMu sync.Mutex
 	topics   map[string]bool
 	// grown is set when watch adds a topic the cached metadata lacks.
@@ -56,7 +62,50 @@ func exchangeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func newCluster(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *cluster {
 	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, tls: tlsConfig, topics: map[string]bool{},
-		ctrlLock: make(chan struct{}, 1)}
+		ctrlLock: make(chan struct{}, 1), idle: map[string][]idleConn{}}
+}
+
+// idleConn is a pooled connection and when it was given back.
+type idleConn struct {
+	conn  *kwire.Conn
+	since time.Time
+}
+
+const (
+	// maxIdlePerBroker bounds the pooled connections per broker address
+	// (at most maxWalks walks run at once).
+	maxIdlePerBroker = maxWalks
+	// idleLife is how long a pooled connection is reused; brokers close
+	// idle connections after connections.max.idle.ms (10 min by default).
+	idleLife = 30 * time.Second
+)
+
+// borrow returns a pooled connection to addr, or dials a new one. Give it
+// back with giveBack when it is still good, else close it.
+func (c *cluster) borrow(ctx context.Context, addr string) (*kwire.Conn, error) {
+	c.idleMu.Lock()
+	for l := c.idle[addr]; len(l) > 0; l = c.idle[addr] {
+		ic := l[len(l)-1]
+		c.idle[addr] = l[:len(l)-1]
+		if time.Since(ic.since) < idleLife {
+			c.idleMu.Unlock()
+			return ic.conn, nil
+		}
+		ic.conn.Close()
+	}
+	c.idleMu.Unlock()
+	return c.dial(ctx, addr)
+}
+
+// giveBack pools a connection whose last exchange succeeded.
+func (c *cluster) giveBack(addr string, conn *kwire.Conn) {
+	c.idleMu.Lock()
+	defer c.idleMu.Unlock()
+	if len(c.idle[addr]) >= maxIdlePerBroker {
+		conn.Close()
+		return
+	}
+	c.idle[addr] = append(c.idle[addr], idleConn{conn, time.Now()})
 }
 
 // lock takes ctrlLock, or returns ctx's error if ctx ends first.
@@ -240,5 +289,13 @@ func (c *cluster) close() {
 	if c.ctrl != nil {
 		c.ctrl.Close()
 		c.ctrl = nil
+	}
+	c.idleMu.Lock()
+	defer c.idleMu.Unlock()
+	for addr, l := range c.idle {
+		for _, ic := range l {
+			ic.conn.Close()
+		}
+		delete(c.idle, addr)
 	}
 }

@@ -30,6 +30,8 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	kickRt chan struct{}
+	// walks holds a slot per running walk (walkSlot).
+	walks chan struct{}
 
 	mu      sync.Mutex
 	sources map[string]*source
@@ -78,6 +80,7 @@ func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 		destAdmin: NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationTLS),
 		store:     newOffsetStore(dest, cfg.OffsetsTopic),
 		kickRt:    make(chan struct{}, 1),
+		walks:     make(chan struct{}, maxWalks),
 		kickRep:   make(chan struct{}, 1),
 		sources:   map[string]*source{},
 		parts:     map[Key]*partition{},

@@ -72,11 +72,18 @@ func (e *Engine) checkIdle() {
 func (e *Engine) highWatermarks(addr string, keys []Key) (map[Key]int64, error) {
 	ctx, cancel := exchangeCtx(e.ctx)
 	defer cancel()
-	conn, err := e.dest.dial(ctx, addr)
+	conn, err := e.dest.borrow(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	broken := true
+	defer func() {
+		if broken {
+			conn.Close()
+		} else {
+			e.dest.giveBack(addr, conn)
+		}
+	}()
 	req := &listoffsets.Request{ReplicaID: -1}
 	byTopic := map[string]int{}
 	for _, k := range keys {
@@ -93,6 +100,7 @@ func (e *Engine) highWatermarks(addr string, keys []Key) (map[Key]int64, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list offsets on %s: %w", addr, err)
 	}
+	broken = false
 	asked := make(map[kwire.TopicPartition]Key, len(keys))
 	for _, k := range keys {
 		asked[kwire.TopicPartition{Topic: k.Topic, Partition: k.Partition}] = k

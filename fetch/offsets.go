@@ -78,11 +78,20 @@ func (s *offsetStore) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := s.dest.dial(ctx, addr)
+	// A pooled connection: every resume catches up, and a member taking
+	// over many partitions must not dial once per partition.
+	conn, err := s.dest.borrow(ctx, addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	broken := true
+	defer func() {
+		if broken {
+			conn.Close()
+		} else {
+			s.dest.giveBack(addr, conn)
+		}
+	}()
 	for {
 		fctx, cancel := exchangeCtx(ctx)
 		res, err := conn.Fetch(fctx, &kwire.FetchRequest{
@@ -124,6 +133,7 @@ func (s *offsetStore) catchUp(ctx context.Context) error {
 			if s.next < fp.HighWatermark {
 				return fmt.Errorf("read %s: no progress at offset %d below high watermark %d", s.topic, s.next, fp.HighWatermark)
 			}
+			broken = false
 			return nil
 		}
 	}

@@ -259,6 +259,11 @@ const uncommittedPoll = 100 * time.Millisecond
 func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation) (res walkResult, err error) {
 	res = walkResult{end: start, own: own.clone()}
 	defer func() { res.nextSeq = res.own[pid] }()
+	done, err := e.walkSlot(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer done()
 	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, start.Dst, false)
 	if err != nil {
 		return res, err
@@ -425,7 +430,41 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 	return r, true, nil
 }
 
-// partitionReader fetches one partition sequentially from its leader.
+// maxWalks bounds the walks (resume, confirm, settle) an engine runs at
+// once: a member taking over many partitions walks them a few at a time,
+// on pooled connections, with their buffers charged to the memory budget.
+const maxWalks = 8
+
+// walkBufferBytes is what one walk's two readers fetch at once at first.
+const walkBufferBytes = 2 * readerFetchBytes
+
+// walkSlot waits for one of maxWalks walk slots and charges the walk's
+// buffers to the memory budget (at most an eighth of it, so a small budget
+// still lets walks run); done gives both back.
+func (e *Engine) walkSlot(ctx context.Context) (done func(), err error) {
+	select {
+	case e.walks <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	charge := min(int64(walkBufferBytes), e.cfg.MemoryBudget/maxWalks)
+	e.mu.Lock()
+	e.inUse += charge
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		e.inUse -= charge
+		e.kickFetchersLocked()
+		e.mu.Unlock()
+		<-e.walks
+	}, nil
+}
+
+// readerFetchBytes is a partition reader's first fetch size.
+const readerFetchBytes = 4 << 20
+
+// partitionReader fetches one partition sequentially from its leader, on a
+// pooled connection.
 type partitionReader struct {
 	cl            *cluster
 	topic         string
@@ -433,12 +472,14 @@ type partitionReader struct {
 	offset        int64
 	readCommitted bool
 	maxBytes      int32
+	addr          string
 	conn          *kwire.Conn
+	broken        bool // an exchange failed: close the connection, do not pool it
 	epoch         int32
 }
 
 func openPartitionReader(ctx context.Context, cl *cluster, topic string, partition int32, offset int64, committed bool) (*partitionReader, error) {
-	r := &partitionReader{cl: cl, topic: topic, partition: partition, offset: offset, readCommitted: committed, maxBytes: 4 << 20}
+	r := &partitionReader{cl: cl, topic: topic, partition: partition, offset: offset, readCommitted: committed, maxBytes: readerFetchBytes}
 	if err := r.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -450,17 +491,24 @@ func (r *partitionReader) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.conn, err = r.cl.dial(ctx, addr); err != nil {
+	if r.conn, err = r.cl.borrow(ctx, addr); err != nil {
 		return err
 	}
-	r.epoch = epoch
+	r.addr, r.epoch = addr, epoch
 	return nil
 }
 
+// close gives the connection back to the pool, or closes it after a
+// failed exchange.
 func (r *partitionReader) close() {
-	if r.conn != nil {
+	switch {
+	case r.conn == nil:
+	case r.broken:
 		r.conn.Close()
+	default:
+		r.cl.giveBack(r.addr, r.conn)
 	}
+	r.conn = nil
 }
 
 // fetch reads at r.offset without waiting for new data.
@@ -473,6 +521,7 @@ func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, er
 			LeaderEpoch: r.epoch, MaxBytes: r.maxBytes}},
 	})
 	if err != nil {
+		r.broken = true
 		return kwire.FetchedPartition{}, err
 	}
 	if len(res) != 1 {
@@ -499,6 +548,7 @@ func (r *partitionReader) logEndOffset(ctx context.Context) (int64, error) {
 	defer cancel()
 	end, err := r.conn.EpochEndOffset(ctx, r.topic, r.partition, r.epoch, r.epoch)
 	if err != nil {
+		r.broken = true
 		return 0, err
 	}
 	if end.LeaderEpoch != r.epoch || end.EndOffset < 0 {

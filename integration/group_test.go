@@ -34,6 +34,13 @@ type kgroup struct {
 // ready (a new group forms once a quorum is up).
 func startGroup(t *testing.T, name string, n int) *kgroup {
 	t.Helper()
+	return startGroupTo(t, name, n, "")
+}
+
+// startGroupTo is startGroup with another destination cluster ("": the
+// shared one).
+func startGroupTo(t *testing.T, name string, n int, destination string) *kgroup {
+	t.Helper()
 	g := &kgroup{t: t}
 	type addrs struct{ http, raft string }
 	as := make([]addrs, n)
@@ -44,6 +51,7 @@ func startGroup(t *testing.T, name string, n int) *kgroup {
 	for i := range n {
 		m := startMember(t, fmt.Sprintf("%s-%d", name, i+1), memberOpts{
 			extra: "peers:\n" + strings.Join(g.peers, "") + groupLease, httpAddr: as[i].http, raftAddr: as[i].raft, noWait: true,
+			destination: destination,
 		})
 		g.members = append(g.members, m)
 	}
@@ -593,6 +601,67 @@ func TestGroupRollingKill(t *testing.T) {
 	}
 	sort.Slice(takeovers, func(i, j int) bool { return takeovers[i] < takeovers[j] })
 	t.Logf("takeover after kill -9 over %d kills (lease_ttl 6s): median %s, max %s", len(takeovers), takeovers[len(takeovers)/2], takeovers[len(takeovers)-1])
+}
+
+// TestGroupTakeoverConnections kills a member that holds 80 partitions and
+// counts the connections the others open to the destination (through the
+// harness proxy) while they take over: the resume walks run a few at a time
+// on pooled connections, not two fresh connections per partition.
+func TestGroupTakeoverConnections(t *testing.T) {
+	ctx := context.Background()
+	dst, err := harness.Start(ctx, harness.Options{Name: "conns-destination", BrokerProps: brokerProps, Proxy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	g := startGroupTo(t, "cns", 3, dst.Bootstrap())
+	if err := g.members[0].client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "cns", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions = "cns", 240
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecords(t, topic, 24_000, 24_000)()
+	if err := g.members[0].client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "cns", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range g.members {
+		m.src = env.src
+	}
+	waitBalanced(t, g.members[0], "cns", "cns-1", "cns-2", "cns-3")
+	waitCaughtUp(t, g.members[0], "cns", topic)
+	leader := g.leaderID(g.members[0])
+	var victim, watcher *member
+	for _, m := range g.members {
+		switch {
+		case victim == nil && memberID(m) != leader:
+			victim = m
+		case m != victim:
+			watcher = m
+		}
+	}
+	held := 0
+	for _, o := range owners(t, watcher, "cns") {
+		if o == memberID(victim) {
+			held++
+		}
+	}
+	before := dst.Proxy(0).Accepted()
+	victim.kill9()
+	d := waitTakenOver(t, watcher, "cns", memberID(victim))
+	opened := dst.Proxy(0).Accepted() - before
+	t.Logf("took over %d partitions in %s opening %d destination connections", held, d, opened)
+	if opened > 30 {
+		t.Fatalf("taking over %d partitions opened %d destination connections, want a few (walks share pooled connections)", held, opened)
+	}
+	victim.start()
+	for _, m := range g.members {
+		waitCaughtUp(t, m, "cns", topic)
+	}
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, dst, topic, partitions, true))
 }
 
 // requireSequencesContiguous reads the destination's record batches and

@@ -34,6 +34,7 @@ type Proxy struct {
 	holdLeft  int
 	held      [][]byte
 	conns     map[net.Conn]bool
+	accepted  int
 	closed    bool
 }
 
@@ -148,8 +149,18 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		p.accepted++
+		p.mu.Unlock()
 		go p.serve(client)
 	}
+}
+
+// Accepted counts the client connections the proxy has accepted.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
 }
 
 // serve relays one client connection. Requests are read frame by frame so
