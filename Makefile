@@ -4,7 +4,8 @@
 #   make test    unit tests, then the real-Kafka integration tests
 #   make demo    source + destination Kafka and a kmirror member, mirroring a demo topic
 #                (runs DEMO_SECONDS, default 60, after the backlog is mirrored; Ctrl-C stops)
-#   make bench   throughput and latency against the Kafka Java producer baseline
+#   make bench   throughput and latency of a 3-member group against the Kafka Java
+#                producer baseline, then the control plane at 100,000 partitions
 #   make kafka   assemble Apache Kafka from Maven Central (KAFKA_VERSION=... to override)
 #   make clean   remove build outputs and the Kafka cache
 
@@ -28,6 +29,7 @@ BENCH_FLAGS ?=
 
 bench: build kafka
 	KAFKA_VERSION='$(KAFKA_VERSION)' $(GO) run ./integration/bench --kmirror $(BIN) $(BENCH_FLAGS)
+	$(GO) test ./daemon -run '^$$' -bench ControlPlane -benchtime 1x
 
 # Built, not `go run`: go run exits 1 after a Ctrl-C even when the demo
 # shut down cleanly and exited 0.

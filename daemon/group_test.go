@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kmirror/kmirror/raftstore"
@@ -18,15 +19,19 @@ import (
 // loop; the test plays the owners (handoff releases). No Kafka: the leader
 // loop needs none once topics are MIRRORING.
 type group struct {
-	t       *testing.T
+	t       testing.TB
 	members []*Member
 	trans   []*raft.InmemTransport
 	ttl     time.Duration
 }
 
-func newGroup(t *testing.T, n int, ttl time.Duration) *group {
+func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 	t.Helper()
 	g := &group{t: t, ttl: ttl}
+	logger := zap.NewNop() // benchmarks print everything logged to b
+	if tt, ok := t.(*testing.T); ok {
+		logger = zaptest.NewLogger(tt)
+	}
 	addrs := make([]raft.ServerAddress, n)
 	for i := range n {
 		var tr *raft.InmemTransport
@@ -44,7 +49,7 @@ func newGroup(t *testing.T, n int, ttl time.Duration) *group {
 			NodeID: id, InMemory: true, Transport: g.trans[i], Bootstrap: true, Peers: peers,
 			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 			LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
-			Logger: zaptest.NewLogger(t).Named(id),
+			Logger: logger.Named(id),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -53,7 +58,7 @@ func newGroup(t *testing.T, n int, ttl time.Duration) *group {
 		for j, p := range peers {
 			cfgPeers = append(cfgPeers, PeerConfig{ID: p.ID, Raft: p.Addr, HTTP: fmt.Sprintf("127.0.0.1:%d", 9000+j)})
 		}
-		m := &Member{cfg: Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: zaptest.NewLogger(t).Named(id)}
+		m := &Member{cfg: Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: logger.Named(id)}
 		m.setStore(store)
 		m.ctx, m.cancel = context.WithCancel(context.Background())
 		m.owner.init()
@@ -123,7 +128,7 @@ func intsToStrings(xs []int) []string {
 	return out
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

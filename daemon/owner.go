@@ -67,9 +67,10 @@ func (m *Member) ownerLoop() {
 
 // ownerJob is one thing the owner of a partition must do outside mirroring.
 type ownerJob struct {
-	kind  string // "handoff", "stop"
-	spec  fetch.Spec
-	lease raftstore.Lease
+	kind   string // "handoff", "stop"
+	spec   fetch.Spec
+	lease  raftstore.Lease
+	moveTo string // for handoff: the next owner
 	// For stop: what the last mirrored position records besides offsets.
 	clusterID, topicID string
 }
@@ -103,7 +104,7 @@ func (m *Member) ownerReconcile() {
 				case t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed:
 				case p.State == raftstore.StateDiverged:
 				case p.MoveTo != "":
-					jobs = append(jobs, ownerJob{kind: "handoff", spec: spec, lease: lease})
+					jobs = append(jobs, ownerJob{kind: "handoff", spec: spec, lease: lease, moveTo: p.MoveTo})
 				default:
 					specs = append(specs, spec)
 				}
@@ -179,6 +180,7 @@ func (m *Member) runJob(j ownerJob) {
 	case "handoff":
 		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 		defer cancel()
+		m.log.Info("handoff started", zap.Stringer("partition", k), zap.String("to", j.moveTo))
 		h, err := m.engine.HandOff(ctx, k)
 		if err != nil {
 			m.log.Warn("handoff drain failed; the next owner resumes with a walk", zap.Stringer("partition", k), zap.Error(err))

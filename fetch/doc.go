@@ -26,7 +26,20 @@
 // stops the partition (DIVERGED). DESIGN.md beside this file has the whole
 // argument with the broker behaviour it rests on.
 //
+// In a group the same rules keep one writer per partition across members:
+// a graceful handoff continues from the old owner's exact checkpoint
+// (Spec.Handoff, no walk), a takeover keeps the producer identity and walks,
+// and a member writes only within its lease (Control.WriteDeadline). The
+// argument is in DESIGN.md, "One writer per partition across members".
+//
 // The package knows nothing about raft: the daemon passes partition leases
 // in as Specs and persists producer identities through the Control
 // interface.
+//
+// Files by job: engine.go (the engine, routing, checkpoints), lifecycle.go
+// (a partition's states in the engine), release.go (ending a partition's
+// run here), resume.go (takeover and the walk), confirm.go (unknown produce
+// outcomes), fetcher.go and sender.go (the fetch and produce loops),
+// partition.go and items.go (per-partition state and the produce queue),
+// idle.go, offsets.go, translate.go, cluster.go, admin.go.
 package fetch

@@ -530,6 +530,70 @@ func TestGroupJoinDrainLeave(t *testing.T) {
 	}
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	requireSequencesContiguous(t, env.dst, topic, partitions)
+	gaps := handoffGaps(t, g.members)
+	if len(gaps) == 0 {
+		t.Fatal("no handoff found in the members' logs")
+	}
+	t.Logf("gap per partition during a graceful handoff (old owner starts draining -> new owner mirrors) over %d handoffs: median %s, max %s",
+		len(gaps), gaps[len(gaps)/2], gaps[len(gaps)-1])
+}
+
+// logEvent is one log line of a member: when, and for which partition.
+type logEvent struct {
+	at        time.Time
+	partition string
+}
+
+// logEvents returns m's log lines with the given message, in order.
+func logEvents(t *testing.T, m *member, msg string) []logEvent {
+	t.Helper()
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []logEvent
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			Msg       string `json:"msg"`
+			Time      string `json:"time"`
+			Partition string `json:"partition"`
+		}
+		if json.Unmarshal([]byte(line), &e) != nil || e.Msg != msg {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, e.Time)
+		if err != nil {
+			t.Fatalf("log time %q: %v", e.Time, err)
+		}
+		out = append(out, logEvent{at, e.Partition})
+	}
+	return out
+}
+
+// handoffGaps pairs each "partition taken over by handoff" with the latest
+// "handoff started" of the same partition before it (any member) and
+// returns the gaps, sorted.
+func handoffGaps(t *testing.T, members []*member) []time.Duration {
+	t.Helper()
+	var starts, takes []logEvent
+	for _, m := range members {
+		starts = append(starts, logEvents(t, m, "handoff started")...)
+		takes = append(takes, logEvents(t, m, "partition taken over by handoff")...)
+	}
+	var gaps []time.Duration
+	for _, tk := range takes {
+		var best time.Time
+		for _, st := range starts {
+			if st.partition == tk.partition && !st.at.After(tk.at) && st.at.After(best) {
+				best = st.at
+			}
+		}
+		if !best.IsZero() {
+			gaps = append(gaps, tk.at.Sub(best))
+		}
+	}
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	return gaps
 }
 
 // TestGroupRollingKill mirrors over a million records over 24 partitions in

@@ -93,6 +93,11 @@ func FuzzRestore(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())
+	var plain bytes.Buffer
+	if err := writeSnapshotFormat(&plain, x.state(), 1); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(plain.Bytes())
 	var empty bytes.Buffer
 	if err := writeSnapshot(&empty, NewState()); err != nil {
 		f.Fatal(err)
@@ -151,6 +156,10 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	}
 	write("FuzzRestore", "fixture", buf.Bytes())
 	buf.Reset()
+	if err := writeSnapshotFormat(&buf, x.state(), 1); err != nil {
+		t.Fatal(err)
+	}
+	write("FuzzRestore", "fixture-format-1", buf.Bytes())
 	bad := append([]byte{0, 9}, make([]byte, 8)...) // format version 9
 	write("FuzzRestore", "unknown-version", append(bad, byte(recordEnd)))
 }

@@ -110,20 +110,47 @@ func snapshotBytes(t *testing.T) []byte {
 	return persist(t, newFixture(t).f)
 }
 
+// plainSnapshotBytes is the fixture in format 1 (records not compressed),
+// which restore still reads, so tests can cut and patch its records.
+func plainSnapshotBytes(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := writeSnapshotFormat(&buf, newFixture(t).state(), 1); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestRestoreReadsFormat1(t *testing.T) {
+	x := newFixture(t)
+	s, err := readSnapshot(bytes.NewReader(plainSnapshotBytes(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(s, x.state()) {
+		t.Fatalf("format 1 restored %+v, want %+v", s, x.state())
+	}
+}
+
 func TestRestoreRefuses(t *testing.T) {
 	badVersion := snapshotBytes(t)
-	binary.BigEndian.PutUint16(badVersion, 2)
+	binary.BigEndian.PutUint16(badVersion, 9)
 
 	// Header, then a record of unknown type 9.
-	unknownRecord := append(snapshotBytes(t)[:10], 9, 0, 0, 0, 2, '{', '}', byte(recordEnd))
+	unknownRecord := append(plainSnapshotBytes(t)[:10], 9, 0, 0, 0, 2, '{', '}', byte(recordEnd))
 
-	good := snapshotBytes(t)
+	good := plainSnapshotBytes(t)
+	zipped := snapshotBytes(t)
+	corrupt := append([]byte(nil), zipped...)
+	corrupt[len(corrupt)-6] ^= 0xFF // inside the gzip CRC-32
 	cases := []struct {
 		name string
 		data []byte
 		want string
 	}{
-		{"bad version", badVersion, "snapshot format version 2 is not readable"},
+		{"bad version", badVersion, "snapshot format version 9 is not readable"},
+		{"gzip checksum", corrupt, "checksum"},
+		{"gzip cut", zipped[:len(zipped)-10], "unexpected EOF"},
 		{"unknown record", unknownRecord, "unknown type 9"},
 		{"no end marker", good[:len(good)-1], "no end marker"},
 		{"cut record", good[:20], "unexpected EOF"},
@@ -150,7 +177,7 @@ func TestRestoreRefusesDuplicates(t *testing.T) {
 	var buf bytes.Buffer
 	s := NewState()
 	s.Members["n1"] = &Member{ID: "n1"}
-	if err := writeSnapshot(&buf, s); err != nil {
+	if err := writeSnapshotFormat(&buf, s, 1); err != nil {
 		t.Fatal(err)
 	}
 	data := buf.Bytes()

@@ -344,6 +344,9 @@ func (s *Store) VerifyLeader() error {
 	return s.mapErr(s.raft.VerifyLeader().Error())
 }
 
+// FSM is the state machine (benchmarks snapshot and restore it directly).
+func (s *Store) FSM() *FSM { return s.fsm }
+
 // Read calls fn with the local state under a read lock; see FSM.Read.
 func (s *Store) Read(fn func(*State)) { s.fsm.Read(fn) }
 

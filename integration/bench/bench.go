@@ -38,7 +38,7 @@ type bench struct {
 
 	src, dst *harness.Cluster
 	logs     []*os.File // the clusters' JVM output, closed after them
-	member   *member
+	group    *group
 
 	fill     perfResult
 	baseline perfResult
@@ -102,15 +102,17 @@ func (b *bench) run(ctx context.Context) (err error) {
 	b.printf("baseline: %.2f MB/s, %.0f records/s (the producer JVM used %.1f CPU-s, %.1f CPU-s/GiB)",
 		b.baseline.MBPerSec, b.baseline.RecordsPerSec, b.baseline.CPUSeconds, b.baseline.CPUSeconds/b.payloadGiB())
 
-	b.step(4, "kmirror (b): mirroring the source backlog %s into the destination", backlogTopic)
-	if b.member, err = startMember(ctx, b.cfg.Kmirror, b.dir, b.dst.Bootstrap()); err != nil {
+	b.step(4, "kmirror (b): mirroring the source backlog %s into the destination with %d members", backlogTopic, b.cfg.Members)
+	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.dst.Bootstrap(), b.cfg.Members); err != nil {
 		return err
 	}
-	b.printf("kmirror daemon pid %d ready; log %s", b.member.pid(), b.member.logPath)
+	for _, m := range b.group.members {
+		b.printf("kmirror daemon %s pid %d ready; log %s", m.id, m.pid(), m.logPath)
+	}
 	if b.mirror, err = b.mirrorBacklog(ctx); err != nil {
 		return err
 	}
-	b.printf("kmirror: %d records in %.2fs: %.2f MB/s, %.0f records/s, %.1f CPU-s (%.1f CPU-s/GiB), peak RSS %.0f MiB, ratio to baseline %.2f",
+	b.printf("kmirror: %d records in %.2fs: %.2f MB/s, %.0f records/s, %.1f CPU-s (%.1f CPU-s/GiB, all members), peak RSS %.0f MiB (largest member), ratio to baseline %.2f",
 		b.mirror.Records, b.mirror.Elapsed.Seconds(), b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(),
 		b.mirror.CPU.Seconds(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib, b.ratio())
 
@@ -126,18 +128,22 @@ func (b *bench) run(ctx context.Context) (err error) {
 		b.latency = &lat
 	}
 
-	b.step(6, "stopping the kmirror daemon (SIGTERM) and the clusters")
-	m := b.member
-	b.member = nil // stop kills it if SIGTERM is not enough
-	stopErr := m.stop()
+	b.step(6, "stopping the kmirror daemons (SIGTERM) and the clusters")
+	g := b.group
+	b.group = nil // stop kills them if SIGTERM is not enough
+	stopErr := g.stop()
 	if stopErr == nil {
-		b.printf("kmirror daemon exited cleanly")
+		b.printf("kmirror daemons exited cleanly")
 	}
-	b.reportLogProblems(m)
+	for _, m := range g.members {
+		b.reportLogProblems(m)
+	}
 	b.closeClusters()
 	b.printSummary()
 	if stopErr != nil {
-		b.printf("kmirror daemon log %s (last lines):\n%s", m.logPath, m.logTail(40))
+		for _, m := range g.members {
+			b.printf("kmirror daemon %s log %s (last lines):\n%s", m.id, m.logPath, m.logTail(40))
+		}
 	}
 	return stopErr
 }
@@ -181,9 +187,9 @@ func (b *bench) startClusters(ctx context.Context) error {
 
 // teardown kills whatever still runs; it is a no-op after a clean step 6.
 func (b *bench) teardown() {
-	if b.member != nil {
-		b.member.kill()
-		b.member = nil
+	if b.group != nil {
+		b.group.kill()
+		b.group = nil
 	}
 	b.closeClusters()
 }
@@ -205,8 +211,10 @@ func (b *bench) closeClusters() {
 
 // explainFailure prints what helps to see why a step failed.
 func (b *bench) explainFailure() {
-	if b.member != nil {
-		b.printf("kmirror daemon log %s (last lines):\n%s", b.member.logPath, b.member.logTail(40))
+	if b.group != nil {
+		for _, m := range b.group.members {
+			b.printf("kmirror daemon %s log %s (last lines):\n%s", m.id, m.logPath, m.logTail(40))
+		}
 	}
 	b.printf("Kafka logs: %s", filepath.Join(b.dir, "{source,destination}-kafka.log"))
 }

@@ -20,6 +20,7 @@ type config struct {
 	LatencyLinger  time.Duration // producer linger of the latency run
 	Kmirror        string        // path of the kmirror binary
 	SkipLatency    bool
+	Members        int // kmirror members in the group
 }
 
 var compressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
@@ -39,6 +40,9 @@ func (c config) Validate() error {
 	}
 	if c.Partitions < 1 || c.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("--partitions %d: use 1 to 1024", c.Partitions))
+	}
+	if c.Members < 1 || c.Members > 5 {
+		errs = append(errs, fmt.Errorf("--members %d: use 1 to 5", c.Members))
 	}
 	if !contains(compressions, c.Compression) {
 		errs = append(errs, fmt.Errorf("--compression %q: use one of %s", c.Compression, strings.Join(compressions, ", ")))

@@ -60,7 +60,7 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 	if err := b.src.CreateTopic(ctx, latencyTopic, b.cfg.Partitions, 1, nil); err != nil {
 		return latencyResult{}, err
 	}
-	err := b.member.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: mirrorName, Topics: []string{latencyTopic}, StartFrom: "latest"})
+	err := b.group.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: mirrorName, Topics: []string{latencyTopic}, StartFrom: "latest"})
 	if err != nil {
 		return latencyResult{}, fmt.Errorf("add topic %s: %w", latencyTopic, err)
 	}
@@ -129,7 +129,7 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 
 	produced.reset()
 	read.reset()
-	before, err := sample(b.member.pid(), b.ticks)
+	before, err := b.group.sample(b.ticks)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -143,7 +143,7 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 			return latencyResult{}, err
 		}
 	}
-	after, err := sample(b.member.pid(), b.ticks)
+	after, err := b.group.sample(b.ticks)
 	if err != nil {
 		return latencyResult{}, err
 	}

@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.DurationFlag{Name: "latency-linger", Value: 5 * time.Millisecond, Usage: "linger of the latency run's producer (`DURATION`; the Java client's default since Kafka 4.0 is 5ms; 0 sends the smallest batches)"},
 			&cli.StringFlag{Name: "kmirror", Value: "bin/kmirror", Usage: "kmirror binary `PATH`"},
 			&cli.BoolFlag{Name: "skip-latency", Usage: "skip the latency run"},
+			&cli.IntFlag{Name: "members", Value: 3, Usage: "`COUNT` of kmirror members in the group (1 for the single-member figure)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -95,6 +96,7 @@ func configFromFlags(c *cli.Context) (config, error) {
 		LatencyLinger:  c.Duration("latency-linger"),
 		Kmirror:        c.String("kmirror"),
 		SkipLatency:    c.Bool("skip-latency"),
+		Members:        c.Int("members"),
 	}
 	return cfg, cfg.Validate()
 }

@@ -23,9 +23,10 @@ const (
 	stopTimeout  = 60 * time.Second
 )
 
-// member is the kmirror daemon under test, running as its own process with
-// its log in the bench folder.
+// member is one kmirror daemon under test, running as its own process
+// with its log in the bench folder.
 type member struct {
+	id      string
 	cmd     *exec.Cmd
 	done    chan struct{} // closed once the process is reaped
 	err     error         // exit status; read after done
@@ -33,33 +34,88 @@ type member struct {
 	client  *daemon.Client
 }
 
-// startMember writes a config into dir and starts `kmirror daemon` with it,
-// then waits until its /readyz answers.
-func startMember(ctx context.Context, bin, dir, destination string) (*member, error) {
-	httpAddr, err := harness.FreeAddr()
-	if err != nil {
+// group is the kmirror members under test.
+type group struct {
+	members []*member
+	// client reaches any member (writes are forwarded to the leader).
+	client *daemon.Client
+}
+
+// startGroup writes a config per member into dir (a shared peers list) and
+// starts n `kmirror daemon` processes, then waits until every /readyz
+// answers (a new group forms once a quorum is up).
+func startGroup(ctx context.Context, bin, dir, destination string, n int) (*group, error) {
+	type addrs struct{ http, raft string }
+	as := make([]addrs, n)
+	var peers, servers []string
+	for i := range as {
+		var err error
+		if as[i].http, err = harness.FreeAddr(); err != nil {
+			return nil, err
+		}
+		if as[i].raft, err = harness.FreeAddr(); err != nil {
+			return nil, err
+		}
+		peers = append(peers, fmt.Sprintf("  - {id: bench-%d, raft: %q, http: %q}", i+1, as[i].raft, as[i].http))
+		servers = append(servers, "http://"+as[i].http)
+	}
+	g := &group{}
+	var err error
+	if g.client, err = daemon.NewClient(strings.Join(servers, ","), 30*time.Second); err != nil {
 		return nil, err
 	}
-	raftAddr, err := harness.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	cfg := fmt.Sprintf(`node_id: bench
+	for i := range as {
+		id := fmt.Sprintf("bench-%d", i+1)
+		cfg := fmt.Sprintf(`node_id: %s
 data_dir: %s
 http_listen: %s
 raft_listen: %s
 checkpoint_interval: 1s
 memory_budget: 256MiB
 log_level: info
+peers:
+%s
 destination:
   bootstrap_servers: [%s]
-`, filepath.Join(dir, "data"), httpAddr, raftAddr, destination)
-	cfgPath := filepath.Join(dir, "kmirror.yaml")
+`, id, filepath.Join(dir, id+"-data"), as[i].http, as[i].raft, strings.Join(peers, "\n"), destination)
+		m, err := spawnMember(bin, dir, id, cfg, "http://"+as[i].http)
+		if err != nil {
+			g.kill()
+			return nil, err
+		}
+		g.members = append(g.members, m)
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for _, m := range g.members {
+		for {
+			err := m.client.Ready(ctx)
+			if err == nil {
+				break
+			}
+			select {
+			case <-m.done:
+				g.kill()
+				return nil, fmt.Errorf("kmirror daemon %s exited during start-up (%v); its log %s ends:\n%s", m.id, m.err, m.logPath, m.logTail(40))
+			case <-ctx.Done():
+				g.kill()
+				return nil, fmt.Errorf("kmirror daemon %s not ready within %s (%v); its log %s ends:\n%s", m.id, readyTimeout, err, m.logPath, m.logTail(40))
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return g, nil
+}
+
+// spawnMember writes cfg and starts one daemon with it.
+func spawnMember(bin, dir, id, cfg, url string) (*member, error) {
+	cfgPath := filepath.Join(dir, id+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	m := &member{logPath: filepath.Join(dir, "kmirror.log"), done: make(chan struct{})}
-	if m.client, err = daemon.NewClient("http://"+httpAddr, 30*time.Second); err != nil {
+	m := &member{id: id, logPath: filepath.Join(dir, id+".log"), done: make(chan struct{})}
+	var err error
+	if m.client, err = daemon.NewClient(url, 30*time.Second); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(m.logPath)
@@ -80,22 +136,49 @@ destination:
 		logf.Close()
 		close(m.done)
 	}()
+	return m, nil
+}
 
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for {
-		err := m.client.Ready(ctx)
-		if err == nil {
-			return m, nil
+// sample sums the members' CPU time and takes the largest peak RSS.
+func (g *group) sample(ticksPerSecond int64) (procSample, error) {
+	var total procSample
+	for _, m := range g.members {
+		s, err := sample(m.pid(), ticksPerSecond)
+		if err != nil {
+			return procSample{}, fmt.Errorf("%s: %w", m.id, err)
 		}
+		total.CPU += s.CPU
+		total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
+	}
+	return total, nil
+}
+
+// exited returns an error naming the first member that has exited, or nil.
+func (g *group) exited() error {
+	for _, m := range g.members {
 		select {
 		case <-m.done:
-			return nil, fmt.Errorf("kmirror daemon exited during start-up (%v); its log %s ends:\n%s", m.err, m.logPath, m.logTail(40))
-		case <-ctx.Done():
-			m.kill()
-			return nil, fmt.Errorf("kmirror daemon not ready within %s (%v); its log %s ends:\n%s", readyTimeout, err, m.logPath, m.logTail(40))
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("kmirror daemon %s exited (%v)", m.id, m.err)
+		default:
 		}
+	}
+	return nil
+}
+
+// stop stops every member (SIGTERM) and returns the first failure.
+func (g *group) stop() error {
+	var errs []error
+	for _, m := range g.members {
+		if err := m.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *group) kill() {
+	for _, m := range g.members {
+		m.kill()
 	}
 }
 

@@ -43,7 +43,7 @@ func (r mirrorResult) RecordsPerSec() float64 {
 // earliest offset and times kmirror until describe shows every partition
 // MIRRORING with lag 0 and the destination holding every record.
 func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
-	c := b.member.client
+	c := b.group.client
 	err := c.CreateMirror(ctx, daemon.CreateMirrorRequest{
 		Name: mirrorName, Properties: map[string]string{"bootstrap.servers": b.src.Bootstrap()},
 	})
@@ -51,7 +51,7 @@ func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 		return mirrorResult{}, fmt.Errorf("create mirror: %w", err)
 	}
 	want := b.cfg.Records()
-	before, err := sample(b.member.pid(), b.ticks)
+	before, err := b.group.sample(b.ticks)
 	if err != nil {
 		return mirrorResult{}, err
 	}
@@ -79,7 +79,7 @@ func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 		now := time.Now()
 		if caughtUp && sum == want {
 			elapsed := now.Sub(start)
-			after, err := sample(b.member.pid(), b.ticks)
+			after, err := b.group.sample(b.ticks)
 			if err != nil {
 				return mirrorResult{}, err
 			}
@@ -122,12 +122,10 @@ func newWatcher(b *bench, topic string) *watcher {
 // poll returns the topic's rows, or nil rows and no error while describe
 // fails for less than 30s.
 func (w *watcher) poll(ctx context.Context) ([]daemon.PartitionStatus, error) {
-	select {
-	case <-w.b.member.done:
-		return nil, fmt.Errorf("kmirror daemon exited (%v)", w.b.member.err)
-	default:
+	if err := w.b.group.exited(); err != nil {
+		return nil, err
 	}
-	rows, err := w.b.member.client.Describe(ctx, mirrorName, w.topic)
+	rows, err := w.b.group.client.Describe(ctx, mirrorName, w.topic)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

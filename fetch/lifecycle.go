@@ -1,0 +1,137 @@
+package fetch
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// A partition's life in the engine: start (resume or handoff), FAILED with
+// backoff and restart, DIVERGED, handed back for a producer renewal, and
+// the state changes reported to the control plane in order.
+
+// startLocked launches the resume of p after delay. Called with e.mu held.
+func (e *Engine) startLocked(p *partition, delay time.Duration) {
+	p.gen++
+	gen := p.gen
+	e.goLoop(func() { e.runStart(p, gen, delay) })
+}
+
+func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
+	if delay > 0 {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+	err := e.resume(e.ctx, p, gen)
+	if err == nil || e.ctx.Err() != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.gen != gen {
+		return
+	}
+	var dv *Divergence
+	var behind *sourceBehind
+	if errors.As(err, &dv) || (errors.As(err, &behind) && p.failures >= behindRetries) {
+		e.divergeLocked(p, err.Error())
+		return
+	}
+	e.failLocked(p, err)
+}
+
+// failLocked puts p in FAILED and schedules a restart with backoff.
+func (e *Engine) failLocked(p *partition, err error) {
+	p.failures++
+	backoff := e.cfg.RetryBackoff << min(p.failures, 10)
+	if backoff > e.cfg.MaxRetryBackoff {
+		backoff = e.cfg.MaxRetryBackoff
+	}
+	e.setStateLocked(p, Failed, err.Error())
+	e.dropQueueLocked(p)
+	if p.draining {
+		// Being released: Release settles its position; no restart.
+		e.log.Warn("partition failed while draining", zap.Stringer("partition", p.key()), zap.Error(err))
+		return
+	}
+	e.log.Warn("partition failed; retrying", zap.Stringer("partition", p.key()),
+		zap.Duration("backoff", backoff), zap.Error(err))
+	e.startLocked(p, backoff)
+}
+
+func sameProducer(a, b *ProducerID) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
+// handBackLocked stops p after the destination refused its producer
+// identity and asks the control plane to renew it; Assign restarts p once
+// the new generation arrives.
+func (e *Engine) handBackLocked(p *partition, reason string) {
+	e.setStateLocked(p, Failed, reason+"; waiting for the raft leader to renew the producer epoch")
+	e.dropQueueLocked(p)
+	p.gen++ // no restart before the renewal
+	p.renewing = true
+	k, gen := p.key(), p.spec.Generation
+	go e.ctl.RenewProducer(k, gen, reason)
+}
+
+// divergeLocked stops p for good: it needs an operator.
+func (e *Engine) divergeLocked(p *partition, reason string) {
+	e.divergences++
+	e.setStateLocked(p, Diverged, reason)
+	e.dropQueueLocked(p)
+	p.gen++
+	e.log.Error("partition diverged", zap.Stringer("partition", p.key()), zap.String("reason", reason))
+}
+
+func (e *Engine) dropQueueLocked(p *partition) {
+	e.inUse -= p.queued
+	p.queue, p.queued = nil, 0
+	p.confirming = false
+	if p.draining && p.released != nil && !p.inflight {
+		closeOnce(p)
+	}
+}
+
+func (e *Engine) setStateLocked(p *partition, s State, reason string) {
+	if p.state == s && p.reason == reason {
+		return
+	}
+	p.state, p.reason = s, reason
+	e.reports = append(e.reports, report{p.key(), s, reason})
+	kick(e.kickRep)
+}
+
+// report is a state change waiting to be told to the control plane.
+type report struct {
+	key    Key
+	state  State
+	reason string
+}
+
+// reportLoop tells the control plane about state changes one at a time,
+// in the order they happened, outside the engine lock.
+func (e *Engine) reportLoop() {
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.kickRep:
+		}
+		for {
+			e.mu.Lock()
+			if len(e.reports) == 0 {
+				e.mu.Unlock()
+				break
+			}
+			r := e.reports[0]
+			e.reports = e.reports[1:]
+			e.mu.Unlock()
+			e.ctl.Report(r.key, r.state, r.reason)
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// Ending a partition's run on this member: Release and HandOff (drain and
+// checkpoint), Stop and Settle (the exact last mirrored position, by a walk
+// where needed), and Drop (at once, when the lease moved).
+
+// Drop stops a partition at once, without draining its queue or writing a
+// checkpoint: its lease moved to another member, which resumes from the
+// last checkpoint with a walk. It returns once no produce of the partition
+// is in flight.
+func (e *Engine) Drop(ctx context.Context, k Key) error {
+	e.mu.Lock()
+	p, ok := e.parts[k]
+	if !ok {
+		e.mu.Unlock()
+		return nil
+	}
+	p.gen++
+	e.dropQueueLocked(p)
+	p.state, p.draining = Stopped, true
+	e.mu.Unlock()
+	err := e.waitIdle(ctx, p, -1)
+	e.mu.Lock()
+	if e.parts[k] == p {
+		delete(e.parts, k)
+	}
+	e.mu.Unlock()
+	return err
+}
+
+func closeOnce(p *partition) {
+	select {
+	case <-p.released:
+	default:
+		close(p.released)
+	}
+}
+
+// Release stops mirroring a partition gracefully: no more fetching, every
+// fetched batch produced, a final checkpoint written. It returns the last
+// mirrored position. A partition that was not mirroring cleanly (starting,
+// failed, diverged, or failed while draining) may have had a batch land
+// whose answer was lost: its position is settled by walking the
+// destination instead. The partition is dropped from the engine even when
+// Release fails; a later lease resumes it from its checkpoint.
+func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
+	pos, _, err := e.release(ctx, k)
+	return pos, err
+}
+
+// HandOff releases a partition for a graceful handoff and returns its
+// exact position, from which the next owner continues without a walk.
+// It returns nil when the drain was not clean (the partition was not
+// mirroring): the next owner then resumes with the verified walk.
+func (e *Engine) HandOff(ctx context.Context, k Key) (*Handoff, error) {
+	e.mu.Lock()
+	p, ok := e.parts[k]
+	var id ProducerID
+	if ok {
+		id = p.producer
+	}
+	e.mu.Unlock()
+	if !ok {
+		return nil, nil // nothing runs here: the next owner walks
+	}
+	pos, settled, err := e.release(ctx, k)
+	if err != nil || settled {
+		return nil, err
+	}
+	e.mu.Lock()
+	seq := p.nextSeq
+	e.mu.Unlock()
+	return &Handoff{Position: pos, Sequence: seq, Producer: id}, nil
+}
+
+// Stop ends the mirroring of a partition for good (remove, failover) and
+// returns its exact last mirrored position: Release, then, unless Release
+// already settled the position by a walk, a walk from the final checkpoint
+// to the end of the destination leader's log (Settle). A late copy of one of
+// kmirror's own batches that landed after the last acknowledged one is thus
+// stepped over and counted rather than recorded as mirrored data, and a
+// consumer that fails over at the recorded position reads no record twice.
+// A partition this engine does not hold is settled the same way.
+func (e *Engine) Stop(ctx context.Context, spec Spec) (Position, error) {
+	pos, settled, err := e.release(ctx, spec.Key)
+	if errors.Is(err, ErrUnknownPartition) || (err == nil && !settled) {
+		return e.Settle(ctx, spec)
+	}
+	return pos, err
+}
+
+// release is Release; settled reports that the position came from a walk.
+func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool, err error) {
+	e.mu.Lock()
+	p, ok := e.parts[k]
+	if !ok {
+		e.mu.Unlock()
+		return Position{}, false, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
+	}
+	if p.released == nil {
+		p.released = make(chan struct{})
+	}
+	p.draining = true
+	if p.active() {
+		p.state = Draining
+		if p.drained() {
+			closeOnce(p)
+		}
+	} else {
+		p.gen++ // stop a pending restart
+		closeOnce(p)
+	}
+	done := p.released
+	e.mu.Unlock()
+	kick(e.kickRt)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Position{}, false, fmt.Errorf("drain %s: %w", k, ctx.Err())
+	}
+	defer func() {
+		e.mu.Lock()
+		if e.parts[k] == p {
+			delete(e.parts, k)
+		}
+		e.mu.Unlock()
+	}()
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
+	e.mu.Lock()
+	clean := p.state == Draining
+	pos, spec, resumed := p.pos, p.spec, p.resumed
+	up := e.updateLocked(p)
+	e.mu.Unlock()
+	if !clean {
+		if err := e.waitIdle(ctx, p, -1); err != nil {
+			return Position{}, false, err
+		}
+		if resumed { // its acknowledged progress first: the walk starts there
+			if err := e.store.write(ctx, []update{up}); err != nil {
+				return Position{}, false, fmt.Errorf("checkpoint of %s: %w", k, err)
+			}
+		}
+		pos, err := e.settle(ctx, spec)
+		return pos, true, err
+	}
+	if err := e.store.write(ctx, []update{up}); err != nil {
+		return Position{}, false, fmt.Errorf("final checkpoint of %s: %w", k, err)
+	}
+	return pos, false, nil
+}
+
+// Settle returns the exact mirrored position of a partition this engine
+// does not mirror now: from its last checkpoint (or start offset) it walks
+// the source and the destination up to the destination's high watermark,
+// so a batch that landed after the checkpoint is counted, and records the
+// result as a checkpoint. A walk that finds a divergence falls back to the
+// checkpoint, which is then the last position known to match.
+func (e *Engine) Settle(ctx context.Context, spec Spec) (Position, error) {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
+	return e.settle(ctx, spec)
+}
+
+func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
+	k := spec.Key
+	e.mu.Lock()
+	src := e.sources[k.Mirror]
+	e.mu.Unlock()
+	if err := e.store.catchUp(ctx); err != nil {
+		return Position{}, fmt.Errorf("read checkpoints: %w", err)
+	}
+	cp, hasCP, entries := e.store.load(k)
+	start := Entry{Src: spec.StartOffset}
+	pid := ProducerID{ID: -1}
+	if hasCP {
+		start = Entry{Src: cp.Src, Dst: cp.Dst}
+		pid = ProducerID{ID: cp.PID, Epoch: cp.Epoch}
+	}
+	known := Position{SourceOffset: start.Src, DestinationOffset: start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+	if src == nil {
+		return known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
+	}
+	var xl Translation
+	xl.Restore(entries, start)
+	w, err := e.walk(ctx, src.cl, k, start, pid, ownSeqs{pid: cp.Seq}, &xl)
+	var dv *Divergence
+	if errors.As(err, &dv) {
+		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))
+		return known, nil
+	}
+	if err != nil {
+		return Position{}, fmt.Errorf("settle position of %s: %w", k, err)
+	}
+	for _, d := range w.duplicates {
+		e.logDuplicate(k, d)
+	}
+	up := update{key: k, entries: w.entries, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
+		PID: pid.ID, Epoch: pid.Epoch, LeaderEpoch: w.epoch}}
+	if err := e.store.write(ctx, []update{up}); err != nil {
+		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
+	}
+	return Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, nil
+}
+
+// RecordStopped writes a stopped partition's last mirrored position to the
+// state topic, where the other side can read it with plain Kafka.
+func (e *Engine) RecordStopped(ctx context.Context, k Key, rec any) error {
+	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, rec)
+}
