@@ -96,7 +96,8 @@ func (m *Member) AddMember(ctx context.Context, req AddMemberRequest) error {
 
 // RemoveMember removes a member from the raft configuration and the
 // state. A member that still holds partitions and is alive is refused:
-// drain it first, so its partitions move by handoff.
+// drain it first, so its partitions move by handoff. The leader may remove
+// itself: it steps down once the change is committed.
 func (m *Member) RemoveMember(ctx context.Context, id string) error {
 	c, err := m.toLeader(ctx)
 	if err != nil {
@@ -104,9 +105,6 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 	}
 	if c != nil {
 		return c.RemoveMember(ctx, id)
-	}
-	if id == m.cfg.NodeID {
-		return fmt.Errorf("%w: member %s is the raft leader: stop it (leadership moves) and remove it from another member", ErrConflict, id)
 	}
 	n, known := 0, false
 	m.store.Read(func(s *raftstore.State) {
@@ -122,13 +120,14 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 	if n > 0 && m.alive(id) {
 		return fmt.Errorf("%w: member %s still holds %d partitions: drain it first (kmirror members drain %s), then remove it", ErrConflict, id, n, id)
 	}
-	if err := m.store.RemoveServer(id); err != nil {
-		return mapStoreErr(err)
+	// The record goes first: removing the leader itself from the raft
+	// configuration makes it step down, and a new leader takes over.
+	if known {
+		if err := m.store.Apply(ctx, raftstore.RemoveMember{ID: id}); err != nil {
+			return mapStoreErr(err)
+		}
 	}
-	if !known {
-		return nil
-	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.RemoveMember{ID: id}))
+	return mapStoreErr(m.store.RemoveServer(id))
 }
 
 // DrainMember marks a member draining (or not).

@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
