@@ -1,0 +1,378 @@
+package fetch
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// fakeControl is the control plane for engine tests: it grants a lease
+// that never ends and records what the engine reports.
+type fakeControl struct {
+	mu       sync.Mutex
+	states   map[Key][]State
+	reasons  map[Key]string
+	renewals []Key
+	saved    map[Key]ProducerID
+	deadline time.Time // zero: a lease that never ends
+}
+
+func newFakeControl() *fakeControl {
+	return &fakeControl{states: map[Key][]State{}, reasons: map[Key]string{}, saved: map[Key]ProducerID{}}
+}
+
+func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id ProducerID) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saved[k] = id
+	return nil
+}
+
+func (c *fakeControl) Report(k Key, s State, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.states[k] = append(c.states[k], s)
+	c.reasons[k] = reason
+}
+
+func (c *fakeControl) RenewProducer(k Key, _ uint64, _ string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.renewals = append(c.renewals, k)
+}
+
+func (c *fakeControl) WriteDeadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deadline.IsZero() {
+		return time.Now().Add(time.Hour)
+	}
+	return c.deadline
+}
+
+// kfakePair is a source and a destination kfake cluster and an engine
+// mirroring from one into the other.
+type kfakePair struct {
+	t        *testing.T
+	src, dst *kfake.Cluster
+	ctl      *fakeControl
+	e        *Engine
+}
+
+func newKfakePair(t *testing.T) *kfakePair {
+	t.Helper()
+	src, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	x := &kfakePair{t: t, src: src, dst: dst, ctl: newFakeControl()}
+	x.e = New(Config{Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond, RetryBackoff: 20 * time.Millisecond}, x.ctl, zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := x.e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = x.e.Close(cctx)
+	})
+	x.e.SetSource("m", Source{Bootstrap: src.ListenAddrs()})
+	return x
+}
+
+func (x *kfakePair) client(cl *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	x.t.Helper()
+	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cl.ListenAddrs()...)}, opts...)...)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.t.Cleanup(c.Close)
+	return c
+}
+
+// createTopic creates topic with n partitions on both clusters.
+func (x *kfakePair) createTopic(topic string, n int32) {
+	x.t.Helper()
+	for _, cl := range []*kfake.Cluster{x.src, x.dst} {
+		if err := cl.CreateTopic(topic, n, nil); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+}
+
+// produce writes n keyed records with a header into topic on cl.
+func (x *kfakePair) produce(cl *kfake.Cluster, topic string, from, n int) {
+	x.t.Helper()
+	prod := x.client(cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond))
+	for i := from; i < from+n; i++ {
+		prod.Produce(context.Background(), &kgo.Record{
+			Key: []byte(fmt.Sprintf("k%d", i%7)), Value: []byte(fmt.Sprintf("v%d", i)),
+			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte{byte(i)}}},
+		}, nil)
+	}
+	if err := prod.Flush(context.Background()); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// records reads every record of topic on cl, by partition.
+func (x *kfakePair) records(cl *kfake.Cluster, topic string, partitions int32) [][]*kgo.Record {
+	x.t.Helper()
+	out := make([][]*kgo.Record, partitions)
+	for p := range partitions {
+		info := cl.PartitionInfo(topic, p)
+		if info == nil || info.HighWatermark == 0 {
+			continue
+		}
+		c := x.client(cl, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for int64(len(out[p])) < info.HighWatermark {
+			fs := c.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				cancel()
+				x.t.Fatalf("reading %s/%d: %d of %d records", topic, p, len(out[p]), info.HighWatermark)
+			}
+			fs.EachRecord(func(r *kgo.Record) { out[p] = append(out[p], r) })
+		}
+		cancel()
+	}
+	return out
+}
+
+// requireMirrored compares source and destination record by record:
+// offset, key, value, headers, timestamp.
+func (x *kfakePair) requireMirrored(topic string, partitions int32) {
+	x.t.Helper()
+	src, dst := x.records(x.src, topic, partitions), x.records(x.dst, topic, partitions)
+	for p := range src {
+		if len(src[p]) != len(dst[p]) {
+			x.t.Fatalf("%s/%d: source %d records, destination %d", topic, p, len(src[p]), len(dst[p]))
+		}
+		for i, a := range src[p] {
+			b := dst[p][i]
+			if a.Offset != b.Offset || string(a.Key) != string(b.Key) || string(a.Value) != string(b.Value) ||
+				!a.Timestamp.Equal(b.Timestamp) || fmt.Sprint(a.Headers) != fmt.Sprint(b.Headers) {
+				x.t.Fatalf("%s/%d offset %d: source %+v, destination %+v", topic, p, a.Offset, a, b)
+			}
+		}
+	}
+}
+
+// waitCaughtUp waits until every held partition mirrors with lag 0 and the
+// destination holds what the source does.
+func (x *kfakePair) waitCaughtUp(topic string, partitions int32) {
+	x.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		done := true
+		for p := range partitions {
+			s, d := x.src.PartitionInfo(topic, p), x.dst.PartitionInfo(topic, p)
+			if s == nil || d == nil || s.HighWatermark != d.HighWatermark {
+				done = false
+			}
+		}
+		for _, st := range x.e.Statuses() {
+			if st.State != Mirroring || st.Lag != 0 {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			x.t.Fatalf("not caught up within 20s: %+v", x.e.Statuses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func specs(topic string, partitions int32) []Spec {
+	var out []Spec
+	for p := range partitions {
+		out = append(out, Spec{Key: Key{Mirror: "m", Topic: topic, Partition: p}})
+	}
+	return out
+}
+
+// TestEngineMirrorsOnKfake mirrors a backlog and then live records, with
+// the fetch loop on one fetch session (KIP-227) whose epoch advances.
+func TestEngineMirrorsOnKfake(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 2)
+	var mu sync.Mutex
+	sessions := map[int32]int32{} // session ID -> highest epoch seen
+	x.src.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Observe: true, Count: -1, When: func(r kmsg.Request) bool {
+		f := r.(*kmsg.FetchRequest)
+		mu.Lock()
+		defer mu.Unlock()
+		if f.SessionID != 0 && f.SessionEpoch > sessions[f.SessionID] {
+			sessions[f.SessionID] = f.SessionEpoch
+		}
+		return true
+	}})
+	x.produce(x.src, "t", 0, 500)
+	x.e.Assign(specs("t", 2))
+	x.waitCaughtUp("t", 2)
+	for round := range 4 {
+		x.produce(x.src, "t", 500+100*round, 100)
+		x.waitCaughtUp("t", 2)
+	}
+	// Only the engine has fetched from the source so far: one session,
+	// whose epoch advanced with every fetch.
+	mu.Lock()
+	if len(sessions) != 1 {
+		t.Fatalf("the fetch loop used %d fetch sessions (%v), want one kept across fetches", len(sessions), sessions)
+	}
+	for id, epoch := range sessions {
+		if epoch < 4 {
+			t.Fatalf("fetch session %d reached epoch %d only, want incremental fetches past epoch 4", id, epoch)
+		}
+	}
+	mu.Unlock()
+	x.requireMirrored("t", 2)
+}
+
+// TestEngineConfirmsBeforeResend answers a produce with REQUEST_TIMED_OUT
+// after the broker appended it (as DelayedProduce does): the engine must
+// read what landed instead of resending, so nothing is written twice.
+func TestEngineConfirmsBeforeResend(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 1)
+	// Every produce request's batches for t, by base sequence (kfake may
+	// ask When more than once per request: requests are told apart by
+	// pointer).
+	var mu sync.Mutex
+	seen := map[*kmsg.ProduceRequest]bool{}
+	sent := map[int32]int{}
+	x.dst.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Observe: true, Count: -1, When: func(r kmsg.Request) bool {
+		req := r.(*kmsg.ProduceRequest)
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[req] {
+			return true
+		}
+		seen[req] = true
+		for _, tp := range req.Topics {
+			for _, pp := range tp.Partitions {
+				if tp.Topic == "t" && len(pp.Records) > 61 {
+					sent[kwire.Batch(pp.Records).BaseSequence()]++
+				}
+			}
+		}
+		return true
+	}})
+	faulted := x.dst.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "t", Err: kerr.RequestTimedOut, Count: 3})
+	x.produce(x.src, "t", 0, 300)
+	x.e.Assign(specs("t", 1))
+	x.waitCaughtUp("t", 1)
+	x.produce(x.src, "t", 300, 300)
+	x.waitCaughtUp("t", 1)
+	if faulted.Hits() == 0 {
+		t.Fatal("no produce was answered with REQUEST_TIMED_OUT: the test did not exercise confirm")
+	}
+	mu.Lock()
+	for seq, n := range sent {
+		if n > 1 {
+			t.Fatalf("the batch at sequence %d was sent %d times: an appended batch answered REQUEST_TIMED_OUT must be found by confirm, not resent", seq, n)
+		}
+	}
+	mu.Unlock()
+	x.requireMirrored("t", 1)
+}
+
+// TestEngineDivergesOnForeignWrite writes a record into a mirrored
+// destination partition with another producer: that partition stops as
+// DIVERGED naming the writer, the other keeps mirroring.
+func TestEngineDivergesOnForeignWrite(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 2)
+	x.produce(x.src, "t", 0, 100)
+	x.e.Assign(specs("t", 2))
+	x.waitCaughtUp("t", 2)
+	foreign := x.client(x.dst, kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := foreign.ProduceSync(context.Background(), &kgo.Record{Partition: 0, Value: []byte("not from the source")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	x.produce(x.src, "t", 100, 100)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var p0, p1 Status
+		for _, st := range x.e.Statuses() {
+			if st.Key.Partition == 0 {
+				p0 = st
+			} else {
+				p1 = st
+			}
+		}
+		if p0.State == Diverged && p1.State == Mirroring && p1.Lag == 0 && p1.SourceEnd > 0 {
+			if !strings.Contains(p0.Reason, "another producer") {
+				t.Fatalf("DIVERGED reason %q does not name the foreign writer", p0.Reason)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not DIVERGED or partition 1 not caught up: %+v", x.e.Statuses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	if got := x.ctl.states[Key{Mirror: "m", Topic: "t", Partition: 0}]; len(got) == 0 || got[len(got)-1] != Diverged {
+		t.Fatalf("reports for partition 0: %v, want DIVERGED last", got)
+	}
+}
+
+// TestEngineReleaseReturnsBudget releases caught-up partitions: each
+// returns the destination's end as its position, its checkpoint is
+// written, and the memory budget charged to fetched batches is back to 0.
+func TestEngineReleaseReturnsBudget(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 3)
+	x.produce(x.src, "t", 0, 900)
+	x.e.Assign(specs("t", 3))
+	x.waitCaughtUp("t", 3)
+	for p := range int32(3) {
+		k := Key{Mirror: "m", Topic: "t", Partition: p}
+		pos, err := x.e.Release(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := x.dst.PartitionInfo("t", p).HighWatermark
+		if pos.DestinationOffset != end || pos.SourceOffset != end {
+			t.Fatalf("released %s at %+v, the destination ends at %d", k, pos, end)
+		}
+		if err := x.e.store.catchUp(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cp, ok, _ := x.e.store.load(k)
+		if !ok || cp.Src != end || cp.Dst != end {
+			t.Fatalf("checkpoint of %s after release: %+v (found %t), want %d", k, cp, ok, end)
+		}
+	}
+	if held := x.e.Held(); len(held) != 0 {
+		t.Fatalf("still held after release: %v", held)
+	}
+	x.e.mu.Lock()
+	defer x.e.mu.Unlock()
+	if x.e.inUse != 0 {
+		t.Fatalf("memory budget in use after every partition was released: %d bytes", x.e.inUse)
+	}
+}
