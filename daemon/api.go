@@ -18,6 +18,10 @@ var (
 	// ErrStale refuses a member's command made under a lease that is no
 	// longer current (the partition moved or was renewed).
 	ErrStale = errors.New("stale lease") // 409
+	// ErrRefused: a member cannot start with this config and data_dir
+	// (another member's data_dir, a wiped member, peers lists that
+	// differ); restarting it as it is cannot help.
+	ErrRefused = errors.New("refused to start")
 )
 
 // CreateMirrorRequest defines a mirror: a named source cluster connection.
@@ -44,8 +48,9 @@ type MirrorSummary struct {
 	Name      string   `json:"name"`
 	Topics    []string `json:"topics"`
 	Bootstrap []string `json:"bootstrap"`
-	// State summarises the topics: MIRRORING when all mirror, otherwise the
-	// worst topic state (DIVERGED > FAILED > STOPPING > PENDING > PAUSED > STOPPED).
+	// State summarises the topics that are not STOPPED: MIRRORING when all
+	// of them mirror, otherwise the worst (DIVERGED > FAILED > STOPPING >
+	// PENDING > PAUSED); STOPPED when every topic is; EMPTY with none.
 	State string `json:"state"`
 }
 

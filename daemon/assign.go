@@ -26,9 +26,11 @@ type plan struct {
 // member was heard from within the lease TTL. It reads s only; the same
 // inputs give the same plan.
 func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
+	// A member gets partitions once it has run with raft state (Joined):
+	// one added with `members add` and not started yet gets none.
 	var eligible []string
 	for id, mem := range s.Members {
-		if !mem.Draining && alive(id) {
+		if !mem.Draining && mem.Joined && alive(id) {
 			eligible = append(eligible, id)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 func planState(members []string, owners []string) *raftstore.State {
 	s := raftstore.NewState()
 	for _, id := range members {
-		s.Members[id] = &raftstore.Member{ID: id, Voter: true}
+		s.Members[id] = &raftstore.Member{ID: id, Voter: true, Joined: true}
 	}
 	t := &raftstore.MirrorTopic{Mirror: "m", Topic: "t", State: raftstore.StateMirroring}
 	for i, o := range owners {
@@ -210,5 +210,32 @@ func TestPlanSkipsStoppedAndPending(t *testing.T) {
 	}
 	if p := planAssignments(planState(nil, []string{""}), everyone); len(p.assign) != 0 {
 		t.Fatalf("assigned with no members: %+v", p)
+	}
+	// A member added but never started (not Joined) gets nothing.
+	s = planState([]string{"a", "b"}, []string{"", "", "", ""})
+	s.Members["b"].Joined = false
+	for _, a := range planAssignments(s, everyone).assign {
+		if a.Owner != "a" {
+			t.Fatalf("partition given to a member that never started: %+v", a)
+		}
+	}
+}
+
+func TestSummarise(t *testing.T) {
+	m, st, f := raftstore.StateMirroring, raftstore.StateStopped, raftstore.StateFailed
+	cases := []struct {
+		states []raftstore.TopicState
+		want   string
+	}{
+		{nil, "EMPTY"},
+		{[]raftstore.TopicState{m, m}, "MIRRORING"},
+		{[]raftstore.TopicState{m, st}, "MIRRORING"}, // a removed topic is not a problem of the mirror
+		{[]raftstore.TopicState{st, st}, "STOPPED"},
+		{[]raftstore.TopicState{m, f, st}, "FAILED"},
+	}
+	for _, c := range cases {
+		if got := summarise(c.states); got != c.want {
+			t.Errorf("summarise(%v) = %s, want %s", c.states, got, c.want)
+		}
 	}
 }

@@ -147,22 +147,32 @@ func apiPath(pattern string, segments ...string) (string, error) {
 }
 
 // do sends one request with body (if not nil) as JSON and decodes a 2xx
-// reply into out (if not nil), trying each server in turn until one can
-// be reached.
+// reply into out (if not nil), trying each server in turn while one cannot
+// be reached or answers that it cannot serve the request now (503: no
+// leader known, state catching up, the leader it forwards to not
+// answering). Such a member did nothing with the request.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	var errs []string
+	var errs []error
 	for _, base := range c.baseURLs {
 		err := c.doAt(ctx, base, method, path, query, body, out)
 		var unreachable *unreachableError
-		if !errors.As(err, &unreachable) || ctx.Err() != nil {
+		if (!errors.As(err, &unreachable) && !errors.Is(err, ErrNotLeader)) || ctx.Err() != nil {
 			return err
 		}
-		errs = append(errs, err.Error())
+		errs = append(errs, err)
 	}
 	if len(errs) == 1 {
-		return errors.New(errs[0])
+		return errs[0]
 	}
-	return fmt.Errorf("no kmirror member answered: %s", strings.Join(errs, "; "))
+	msgs := make([]string, len(errs))
+	var sentinel error
+	for i, e := range errs {
+		msgs[i] = e.Error()
+		if errors.Is(e, ErrNotLeader) {
+			sentinel = ErrNotLeader
+		}
+	}
+	return &remoteError{msg: "no kmirror member could serve the request: " + strings.Join(msgs, "; "), sentinel: sentinel}
 }
 
 // unreachableError means the member could not be reached at all, so the
@@ -200,6 +210,11 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if c.forwarded && ctx.Err() == nil {
+			// A member forwarding a request: the member it forwards to
+			// (the leader, or a partition's owner) is down or changing.
+			return fmt.Errorf("%w: the member at %s it was forwarded to did not answer (%v); retry in a few seconds", ErrNotLeader, c.baseURL, err)
+		}
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
 			return &unreachableError{c.transportError(ctx, err)}
 		}

@@ -235,7 +235,7 @@ func (c *Config) validatePeers(errs *problems) {
 	if len(c.Peers) == 0 {
 		return
 	}
-	ids := map[string]bool{}
+	ids, addrs := map[string]bool{}, map[string]string{}
 	self, voters := false, 0
 	for i, p := range c.Peers {
 		field := fmt.Sprintf("peers[%d]", i)
@@ -248,6 +248,12 @@ func (c *Config) validatePeers(errs *problems) {
 		ids[p.ID] = true
 		errs.check(field+".raft", checkAddress(p.Raft, false))
 		errs.check(field+".http", checkAddress(p.HTTP, false))
+		for _, a := range []struct{ kind, addr string }{{"raft", p.Raft}, {"http", p.HTTP}} {
+			if other, dup := addrs[a.addr]; dup && a.addr != "" {
+				errs.add(field+"."+a.kind, "%s is also %s: every member needs its own raft and HTTP addresses", a.addr, other)
+			}
+			addrs[a.addr] = fmt.Sprintf("%s's %s address", p.ID, a.kind)
+		}
 		if p.IsVoter() {
 			voters++
 		}

@@ -311,3 +311,13 @@ func TestParsePropertiesErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestPeersNeedTheirOwnAddresses(t *testing.T) {
+	_, err := parseConfig([]byte(minimalConfig + `peers:
+  - {id: m1, raft: "127.0.0.1:7080", http: "h1:8080"}
+  - {id: m2, raft: "127.0.0.1:7080", http: "h2:8080"}
+`))
+	if err == nil || !strings.Contains(err.Error(), `peers[1].raft: 127.0.0.1:7080 is also m1's raft address`) {
+		t.Fatalf("two peers on one raft address: %v", err)
+	}
+}

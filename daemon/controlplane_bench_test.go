@@ -35,6 +35,11 @@ func BenchmarkControlPlane100k(b *testing.B) {
 		if err := l.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: []string{"src:9092"}}}); err != nil {
 			b.Fatal(err)
 		}
+		for _, m := range g.members { // as each member's announce would
+			if err := l.store.Apply(ctx, raftstore.UpsertMember{Member: raftstore.Member{ID: m.cfg.NodeID, Voter: true, Joined: true}}); err != nil {
+				b.Fatal(err)
+			}
+		}
 		start := time.Now()
 		for n := range topics {
 			mt := raftstore.MirrorTopic{Mirror: "m", Topic: fmt.Sprintf("topic-%04d", n), State: raftstore.StateMirroring,

@@ -65,12 +65,31 @@ func (m *Member) memberClient(id string) (*Client, error) {
 func (m *Member) leaderClient() (*Client, error) {
 	_, id := m.store.Leader()
 	if id == "" {
+		if err := m.notInGroup(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: no raft leader is known right now; retry in a few seconds", ErrNotLeader)
 	}
 	if id == m.cfg.NodeID {
 		return nil, fmt.Errorf("%w: leadership is changing; retry in a few seconds", ErrNotLeader)
 	}
 	return m.memberClient(id)
+}
+
+// notInGroup is an error when this member is not in the raft configuration
+// it knows (it was removed from the group), else nil.
+func (m *Member) notInGroup() error {
+	servers, err := m.store.Servers()
+	if err != nil {
+		return nil
+	}
+	for _, srv := range servers {
+		if srv.ID == m.cfg.NodeID {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: this member (%s) is not in the raft group: it was removed (kmirror members remove); ask another member, "+
+		"or add it again with kmirror members add %s --raft %s --http %s", ErrNotLeader, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.advertisedHTTP())
 }
 
 // toLeader returns nil when this member is the leader and should serve a

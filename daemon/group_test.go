@@ -145,6 +145,12 @@ func (g *group) addTopic(name string, n int) {
 	g.t.Helper()
 	l := g.leader()
 	ctx := context.Background()
+	for _, m := range g.members { // as each member's announce would
+		mem := raftstore.Member{ID: m.cfg.NodeID, Voter: true, Joined: true, HTTPAddr: m.self().HTTP, RaftAddr: m.self().Raft}
+		if err := l.store.Apply(ctx, raftstore.UpsertMember{Member: mem}); err != nil {
+			g.t.Fatal(err)
+		}
+	}
 	mirror := raftstore.Mirror{Name: "m", Bootstrap: []string{"src:9092"}}
 	if err := l.store.Apply(ctx, raftstore.CreateMirror{Mirror: mirror}); err != nil && !isExists(err) {
 		g.t.Fatal(err)

@@ -440,3 +440,38 @@ func TestNewClientRejectsBadURL(t *testing.T) {
 		}
 	}
 }
+
+// TestClientTriesTheNextMember: with several servers, a member that cannot
+// be reached or answers 503 (no leader, catching up) is skipped; any other
+// answer, success or error, is final.
+func TestClientTriesTheNextMember(t *testing.T) {
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "not the raft leader: no leader known", Code: "not_leader"})
+	}))
+	defer busy.Close()
+	good := httptest.NewServer(NewHandler(&fakeAPI{mirrors: testMirrors}, zaptest.NewLogger(t), nil))
+	defer good.Close()
+	refused := "http://127.0.0.1:1"
+
+	c, err := NewClient(refused+","+busy.URL+","+good.URL, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ListMirrors(context.Background())
+	if err != nil || len(got) != 1 || got[0].Name != "a" {
+		t.Fatalf("ListMirrors over a refused, a busy and a good member: %+v, %v", got, err)
+	}
+
+	c, _ = NewClient(busy.URL+","+refused, 5*time.Second)
+	_, err = c.ListMirrors(context.Background())
+	if !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "no kmirror member could serve the request") {
+		t.Fatalf("every member busy or down: %v, want ErrNotLeader naming each", err)
+	}
+
+	notFound := httptest.NewServer(NewHandler(&fakeAPI{err: fmt.Errorf("%w: mirror x", ErrNotFound)}, zaptest.NewLogger(t), nil))
+	defer notFound.Close()
+	c, _ = NewClient(notFound.URL+","+good.URL, 5*time.Second)
+	if err := c.DeleteMirror(context.Background(), "x", false); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a member's real answer must be final: %v", err)
+	}
+}

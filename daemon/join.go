@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -34,8 +35,8 @@ func checkNodeID(dataDir, nodeID string) error {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
 	if got := strings.TrimSpace(string(b)); got != nodeID {
-		return fmt.Errorf("data_dir %s holds the raft state of member %q, but node_id is %q: "+
-			"start with node_id: %s, or give this member its own empty data_dir", dataDir, got, nodeID, got)
+		return fmt.Errorf("%w: data_dir %s holds the raft state of member %q, but node_id is %q: "+
+			"start with node_id: %s, or give this member its own empty data_dir", ErrRefused, dataDir, got, nodeID, got)
 	}
 	return nil
 }
@@ -52,6 +53,23 @@ type raftProbe struct {
 	// applied; a follower reads only once it has applied as far as the
 	// leader's (a read index).
 	StateIndex uint64 `json:"state_index"`
+	// Peers is the peer's configured peers list ("id=raft-address",
+	// sorted): members that bootstrap a group together must agree on it.
+	Peers []string `json:"peers,omitempty"`
+}
+
+// peersKey lists peers as "id=raft-address" (a non-voter with "~"), sorted.
+func peersKey(peers []PeerConfig) []string {
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		v := p.ID + "=" + p.Raft
+		if !p.IsVoter() {
+			v += "~"
+		}
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // bootstrapDecision decides how a member with an empty data directory
@@ -96,14 +114,18 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 			if pr.HasState {
 				for _, id := range pr.Joined {
 					if id == m.cfg.NodeID {
-						return false, fmt.Errorf("data_dir %s holds no raft state, but member %s says the group already ran with member %s: "+
+						return false, fmt.Errorf("%w: data_dir %s holds no raft state, but member %s says the group already ran with member %s: "+
 							"a wiped member must not rejoin under its old ID (it could vote twice in a term). "+
 							"Remove it first (kmirror members remove %s), then add it again (kmirror members add %s --raft %s --http %s) and start it",
-							m.cfg.DataDir, p.ID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.self().HTTP)
+							ErrRefused, m.cfg.DataDir, p.ID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.self().HTTP)
 					}
 				}
 				m.log.Info("joining the existing raft group", zap.String("peer", p.ID))
 				return false, nil
+			}
+			if theirs, mine := strings.Join(pr.Peers, ","), strings.Join(peersKey(m.cfg.Peers), ","); theirs != mine {
+				return false, fmt.Errorf("%w: member %s lists peers [%s], this member [%s]: a new group forms only from one peers list, "+
+					"the same on every member; fix the configs and start again", ErrRefused, p.ID, theirs, mine)
 			}
 			if p.IsVoter() {
 				fresh++
@@ -148,7 +170,7 @@ func probePeer(ctx context.Context, client *http.Client, addr string) (raftProbe
 
 // probe answers GET /v1/internal/raft for this member.
 func (m *Member) probe() raftProbe {
-	pr := raftProbe{NodeID: m.cfg.NodeID}
+	pr := raftProbe{NodeID: m.cfg.NodeID, Peers: peersKey(m.cfg.Peers)}
 	st := m.storeOrNil()
 	if st == nil {
 		pr.HasState = m.hadState

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -61,8 +62,17 @@ func TestBootstrapDecision(t *testing.T) {
 	})
 	t.Run("a quorum of fresh voters bootstraps", func(t *testing.T) {
 		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, fresh)}, PeerConfig{ID: "m3", HTTP: down})
+		fresh.Peers = peersKey(m.cfg.Peers)
 		if boot, err := m.bootstrapDecision(ctx); err != nil || !boot {
 			t.Fatalf("got %t, %v; want bootstrap (2 of 3 voters up and fresh)", boot, err)
+		}
+	})
+	t.Run("another peers list is refused", func(t *testing.T) {
+		other := &raftProbe{NodeID: "m2", Peers: []string{"m1=127.0.0.1:7001", "m2=x:1"}}
+		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, other)}, PeerConfig{ID: "m3", HTTP: down})
+		_, err := m.bootstrapDecision(ctx)
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "member m2 lists peers [m1=127.0.0.1:7001,m2=x:1]") {
+			t.Fatalf("got %v, want a refusal naming both peers lists", err)
 		}
 	})
 	t.Run("a running group is joined", func(t *testing.T) {
@@ -74,7 +84,7 @@ func TestBootstrapDecision(t *testing.T) {
 	t.Run("a wiped member is refused", func(t *testing.T) {
 		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, ranBefore)}, PeerConfig{ID: "m3", HTTP: down})
 		_, err := m.bootstrapDecision(ctx)
-		if err == nil || !strings.Contains(err.Error(), "could vote twice") || !strings.Contains(err.Error(), "kmirror members remove m1") {
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "could vote twice") || !strings.Contains(err.Error(), "kmirror members remove m1") {
 			t.Fatalf("got %v, want the wiped-member refusal saying what to do", err)
 		}
 	})
@@ -90,6 +100,7 @@ func TestBootstrapDecision(t *testing.T) {
 	t.Run("non-voters do not count toward the quorum", func(t *testing.T) {
 		no := false
 		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, fresh), Voter: &no}, PeerConfig{ID: "m3", HTTP: down})
+		fresh.Peers = peersKey(m.cfg.Peers)
 		wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer cancel()
 		if _, err := m.bootstrapDecision(wctx); err == nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -99,16 +100,24 @@ func (m *Member) runLeader(ctx context.Context) {
 // topics finished, partitions placed.
 func (m *Member) leaderReconcile(ctx context.Context) {
 	m.ensureMembers(ctx)
+	alive, inConfig := m.aliveFunc()
 	var pending []raftstore.MirrorTopic
 	var p plan
+	var gone []string
 	m.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			if t.State == raftstore.StatePending {
 				pending = append(pending, *t.Clone())
 			}
 		}
-		p = planAssignments(s, m.alive)
+		p = planAssignments(s, alive)
+		gone = removedMembers(s, inConfig)
 	})
+	for _, id := range gone {
+		if err := m.store.Apply(ctx, raftstore.RemoveMember{ID: id}); err != nil && ctx.Err() == nil {
+			m.log.Warn("forget removed member", zap.String("member", id), zap.Error(err))
+		}
+	}
 	for _, t := range pending {
 		m.finishPending(ctx, t)
 	}
@@ -132,13 +141,47 @@ func (m *Member) leaderReconcile(ctx context.Context) {
 	}
 }
 
-// alive reports whether member id was heard from within the lease TTL (this
-// member, the leader, always is).
-func (m *Member) alive(id string) bool {
-	if id == m.cfg.NodeID {
-		return true
+// aliveFunc returns whether a member is alive as the leader sees it now:
+// in the raft configuration and heard from within the lease TTL (this
+// member, the leader, always is). A member removed from the raft
+// configuration is not alive, however recently it was heard from: raft no
+// longer sends it heartbeats, so their failures would never show. It also
+// returns the IDs in the raft configuration.
+func (m *Member) aliveFunc() (alive func(id string) bool, inConfig map[string]bool) {
+	inConfig = map[string]bool{m.cfg.NodeID: true}
+	if servers, err := m.store.Servers(); err == nil {
+		for _, srv := range servers {
+			inConfig[srv.ID] = true
+		}
 	}
-	return time.Since(m.store.PeerContact(id)) < m.cfg.LeaseTTL
+	return func(id string) bool {
+		if id == m.cfg.NodeID {
+			return true
+		}
+		return inConfig[id] && time.Since(m.store.PeerContact(id)) < m.cfg.LeaseTTL
+	}, inConfig
+}
+
+// removedMembers lists members of the state that are gone from the raft
+// configuration and own no partition any more (theirs were taken over):
+// their records are dropped.
+func removedMembers(s *raftstore.State, inConfig map[string]bool) []string {
+	owns := map[string]bool{}
+	for _, t := range s.Topics {
+		for _, p := range t.Partitions {
+			if p.Owner != "" && p.State != raftstore.StateStopped {
+				owns[p.Owner] = true
+			}
+		}
+	}
+	var out []string
+	for id := range s.Members {
+		if !inConfig[id] && !owns[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ensureMembers records every member of the raft configuration in the
@@ -166,7 +209,8 @@ func (m *Member) ensureMembers(ctx context.Context) {
 		}
 	})
 	for _, mem := range missing {
-		if err := m.store.Apply(ctx, raftstore.UpsertMember{Member: mem}); err != nil && ctx.Err() == nil {
+		// IfAbsent: the member's own announce may have recorded it since.
+		if err := m.store.Apply(ctx, raftstore.UpsertMember{Member: mem, IfAbsent: true}); err != nil && ctx.Err() == nil {
 			m.log.Warn("record member", zap.String("member", mem.ID), zap.Error(err))
 		}
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -23,6 +24,7 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
 	}
 	_, leader := m.store.Leader()
+	alive, _ := m.aliveFunc()
 	owned := map[string]int{}
 	members := map[string]raftstore.Member{}
 	m.store.Read(func(s *raftstore.State) {
@@ -53,8 +55,10 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 			row.LastContactMs = time.Since(m.store.PeerContact(srv.ID)).Milliseconds()
 		}
 		switch {
-		case !m.alive(srv.ID):
-			row.State = "unreachable"
+		case !mem.Joined:
+			row.State = "not started" // added, never ran: it gets no partitions yet
+		case !alive(srv.ID) || m.store.PeerFailing(srv.ID):
+			row.State = "unreachable" // its partitions move once lease_ttl has passed
 		case mem.Draining:
 			row.State = "draining"
 		}
@@ -82,16 +86,23 @@ func (m *Member) AddMember(ctx context.Context, req AddMemberRequest) error {
 	if c != nil {
 		return c.AddMember(ctx, req)
 	}
-	if err := mapStoreErr(m.store.Apply(ctx, raftstore.UpsertMember{Member: raftstore.Member{
-		ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr, Voter: !req.NonVoter}})); err != nil {
-		return err
-	}
+	// Into the raft configuration first: a record of a member that is not
+	// in it is dropped by the leader loop (removedMembers).
 	if req.NonVoter {
 		err = m.store.AddNonvoter(req.ID, req.RaftAddr)
 	} else {
 		err = m.store.AddVoter(req.ID, req.RaftAddr)
 	}
-	return mapStoreErr(err)
+	if err != nil {
+		return mapStoreErr(err)
+	}
+	mem := raftstore.Member{ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr, Voter: !req.NonVoter}
+	m.store.Read(func(s *raftstore.State) {
+		if cur, ok := s.Members[req.ID]; ok { // adding again keeps what it has done
+			mem.Joined, mem.Draining = cur.Joined, cur.Draining
+		}
+	})
+	return mapStoreErr(m.store.Apply(ctx, raftstore.UpsertMember{Member: mem}))
 }
 
 // RemoveMember removes a member from the raft configuration and the
@@ -117,16 +128,18 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 			}
 		}
 	})
-	if n > 0 && m.alive(id) {
+	alive, inConfig := m.aliveFunc()
+	if !known && !inConfig[id] {
+		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", ErrNotFound, id)
+	}
+	if n > 0 && alive(id) {
 		return fmt.Errorf("%w: member %s still holds %d partitions: drain it first (kmirror members drain %s), then remove it", ErrConflict, id, n, id)
 	}
-	// The record goes first: removing the leader itself from the raft
-	// configuration makes it step down, and a new leader takes over.
-	if known {
-		if err := m.store.Apply(ctx, raftstore.RemoveMember{ID: id}); err != nil {
-			return mapStoreErr(err)
-		}
-	}
+	// Out of the raft configuration first: from then on the member is not
+	// alive for the leader, its partitions are taken over after the lease,
+	// and its record is dropped once it owns none (leaderReconcile). The
+	// leader may remove itself: it steps down once the change is committed,
+	// and the next leader drops its record.
 	return mapStoreErr(m.store.RemoveServer(id))
 }
 
@@ -139,9 +152,9 @@ func (m *Member) DrainMember(ctx context.Context, id string, drain bool) error {
 	if c != nil {
 		return c.DrainMember(ctx, id, drain)
 	}
-	err = mapStoreErr(m.store.Apply(ctx, raftstore.SetDraining{ID: id, Draining: drain}))
-	if err != nil {
-		return fmt.Errorf("%w (see kmirror members)", err)
+	err = m.store.Apply(ctx, raftstore.SetDraining{ID: id, Draining: drain})
+	if errors.Is(err, raftstore.ErrNotFound) {
+		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", ErrNotFound, id)
 	}
-	return nil
+	return mapStoreErr(err)
 }

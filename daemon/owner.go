@@ -320,9 +320,11 @@ func (m *Member) announce() {
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 		err := m.submit(ctx, raftstore.UpsertMember{Member: want})
 		cancel()
-		if err == nil {
-			return // applied; this member's state shows it a moment later
+		if err != nil {
+			m.log.Debug("announce this member to the leader", zap.Error(err))
 		}
+		// Check again once this member's state has caught up: the record
+		// must show, whoever wrote last.
 		sleepCtx(m.ctx, time.Second)
 	}
 }

@@ -430,13 +430,15 @@ func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	return out, nil
 }
 
-// summarise is MIRRORING when every topic mirrors, else the worst state.
+// summarise is the worst state of the mirror's topics that are not
+// STOPPED (removed topics are done, not a problem): MIRRORING when all of
+// those mirror, STOPPED when every topic is stopped, EMPTY without topics.
 func summarise(states []raftstore.TopicState) string {
 	if len(states) == 0 {
 		return "EMPTY"
 	}
 	order := []raftstore.TopicState{raftstore.StateDiverged, raftstore.StateFailed, raftstore.StateStopping,
-		raftstore.StatePending, raftstore.StatePaused, raftstore.StateStopped}
+		raftstore.StatePending, raftstore.StatePaused, raftstore.StateMirroring, raftstore.StateStopped}
 	for _, o := range order {
 		for _, s := range states {
 			if s == o {
@@ -478,7 +480,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 						ps.SourceOffset, ps.Lag = st.SourceEnd, st.Lag
 					}
 					if st.State == string(fetch.Starting) && ps.State == string(raftstore.StateMirroring) {
-						ps.Reason = "resuming: verifying source and destination from the last checkpoint"
+						ps.Reason = "resuming: verifying the destination against the source before mirroring"
 					}
 					ps.DuplicateRecords = st.DuplicateRecords
 					switch {
@@ -554,6 +556,9 @@ func (m *Member) caughtUp(ctx context.Context) error {
 	_, id := m.store.Leader()
 	addr := m.memberHTTP(id)
 	if id == "" || addr == "" {
+		if err := m.notInGroup(); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: no raft leader is known to this member, so its state may be stale; retry shortly or ask another member", ErrNotLeader)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -596,10 +601,16 @@ func (m *Member) Translate(ctx context.Context, mirror, topic string, partition 
 		}
 		return c.Translate(ctx, mirror, topic, partition, sourceOffset)
 	}
-	d, ok := m.engine.Translate(k, sourceOffset)
-	if !ok {
-		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d: the partition is not mirrored by this member, "+
-			"or the offset is beyond what has been mirrored so far", ErrNotFound, k, sourceOffset)
+	d, err := m.engine.Translate(k, sourceOffset)
+	var before *fetch.BeforeStartError
+	switch {
+	case errors.As(err, &before):
+		return Translation{}, fmt.Errorf("%w: %v", ErrNotFound, err)
+	case errors.Is(err, fetch.ErrNotMirroredYet):
+		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d yet: it is beyond what has been mirrored so far (%v)", ErrNotFound, k, sourceOffset, err)
+	case err != nil:
+		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d: the partition is not mirroring right now "+
+			"(not added, stopped, or moving between members: see kmirror describe)", ErrNotFound, k, sourceOffset)
 	}
 	return Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: sourceOffset, DestinationOffset: d}, nil
 }

@@ -237,14 +237,44 @@ func (e *Engine) Divergences() int64 {
 
 // Translate maps a source offset to the destination offset of a held
 // partition (design.md section 5).
-func (e *Engine) Translate(k Key, sourceOffset int64) (int64, bool) {
+//
+// It fails with ErrUnknownPartition when the engine does not mirror the
+// partition right now, with a *BeforeStartError for an offset below where
+// mirroring started (records the mirror never copied: a consumer moving
+// over there would skip them), and with ErrNotMirroredYet beyond the
+// mirrored position.
+func (e *Engine) Translate(k Key, sourceOffset int64) (int64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p, ok := e.parts[k]
 	if !ok || !p.active() {
-		return 0, false
+		return 0, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
 	}
-	return p.xl.Translate(sourceOffset)
+	if sourceOffset < p.spec.StartOffset {
+		return 0, &BeforeStartError{Key: k, Offset: sourceOffset, Start: p.spec.StartOffset}
+	}
+	d, ok := p.xl.Translate(sourceOffset)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s offset %d (mirrored up to %d)", ErrNotMirroredYet, k, sourceOffset, p.pos.SourceOffset)
+	}
+	return d, nil
+}
+
+// ErrNotMirroredYet: the source offset lies beyond what has been mirrored.
+var ErrNotMirroredYet = errors.New("offset not mirrored yet")
+
+// BeforeStartError: the source offset lies below the partition's start
+// offset, resolved when the topic was added (--start-from latest, or the
+// log start of the source then).
+type BeforeStartError struct {
+	Key           Key
+	Offset, Start int64
+}
+
+func (e *BeforeStartError) Error() string {
+	return fmt.Sprintf("%s offset %d is before where mirroring started (%d): source records %d..%d were never mirrored, "+
+		"so a consumer moving over from offset %d would skip them; it continues without a skip only from %d on",
+		e.Key, e.Offset, e.Start, e.Offset, e.Start-1, e.Offset, e.Start)
 }
 
 // Close drains every partition (bounded by ctx), writes final checkpoints

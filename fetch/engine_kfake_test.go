@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -374,5 +375,39 @@ func TestEngineReleaseReturnsBudget(t *testing.T) {
 	defer x.e.mu.Unlock()
 	if x.e.inUse != 0 {
 		t.Fatalf("memory budget in use after every partition was released: %d bytes", x.e.inUse)
+	}
+}
+
+// TestEngineTranslateBoundaries: a partition whose mirroring started at
+// source offset 50 (--start-from latest then) translates from 50 on;
+// below it the records were never mirrored and the answer says so; beyond
+// the mirrored position there is no answer yet.
+func TestEngineTranslateBoundaries(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 1)
+	x.produce(x.src, "t", 0, 100)
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.e.Assign([]Spec{{Key: k, StartOffset: 50}})
+	deadline := time.Now().Add(20 * time.Second)
+	for x.dst.PartitionInfo("t", 0).HighWatermark != 50 || x.e.Statuses()[0].Lag != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not caught up: %+v", x.e.Statuses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range []struct{ src, dst int64 }{{50, 0}, {75, 25}, {100, 50}} {
+		if got, err := x.e.Translate(k, c.src); err != nil || got != c.dst {
+			t.Fatalf("Translate(%d) = %d, %v; want %d", c.src, got, err, c.dst)
+		}
+	}
+	var before *BeforeStartError
+	if _, err := x.e.Translate(k, 10); !errors.As(err, &before) || !strings.Contains(err.Error(), "records 10..49 were never mirrored") {
+		t.Fatalf("Translate(10) below the start offset 50: %v", err)
+	}
+	if _, err := x.e.Translate(k, 101); !errors.Is(err, ErrNotMirroredYet) {
+		t.Fatalf("Translate(101) beyond the mirrored position: %v", err)
+	}
+	if _, err := x.e.Translate(Key{Mirror: "m", Topic: "t", Partition: 9}, 0); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("Translate of a partition not held: %v", err)
 	}
 }

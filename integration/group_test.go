@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net/http"
@@ -125,6 +126,10 @@ func (g *kgroup) leaderID(m *member) string {
 func owners(t *testing.T, m *member, mirror string) map[string]string {
 	t.Helper()
 	rows, err := m.client.Describe(context.Background(), mirror, "")
+	for deadline := time.Now().Add(30 * time.Second); errors.Is(err, daemon.ErrNotLeader) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond) // a leader election is going on
+		rows, err = m.client.Describe(context.Background(), mirror, "")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +533,36 @@ func TestGroupJoinDrainLeave(t *testing.T) {
 	if len(rows) != 3 {
 		t.Fatalf("members after remove: %+v, want jdl-1, jdl-3, jdl-4", rows)
 	}
+	// A member added but never started gets no partition, even when a
+	// member leaves and partitions move; nor does the removed one.
+	// (A non-voter: a voter that never starts would count toward the
+	// quorum, and the stop below would leave two of four voters.)
+	if out, errOut, code := cli(t, m4, "members", "add", "jdl-5", "--raft", freeAddr(t), "--http", freeAddr(t), "--non-voter"); code != 0 {
+		t.Fatalf("members add: %s%s", out, errOut)
+	}
+	g.byID("jdl-3").stop() // its partitions are handed to the others
+	waitBalanced(t, m4, "jdl", "jdl-1", "jdl-4")
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		for p, o := range owners(t, m4, "jdl") {
+			if o == "jdl-2" || o == "jdl-5" {
+				t.Fatalf("partition %s given to %s (removed, or added and never started)", p, o)
+			}
+		}
+	}
+	for _, r := range g.memberRows(m4) {
+		if r.ID == "jdl-5" && (r.State != "not started" || r.Partitions != 0) {
+			t.Fatalf("member added and never started: %+v, want not started with no partitions", r)
+		}
+	}
+	if out, errOut, code := cli(t, m4, "members", "remove", "jdl-5"); code != 0 {
+		t.Fatalf("members remove of a member never started: %s%s", out, errOut)
+	}
+	if _, errOut, code := cli(t, m4, "members", "remove", "nosuch"); code != 1 || !strings.Contains(errOut, "member nosuch is not in the group") {
+		t.Fatalf("members remove of an unknown ID: exit %d, %q", code, errOut)
+	}
+	g.byID("jdl-3").start()
 	wait()
+	waitBalanced(t, m4, "jdl", "jdl-1", "jdl-3", "jdl-4")
 	for _, m := range []*member{g.byID("jdl-1"), g.byID("jdl-3"), m4} {
 		waitCaughtUp(t, m, "jdl", topic)
 	}

@@ -263,8 +263,11 @@ type RecordStopped struct {
 }
 
 // UpsertMember adds a member or replaces the member with the same ID.
+// With IfAbsent it only adds: an existing record (which may carry Joined
+// or Draining) is left as it is.
 type UpsertMember struct {
-	Member Member `json:"member"`
+	Member   Member `json:"member"`
+	IfAbsent bool   `json:"if_absent,omitempty"`
 }
 
 // RemoveMember removes a member.

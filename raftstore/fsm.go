@@ -353,6 +353,9 @@ func (s *State) applyUpsertMember(c UpsertMember, index uint64) error {
 	if c.Member.ID == "" {
 		return fmt.Errorf("%w: member ID is empty", ErrInvalid)
 	}
+	if _, ok := s.Members[c.Member.ID]; ok && c.IfAbsent {
+		return nil
+	}
 	m := c.Member
 	s.Members[m.ID] = &m
 	return nil

@@ -271,6 +271,15 @@ func TestApplyUpsertMember(t *testing.T) {
 		t.Fatalf("member n2 = %+v, want %+v", got, m)
 	}
 	x.mustFail(UpsertMember{Member: Member{RaftAddr: "h3:7000"}}, ErrInvalid)
+	// IfAbsent adds only: n2's record (Voter, Draining) stays.
+	x.mustApply(UpsertMember{Member: Member{ID: "n2", RaftAddr: "other:1"}, IfAbsent: true})
+	if got := x.state().Members["n2"]; !reflect.DeepEqual(got, &m) {
+		t.Fatalf("IfAbsent replaced n2: %+v", got)
+	}
+	x.mustApply(UpsertMember{Member: Member{ID: "n3"}, IfAbsent: true})
+	if _, ok := x.state().Members["n3"]; !ok {
+		t.Fatal("IfAbsent did not add n3")
+	}
 }
 
 func TestApplyRemoveMember(t *testing.T) {

@@ -418,6 +418,15 @@ func (s *Store) PeerContact(id string) time.Time {
 	return last
 }
 
+// PeerFailing reports whether, on the leader, heartbeats to peer id are
+// failing right now (it may still be within its lease).
+func (s *Store) PeerFailing(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, failing := s.failing[id]
+	return failing
+}
+
 // LeaseContact is the last moment this member is known to have been part
 // of the group with a leader: now while it is leader (raft's leader steps
 // down once it loses a quorum for LeaderLeaseTimeout), else the later of

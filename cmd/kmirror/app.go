@@ -113,6 +113,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
 	if isSubcommand {
+		for _, global := range []string{"server", "output"} {
+			if strings.Contains(err.Error(), "flag provided but not defined: -"+global) {
+				return usagef("%s: --%s is a global option: put it before the command, as in kmirror --%s ... %s", c.Command.Name, global, global, c.Command.Name)
+			}
+		}
 		return usagef("%s: %v (run 'kmirror %s --help')", c.Command.Name, err, c.Command.Name)
 	}
 	return usagef("%v (run 'kmirror --help')", err)

@@ -227,6 +227,8 @@ func TestCommandsFail(t *testing.T) {
 			"config " + badConfig + ": line 5: lease_ttl: cannot unmarshal !!str `soon` into time.Duration (want a duration such as 500ms, 1s or 2m)"},
 		{"server error", fmt.Errorf("%w: raft leader unknown", daemon.ErrNotLeader), []string{"list"}, 1,
 			"not the raft leader: raft leader unknown"},
+		{"global option after the command", nil, []string{"describe", "--server", "http://h:1"}, 2,
+			"describe: --server is a global option: put it before the command, as in kmirror --server ... describe"},
 		{"members add without ID", nil, []string{"members", "add", "--raft", "r:1", "--http", "h:2"}, 2,
 			"members add: give one ID (run 'kmirror members add --help')"},
 		{"members add missing flag", nil, []string{"members", "add", "m4", "--raft", "r:1"}, 2,

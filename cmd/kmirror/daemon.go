@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -36,7 +37,11 @@ func daemonCommand() *cli.Command {
 				zap.String("node_id", cfg.NodeID),
 				zap.String("http_listen", cfg.HTTPListen),
 				zap.String("raft_advertise", cfg.RaftAdvertise))
-			return daemon.Run(c.Context, cfg, logger)
+			err = daemon.Run(c.Context, cfg, logger)
+			if errors.Is(err, daemon.ErrRefused) {
+				return usageError{err} // exit 2: a restart cannot help
+			}
+			return err
 		},
 	}
 }
@@ -53,6 +58,9 @@ func newLogger(level string) (*zap.Logger, error) {
 	zc.Sampling = nil
 	zc.EncoderConfig.TimeKey = "time"
 	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	// Stack traces only for panics: raft logs an error on every failed
+	// heartbeat while a peer is down, and a trace on each says nothing.
+	zc.DisableStacktrace = true
 	logger, err := zc.Build()
 	if err != nil {
 		return nil, fmt.Errorf("build logger: %w", err)

@@ -422,6 +422,11 @@ func (d *demo) killOne(ctx context.Context) error {
 			return fmt.Errorf("the partitions of %s were not taken over within 90s", victim.id)
 		case <-time.After(2 * time.Second):
 		}
+		// Records keep coming during the takeover: the exactly-once check
+		// at the end covers them.
+		if err := d.produce(ctx, 2*perSecond); err != nil && ctx.Err() == nil {
+			return err
+		}
 		rows, _, err := d.describe(ctx)
 		if err != nil {
 			return err
