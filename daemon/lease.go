@@ -53,13 +53,21 @@ func (m *Member) leaseLoop() {
 	for {
 		expired := time.Since(m.store.LeaseContact()) >= m.leaseWindow()
 		m.lease.mu.Lock()
-		if expired && !m.lease.fenced {
+		lost := expired && !m.lease.fenced
+		if lost {
 			m.lease.fenced, m.lease.synced = true, false
 			m.log.Warn("lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again",
 				zap.Duration("window", m.leaseWindow()))
 		}
 		synced := m.lease.synced
 		m.lease.mu.Unlock()
+		if lost {
+			// Its partitions may move while it is cut off: drop them all,
+			// queued batches included, and resume what it still owns with
+			// a walk once the lease is back, instead of sending batches
+			// fetched under the old lease.
+			m.dropAll()
+		}
 		if !synced && !expired {
 			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 			err := m.caughtUp(ctx)

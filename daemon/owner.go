@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -147,6 +149,23 @@ func (m *Member) ownerReconcile() {
 	}
 }
 
+// dropAll drops every partition the engine holds (lease lost).
+func (m *Member) dropAll() {
+	for _, k := range m.engine.Held() {
+		if !m.owner.start(k, "drop") {
+			continue
+		}
+		m.goLoop(func() {
+			defer m.owner.done(k)
+			ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+			defer cancel()
+			if err := m.engine.Drop(ctx, k); err != nil && m.ctx.Err() == nil {
+				m.log.Warn("drop partition after losing the lease", zap.Stringer("partition", k), zap.Error(err))
+			}
+		})
+	}
+}
+
 // specOf is the engine's lease of partition i of t.
 func specOf(t *raftstore.MirrorTopic, i int32, p raftstore.PartitionInfo) fetch.Spec {
 	spec := fetch.Spec{
@@ -254,6 +273,11 @@ func (m *Member) handOffAll(ctx context.Context) {
 	if !others {
 		return
 	}
+	// The mark tells the next start that this drain was the member's own,
+	// to be lifted then (an operator's drain stays).
+	if err := os.WriteFile(filepath.Join(m.cfg.DataDir, drainedOnStop), nil, 0o640); err != nil {
+		m.log.Warn("record the shutdown drain", zap.Error(err))
+	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := m.submit(dctx, raftstore.SetDraining{ID: m.cfg.NodeID, Draining: true})
 	cancel()
@@ -297,11 +321,19 @@ func (m *Member) ownedCount() int {
 	return n
 }
 
+// drainedOnStop, in data_dir, marks a drain the member did itself at its
+// last shutdown (SIGTERM): the next start lifts it.
+const drainedOnStop = "drained-on-stop"
+
 // announce records this member in the state as joined (it runs with
-// raft state), with its addresses, and clears a drain left by its last
-// shutdown.
+// raft state), with its addresses, and lifts a drain left by its own last
+// shutdown. It writes only those fields: a drain an operator asks for
+// meanwhile stays.
 func (m *Member) announce() {
 	self := m.self()
+	marker := filepath.Join(m.cfg.DataDir, drainedOnStop)
+	_, err := os.Stat(marker)
+	undrain := err == nil
 	want := raftstore.Member{ID: m.cfg.NodeID, RaftAddr: m.cfg.RaftAdvertise, HTTPAddr: m.advertisedHTTP(), Voter: self.IsVoter(), Joined: true}
 	for m.ctx.Err() == nil {
 		var cur raftstore.Member
@@ -313,7 +345,11 @@ func (m *Member) announce() {
 		})
 		if found {
 			want.Voter = cur.Voter
+			want.Draining = cur.Draining && !undrain
 			if cur == want {
+				if undrain {
+					_ = os.Remove(marker)
+				}
 				return
 			}
 		}

@@ -177,7 +177,6 @@ func (e *Engine) Assign(specs []Spec) {
 			// under it with a walk.
 			e.log.Info("partition has a new producer identity; resuming", zap.Stringer("partition", k))
 			p.spec, p.renewing = s, false
-			p.spec.Handoff = nil
 			e.dropQueueLocked(p)
 			p.state = Starting
 			e.startLocked(p, 0)

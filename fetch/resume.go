@@ -100,31 +100,46 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	seq := w.nextSeq
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if p.gen != gen || p.draining {
-		if p.draining && p.released != nil {
-			closeOnce(p)
-		}
+	if e.staleStartLocked(p, gen) {
 		return nil
 	}
-	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
-	p.nextSeq = seq
-	p.own = w.own
-	p.confirming = false
 	e.noteDuplicatesLocked(p, w.duplicates)
-	p.pos = Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}
+	e.mirrorFromLocked(p, pid, seq, w.own, Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, xl, w.entries)
+	e.log.Info("partition resumed", zap.Stringer("partition", k), zap.Int64("source_offset", w.end.Src),
+		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
+		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))
+	return nil
+}
+
+// staleStartLocked reports whether the start of p that began in gen was
+// overtaken (a restart, or a release that is now waiting for it).
+func (e *Engine) staleStartLocked(p *partition, gen int) bool {
+	if p.gen == gen && !p.draining {
+		return false
+	}
+	if p.draining && p.released != nil {
+		closeOnce(p)
+	}
+	return true
+}
+
+// mirrorFromLocked sets p mirroring from pos with producer identity pid at
+// sequence seq (own: every identity of the partition with its next
+// sequence), the translation xl, and unsaved breakpoints to checkpoint.
+func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own ownSeqs, pos Position, xl Translation, unsaved []Entry) {
+	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
+	p.nextSeq, p.own = seq, own
+	p.confirming = false
+	p.pos = pos
 	p.xl = xl
-	p.xl.Advance(w.end.Src, w.end.Dst)
-	p.unsaved, p.dirty = w.entries, true
-	p.fetchOffset = w.end.Src
+	p.xl.Advance(pos.SourceOffset, pos.DestinationOffset)
+	p.unsaved, p.dirty = unsaved, true
+	p.fetchOffset = pos.SourceOffset
 	p.fetchBytes = e.cfg.PartitionBytes
 	p.srcLeader, p.dstLeader = -1, -1
 	p.failures = 0
 	e.setStateLocked(p, Mirroring, "")
-	e.log.Info("partition resumed", zap.Stringer("partition", k), zap.Int64("source_offset", w.end.Src),
-		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
-		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))
 	kick(e.kickRt)
-	return nil
 }
 
 // startHandoff continues a partition exactly where its previous owner
@@ -136,30 +151,15 @@ func (e *Engine) startHandoff(p *partition, gen int, h Handoff, entries []Entry)
 	start := Entry{Src: h.Position.SourceOffset, Dst: h.Position.DestinationOffset}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if p.gen != gen || p.draining {
-		if p.draining && p.released != nil {
-			closeOnce(p)
-		}
+	if e.staleStartLocked(p, gen) {
 		return nil
 	}
 	pid := h.Producer
-	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
-	p.nextSeq = h.Sequence
-	p.own = ownSeqs{pid: h.Sequence}
-	p.confirming = false
-	p.pos = h.Position
-	p.xl = Translation{}
-	p.xl.Restore(entries, start)
-	p.xl.Advance(start.Src, start.Dst)
-	p.unsaved, p.dirty = nil, false
-	p.fetchOffset = start.Src
-	p.fetchBytes = e.cfg.PartitionBytes
-	p.srcLeader, p.dstLeader = -1, -1
-	p.failures = 0
-	e.setStateLocked(p, Mirroring, "")
+	var xl Translation
+	xl.Restore(entries, start)
+	e.mirrorFromLocked(p, pid, h.Sequence, ownSeqs{pid: h.Sequence}, h.Position, xl, nil)
 	e.log.Info("partition taken over by handoff", zap.Stringer("partition", p.key()), zap.Int64("source_offset", start.Src),
 		zap.Int64("destination_offset", start.Dst), zap.Int64("producer_id", pid.ID), zap.Int32("sequence", h.Sequence))
-	kick(e.kickRt)
 	return nil
 }
 

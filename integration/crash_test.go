@@ -2,11 +2,8 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,17 +139,9 @@ func TestCrashResume(t *testing.T) {
 // verified at least one record.
 func resumeWalks(t *testing.T, m *member) int {
 	t.Helper()
-	b, err := os.ReadFile(m.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		var e struct {
-			Msg    string `json:"msg"`
-			Walked int64  `json:"walked_records"`
-		}
-		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "partition resumed" && e.Walked > 0 {
+	for _, l := range logLines(t, m, "partition resumed") {
+		if l.Walked > 0 {
 			n++
 		}
 	}

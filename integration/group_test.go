@@ -79,6 +79,40 @@ func startGroupTo(t *testing.T, name string, n int, destination string) *kgroup 
 	return g
 }
 
+// mirrorStreams, through member m: creates the mirror name on the shared
+// source, creates each topic there with the given partitions, streams
+// perTopic records into each at rate records/s (rate 0: all of them before
+// the topics are added) and adds the topics. wait returns once every
+// record is acknowledged by the source.
+func mirrorStreams(t *testing.T, m *member, name string, topics []string, partitions, perTopic, rate int) (wait func()) {
+	t.Helper()
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: name, Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatalf("create mirror %s through %s: %v", name, memberID(m), err)
+	}
+	var waits []func()
+	for _, topic := range topics {
+		if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		if rate == 0 {
+			streamRecords(t, topic, perTopic, perTopic)()
+			continue
+		}
+		waits = append(waits, streamRecords(t, topic, perTopic, rate))
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: name, Topics: topics}); err != nil {
+		t.Fatalf("add %v through %s: %v", topics, memberID(m), err)
+	}
+	return func() {
+		for _, w := range waits {
+			w()
+		}
+	}
+}
+
 // byID returns the member with node_id id.
 func (g *kgroup) byID(id string) *member {
 	g.t.Helper()
@@ -195,23 +229,35 @@ func waitTakenOver(t *testing.T, m *member, mirror, id string) time.Duration {
 	}
 }
 
-// logCount counts log lines of m with the given message.
-func logCount(t *testing.T, m *member, msg string) int {
+// logLine is the part of a member's JSON log line the tests read.
+type logLine struct {
+	Msg       string `json:"msg"`
+	Time      string `json:"time"`
+	Partition string `json:"partition"`
+	Walked    int64  `json:"walked_records"`
+}
+
+// logLines returns m's log lines with the given message, in order.
+func logLines(t *testing.T, m *member, msg string) []logLine {
 	t.Helper()
 	b, err := os.ReadFile(m.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []logLine
 	for _, line := range strings.Split(string(b), "\n") {
-		var e struct {
-			Msg string `json:"msg"`
-		}
+		var e logLine
 		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg {
-			n++
+			out = append(out, e)
 		}
 	}
-	return n
+	return out
+}
+
+// logCount counts log lines of m with the given message.
+func logCount(t *testing.T, m *member, msg string) int {
+	t.Helper()
+	return len(logLines(t, m, msg))
 }
 
 // TestGroupMemberFaults runs a 3-member group through the member faults a
@@ -221,7 +267,6 @@ func logCount(t *testing.T, m *member, msg string) int {
 // member, and the clusters are compared record by record.
 func TestGroupMemberFaults(t *testing.T) {
 	g := startGroup(t, "grp", 3)
-	ctx := context.Background()
 	m0 := g.members[0]
 	rows := g.memberRows(m0)
 	roles := map[string]int{}
@@ -243,23 +288,9 @@ func TestGroupMemberFaults(t *testing.T) {
 		}
 	}
 	// Writes sent to a follower are forwarded to the leader.
-	if err := follower.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "grp", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatalf("create through a follower: %v", err)
-	}
 	topics := []string{"grp-a", "grp-b", "grp-c"}
 	const partitions, perTopic = 4, 50_000
-	var waits []func()
-	for _, topic := range topics {
-		if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-			t.Fatal(err)
-		}
-		waits = append(waits, streamRecords(t, topic, perTopic, 2_500))
-	}
-	if err := follower.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "grp", Topics: topics}); err != nil {
-		t.Fatalf("add through a follower: %v", err)
-	}
+	wait := mirrorStreams(t, follower, "grp", topics, partitions, perTopic, 2_500)
 	ids := []string{"grp-1", "grp-2", "grp-3"}
 	own := waitBalanced(t, m0, "grp", ids...)
 	t.Logf("leader %s; owners %v", leader, own)
@@ -299,9 +330,7 @@ func TestGroupMemberFaults(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	calm.start()
 
-	for _, w := range waits {
-		w()
-	}
+	wait()
 	waitBalanced(t, m0, "grp", ids...)
 	// describe from every member shows every partition caught up.
 	for _, m := range g.members {
@@ -338,21 +367,9 @@ func TestGroupMemberFaults(t *testing.T) {
 // (requireSequencesContiguous).
 func TestGroupZombie(t *testing.T) {
 	g := startGroup(t, "zmb", 3)
-	ctx := context.Background()
 	m0 := g.members[0]
-	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "zmb", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic, partitions, n = "zmb", 6, 90_000
-	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	wait := streamRecords(t, topic, n, 4_000)
-	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "zmb", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
+	wait := mirrorStreams(t, m0, "zmb", []string{topic}, partitions, n, 4_000)
 	ids := []string{"zmb-1", "zmb-2", "zmb-3"}
 	waitBalanced(t, m0, "zmb", ids...)
 	time.Sleep(2 * time.Second)
@@ -412,21 +429,9 @@ func TestGroupZombie(t *testing.T) {
 // only once its state has caught up after the cut ends.
 func TestGroupRaftIsolation(t *testing.T) {
 	g := startGroup(t, "iso", 3)
-	ctx := context.Background()
 	m0 := g.members[0]
-	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "iso", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic, partitions, n = "iso", 6, 60_000
-	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	wait := streamRecords(t, topic, n, 3_000)
-	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "iso", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
+	wait := mirrorStreams(t, m0, "iso", []string{topic}, partitions, n, 3_000)
 	ids := []string{"iso-1", "iso-2", "iso-3"}
 	waitBalanced(t, m0, "iso", ids...)
 	leader := g.leaderID(m0)
@@ -476,21 +481,9 @@ func TestGroupRaftIsolation(t *testing.T) {
 // removed from the group. No record is lost or written twice.
 func TestGroupJoinDrainLeave(t *testing.T) {
 	g := startGroup(t, "jdl", 3)
-	ctx := context.Background()
 	m0 := g.members[0]
-	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "jdl", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic, partitions, n = "jdl", 8, 80_000
-	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	wait := streamRecords(t, topic, n, 3_000)
-	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "jdl", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
+	wait := mirrorStreams(t, m0, "jdl", []string{topic}, partitions, n, 3_000)
 	waitBalanced(t, m0, "jdl", "jdl-1", "jdl-2", "jdl-3")
 	// Every partition running (a partition still starting is handed over
 	// without a checkpoint, and its next owner walks).
@@ -582,28 +575,16 @@ type logEvent struct {
 	partition string
 }
 
-// logEvents returns m's log lines with the given message, in order.
+// logEvents returns when m logged msg, and for which partition.
 func logEvents(t *testing.T, m *member, msg string) []logEvent {
 	t.Helper()
-	b, err := os.ReadFile(m.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []logEvent
-	for _, line := range strings.Split(string(b), "\n") {
-		var e struct {
-			Msg       string `json:"msg"`
-			Time      string `json:"time"`
-			Partition string `json:"partition"`
-		}
-		if json.Unmarshal([]byte(line), &e) != nil || e.Msg != msg {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, e.Time)
+	for _, l := range logLines(t, m, msg) {
+		at, err := time.Parse(time.RFC3339Nano, l.Time)
 		if err != nil {
-			t.Fatalf("log time %q: %v", e.Time, err)
+			t.Fatalf("log time %q: %v", l.Time, err)
 		}
-		out = append(out, logEvent{at, e.Partition})
+		out = append(out, logEvent{at, l.Partition})
 	}
 	return out
 }
@@ -644,19 +625,8 @@ func TestGroupRemoveSurvivesKill(t *testing.T) {
 	g := startGroup(t, "rmk", 3)
 	ctx := context.Background()
 	m0 := g.members[0]
-	if err := m0.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "rmk", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic, partitions = "rmk", 6
-	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	streamRecords(t, topic, 20_000, 20_000)()
-	if err := m0.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "rmk", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
+	mirrorStreams(t, m0, "rmk", []string{topic}, partitions, 20_000, 0)
 	waitBalanced(t, m0, "rmk", "rmk-1", "rmk-2", "rmk-3")
 	waitCaughtUp(t, m0, "rmk", topic)
 	wait := streamRecords(t, topic, 20_000, 4_000)
@@ -721,24 +691,9 @@ func TestGroupRemoveSurvivesKill(t *testing.T) {
 // (kill to every partition mirroring again under a new owner).
 func TestGroupRollingKill(t *testing.T) {
 	g := startGroup(t, "roll", 3)
-	ctx := context.Background()
-	if err := g.members[0].client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "roll", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	topics := []string{"roll-a", "roll-b", "roll-c"}
 	const partitions, perTopic, kills = 8, 340_000, 10
-	var waits []func()
-	for _, topic := range topics {
-		if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-			t.Fatal(err)
-		}
-		waits = append(waits, streamRecords(t, topic, perTopic, 4_000))
-	}
-	if err := g.members[0].client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "roll", Topics: topics}); err != nil {
-		t.Fatal(err)
-	}
+	wait := mirrorStreams(t, g.members[0], "roll", topics, partitions, perTopic, 4_000)
 	waitBalanced(t, g.members[0], "roll", "roll-1", "roll-2", "roll-3")
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewSource(seed))
@@ -763,9 +718,7 @@ func TestGroupRollingKill(t *testing.T) {
 		takeovers = append(takeovers, d)
 		victim.start()
 	}
-	for _, w := range waits {
-		w()
-	}
+	wait()
 	for _, m := range g.members {
 		waitCaughtUp(t, m, "roll", topics...)
 	}
@@ -797,19 +750,8 @@ func TestGroupTakeoverConnections(t *testing.T) {
 	}
 	defer dst.Close()
 	g := startGroupTo(t, "cns", 3, dst.Bootstrap())
-	if err := g.members[0].client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "cns", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic, partitions = "cns", 240
-	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	streamRecords(t, topic, 24_000, 24_000)()
-	if err := g.members[0].client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "cns", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
+	mirrorStreams(t, g.members[0], "cns", []string{topic}, partitions, 24_000, 0)
 	for _, m := range g.members {
 		m.src = env.src
 	}
