@@ -19,7 +19,16 @@ type leaseState struct {
 	// synced: the state caught up (read index) after the last fence.
 	synced bool
 	fenced bool
+	// checked is when leaseLoop last found the lease valid. Writes stop
+	// soon after it unless the loop runs again: a process that was paused
+	// (SIGSTOP, a VM freeze) gets heartbeats on waking before the loop sees
+	// the gap, and must not write on the strength of them.
+	checked time.Time
 }
+
+// leaseCheckSlack bounds how long after leaseLoop's last check a member
+// may still write (the loop runs every 100 ms).
+const leaseCheckSlack = 500 * time.Millisecond
 
 // leaseWindow is how long after its last contact with the leader a member
 // may write.
@@ -29,12 +38,16 @@ func (m *Member) leaseWindow() time.Duration { return m.cfg.LeaseTTL - m.cfg.Lea
 // has none.
 func (m *Member) writeDeadline() time.Time {
 	m.lease.mu.Lock()
-	synced := m.lease.synced
+	synced, checked := m.lease.synced, m.lease.checked
 	m.lease.mu.Unlock()
 	if !synced {
 		return time.Time{}
 	}
-	return m.store.LeaseContact().Add(m.leaseWindow())
+	dl := m.store.LeaseContact().Add(m.leaseWindow())
+	if bound := checked.Add(leaseCheckSlack); bound.Before(dl) {
+		dl = bound
+	}
+	return dl
 }
 
 // leaseSynced reports whether the owner loop may act on the state.
@@ -50,14 +63,24 @@ func (m *Member) leaseSynced() bool {
 func (m *Member) leaseLoop() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	last := time.Now()
 	for {
-		expired := time.Since(m.store.LeaseContact()) >= m.leaseWindow()
+		now := time.Now()
+		// A gap between two runs of this loop longer than the window means
+		// the process was paused: its partitions may have moved meanwhile,
+		// even if raft has heard from the leader since it woke.
+		paused := now.Sub(last) >= m.leaseWindow()
+		last = now
+		expired := paused || now.Sub(m.store.LeaseContact()) >= m.leaseWindow()
 		m.lease.mu.Lock()
 		lost := expired && !m.lease.fenced
 		if lost {
 			m.lease.fenced, m.lease.synced = true, false
 			m.log.Warn("lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again",
-				zap.Duration("window", m.leaseWindow()))
+				zap.Duration("window", m.leaseWindow()), zap.Bool("paused", paused))
+		}
+		if !expired {
+			m.lease.checked = now
 		}
 		synced := m.lease.synced
 		m.lease.mu.Unlock()
