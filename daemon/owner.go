@@ -133,37 +133,35 @@ func (m *Member) ownerReconcile() {
 		}
 	}
 	for _, k := range m.engine.Held() {
-		if wanted[k] || owned[k] || !m.owner.start(k, "drop") {
-			continue
-		}
-		m.goLoop(func() {
-			defer m.owner.done(k)
+		if !wanted[k] && !owned[k] {
 			// The lease moved: stop writing at once, no drain (the new
 			// owner walks or was handed an exact position).
-			ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-			defer cancel()
-			if err := m.engine.Drop(ctx, k); err != nil && m.ctx.Err() == nil {
-				m.log.Warn("drop partition", zap.Stringer("partition", k), zap.Error(err))
-			}
-		})
+			m.drop(k, "drop partition")
+		}
 	}
 }
 
 // dropAll drops every partition the engine holds (lease lost).
 func (m *Member) dropAll() {
 	for _, k := range m.engine.Held() {
-		if !m.owner.start(k, "drop") {
-			continue
-		}
-		m.goLoop(func() {
-			defer m.owner.done(k)
-			ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-			defer cancel()
-			if err := m.engine.Drop(ctx, k); err != nil && m.ctx.Err() == nil {
-				m.log.Warn("drop partition after losing the lease", zap.Stringer("partition", k), zap.Error(err))
-			}
-		})
+		m.drop(k, "drop partition after losing the lease")
 	}
+}
+
+// drop stops partition k in the engine at once, in the background, unless
+// another job runs for it; what names the job in a failure's log line.
+func (m *Member) drop(k fetch.Key, what string) {
+	if !m.owner.start(k, "drop") {
+		return
+	}
+	m.goLoop(func() {
+		defer m.owner.done(k)
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		defer cancel()
+		if err := m.engine.Drop(ctx, k); err != nil && m.ctx.Err() == nil {
+			m.log.Warn(what, zap.Stringer("partition", k), zap.Error(err))
+		}
+	})
 }
 
 // specOf is the engine's lease of partition i of t.

@@ -268,16 +268,24 @@ func logCount(t *testing.T, m *member, msg string) int {
 func TestGroupMemberFaults(t *testing.T) {
 	g := startGroup(t, "grp", 3)
 	m0 := g.members[0]
-	rows := g.memberRows(m0)
-	roles := map[string]int{}
-	for _, r := range rows {
-		roles[r.Role]++
-		if r.State != "alive" {
-			t.Fatalf("member %s is %s at start", r.ID, r.State)
+	// Each member shows "not started" until its own announce has reached
+	// the leader, moments after it is ready.
+	var rows []daemon.MemberStatus
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rows = g.memberRows(m0)
+		roles, alive := map[string]int{}, 0
+		for _, r := range rows {
+			roles[r.Role]++
+			if r.State == "alive" {
+				alive++
+			}
 		}
-	}
-	if len(rows) != 3 || roles["leader"] != 1 || roles["follower"] != 2 {
-		t.Fatalf("kmirror members: %+v, want one leader and two followers", rows)
+		if len(rows) == 3 && roles["leader"] == 1 && roles["follower"] == 2 && alive == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kmirror members: %+v, want one leader and two followers, all alive", rows)
+		}
 	}
 	leader := g.leaderID(m0)
 	var follower *member
