@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -113,6 +114,22 @@ func mirrorStreams(t *testing.T, m *member, name string, topics []string, partit
 	}
 }
 
+// followerAndWatcher returns a member that is not the raft leader (the one
+// a test stops, cuts or kills) and another member to watch from.
+func (g *kgroup) followerAndWatcher() (follower, watcher *member) {
+	g.t.Helper()
+	leader := g.leaderID(g.members[0])
+	for _, m := range g.members {
+		switch {
+		case follower == nil && memberID(m) != leader:
+			follower = m
+		case m != follower:
+			watcher = m
+		}
+	}
+	return follower, watcher
+}
+
 // byID returns the member with node_id id.
 func (g *kgroup) byID(id string) *member {
 	g.t.Helper()
@@ -200,9 +217,8 @@ func waitBalanced(t *testing.T, m *member, mirror string, ids ...string) map[str
 	}
 }
 
-func memberID(m *member) string {
-	return strings.TrimSuffix(strings.TrimPrefix(m.cfgPath[strings.LastIndex(m.cfgPath[:len(m.cfgPath)-len("/kmirror.yaml")], "/")+1:], ""), "/kmirror.yaml")
-}
+// memberID is m's node_id: the name of the folder holding its config.
+func memberID(m *member) string { return filepath.Base(filepath.Dir(m.cfgPath)) }
 
 // waitTakenOver waits until no partition of the mirror is owned by id and
 // every one is MIRRORING again, as m describes it, and returns how long
@@ -381,21 +397,8 @@ func TestGroupZombie(t *testing.T) {
 	ids := []string{"zmb-1", "zmb-2", "zmb-3"}
 	waitBalanced(t, m0, "zmb", ids...)
 	time.Sleep(2 * time.Second)
-	leader := g.leaderID(m0)
-	var zombie *member
-	zombieID := ""
-	for _, id := range ids {
-		if id != leader {
-			zombie, zombieID = g.byID(id), id
-			break
-		}
-	}
-	var watcher *member
-	for _, m := range g.members {
-		if m != zombie {
-			watcher = m
-		}
-	}
+	zombie, watcher := g.followerAndWatcher()
+	zombieID := memberID(zombie)
 	held := owners(t, watcher, "zmb")
 	zombie.cmd.Process.Signal(syscall.SIGSTOP)
 	t.Logf("stopped %s (SIGSTOP); it held %v", zombieID, held)
@@ -442,20 +445,7 @@ func TestGroupRaftIsolation(t *testing.T) {
 	wait := mirrorStreams(t, m0, "iso", []string{topic}, partitions, n, 3_000)
 	ids := []string{"iso-1", "iso-2", "iso-3"}
 	waitBalanced(t, m0, "iso", ids...)
-	leader := g.leaderID(m0)
-	var cut *member
-	for _, id := range ids {
-		if id != leader {
-			cut = g.byID(id)
-			break
-		}
-	}
-	var watcher *member
-	for _, m := range g.members {
-		if m != cut {
-			watcher = m
-		}
-	}
+	cut, watcher := g.followerAndWatcher()
 	isolate := func(on bool) {
 		t.Helper()
 		resp, err := http.Post(fmt.Sprintf("%s/v1/internal/test/raft-isolation?on=%t", cut.url, on), "application/json", nil)
@@ -639,16 +629,7 @@ func TestGroupRemoveSurvivesKill(t *testing.T) {
 	waitCaughtUp(t, m0, "rmk", topic)
 	wait := streamRecords(t, topic, 20_000, 4_000)
 	time.Sleep(time.Second)
-	leader := g.leaderID(m0)
-	var victim, watcher *member
-	for _, m := range g.members {
-		switch {
-		case victim == nil && memberID(m) != leader:
-			victim = m
-		case m != victim:
-			watcher = m
-		}
-	}
+	victim, watcher := g.followerAndWatcher()
 	done := make(chan string, 1)
 	go func() {
 		_, errOut, _ := cli(t, victim, "remove", "--mirror", "rmk", "--topic", topic)
@@ -765,16 +746,7 @@ func TestGroupTakeoverConnections(t *testing.T) {
 	}
 	waitBalanced(t, g.members[0], "cns", "cns-1", "cns-2", "cns-3")
 	waitCaughtUp(t, g.members[0], "cns", topic)
-	leader := g.leaderID(g.members[0])
-	var victim, watcher *member
-	for _, m := range g.members {
-		switch {
-		case victim == nil && memberID(m) != leader:
-			victim = m
-		case m != victim:
-			watcher = m
-		}
-	}
+	victim, watcher := g.followerAndWatcher()
 	held := 0
 	for _, o := range owners(t, watcher, "cns") {
 		if o == memberID(victim) {
