@@ -69,6 +69,11 @@ type PartitionStatus struct {
 	// on the destination since the owner took the partition (a resend or
 	// late request the broker could not de-duplicate; nothing is lost).
 	DuplicateRecords int64 `json:"duplicate_records,omitempty"`
+	// SkippedRecords counts source records deleted before they were
+	// mirrored that an operator accepted to skip (kmirror resume
+	// --accept-gap); LastGap is the latest such range of source offsets.
+	SkippedRecords int64  `json:"skipped_records,omitempty"`
+	LastGap        string `json:"last_gap,omitempty"`
 }
 
 // Translation answers GET /v1/translate.
@@ -106,6 +111,27 @@ type API interface {
 	// DrainMember moves every partition off a member by graceful handoff
 	// and gives it no new ones (drain false ends that).
 	DrainMember(ctx context.Context, id string, drain bool) error
+	// ResumePartitions restarts DIVERGED or FAILED partitions of a topic
+	// after an operator dealt with the cause; with AcceptGap a partition
+	// may skip source records deleted before they were mirrored, counting
+	// them. It returns the partitions resumed.
+	ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error)
+}
+
+// ResumeRequest is the body of POST /v1/mirrors/{name}/topics/{topic}/resume.
+type ResumeRequest struct {
+	Mirror string `json:"mirror,omitempty"`
+	Topic  string `json:"topic,omitempty"`
+	// Partitions to resume; empty: every DIVERGED or FAILED partition.
+	Partitions []int32 `json:"partitions,omitempty"`
+	// AcceptGap lets each resumed partition skip, once, source records
+	// deleted before they were mirrored (counted in skipped_records).
+	AcceptGap bool `json:"accept_gap,omitempty"`
+}
+
+// ResumeResult answers a resume.
+type ResumeResult struct {
+	Resumed []int32 `json:"resumed"`
 }
 
 // MemberStatus is one row of `kmirror members`.

@@ -93,6 +93,20 @@ func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
 	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
+// ResumePartitions implements API.
+func (c *Client) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error) {
+	path, err := apiPath("/v1/mirrors/{}/topics/{}/resume", req.Mirror, req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	req.Mirror, req.Topic = "", ""
+	var res ResumeResult
+	if err := c.do(ctx, http.MethodPost, path, nil, req, &res); err != nil {
+		return nil, err
+	}
+	return res.Resumed, nil
+}
+
 // ListMirrors implements API.
 func (c *Client) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	var mirrors []MirrorSummary

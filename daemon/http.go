@@ -82,6 +82,7 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 	mux.Handle("DELETE /v1/mirrors/{name}", h.wrap(h.deleteMirror))
 	mux.Handle("POST /v1/mirrors/{name}/topics", h.wrap(h.addTopics))
 	mux.Handle("DELETE /v1/mirrors/{name}/topics/{topic}", h.wrap(h.removeTopic))
+	mux.Handle("POST /v1/mirrors/{name}/topics/{topic}/resume", h.wrap(h.resumeTopic))
 	mux.Handle("GET /v1/describe", h.wrap(h.describe))
 	mux.Handle("GET /v1/translate", h.wrap(h.translate))
 	mux.Handle("GET /v1/members", h.wrap(h.members))
@@ -198,6 +199,23 @@ func (h *handler) removeTopic(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, statusBody{"removed"}, nil
+}
+
+func (h *handler) resumeTopic(r *http.Request) (int, any, error) {
+	var req ResumeRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	name, topic := r.PathValue("name"), r.PathValue("topic")
+	if (req.Mirror != "" && req.Mirror != name) || (req.Topic != "" && req.Topic != topic) {
+		return 0, nil, fmt.Errorf("%w: mirror or topic in the body does not match the path: leave them out of the body", ErrInvalid)
+	}
+	req.Mirror, req.Topic = name, topic
+	resumed, err := h.api.ResumePartitions(r.Context(), req)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, ResumeResult{Resumed: resumed}, nil
 }
 
 func (h *handler) members(r *http.Request) (int, any, error) {

@@ -95,6 +95,10 @@ func (f *fakeAPI) DrainMember(_ context.Context, id string, drain bool) error {
 	return f.record("drain-member %s %t", id, drain)
 }
 
+func (f *fakeAPI) ResumePartitions(_ context.Context, req ResumeRequest) ([]int32, error) {
+	return req.Partitions, f.record("resume %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
+}
+
 func (f *fakeAPI) Ready(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -85,6 +85,12 @@ func (m *Member) runLeader(ctx context.Context) {
 	defer unwatch()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	topicsDone := make(chan struct{})
+	go func() {
+		defer close(topicsDone)
+		m.topicLoop(ctx)
+	}()
+	defer func() { <-topicsDone }()
 	for {
 		m.leaderReconcile(ctx)
 		select {

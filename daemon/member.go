@@ -46,6 +46,9 @@ type Member struct {
 	// the leader loop does not finish them as leftovers concurrently.
 	creatingMu sync.Mutex
 	creating   map[string]bool
+	// pendingTried is when the leader last tried to create the
+	// destination topic of a PENDING topic (finishPending).
+	pendingTried map[string]time.Time
 
 	owner ownerState
 	out   *outbox
@@ -82,11 +85,12 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 		return nil, err
 	}
 	m := &Member{
-		creating: map[string]bool{},
-		cfg:      cfg,
-		log:      log,
-		hadState: hadState,
-		dest:     fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, nil),
+		creating:     map[string]bool{},
+		pendingTried: map[string]time.Time{},
+		cfg:          cfg,
+		log:          log,
+		hadState:     hadState,
+		dest:         fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, nil),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.owner.init()
@@ -144,7 +148,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err := m.engine.Start(ectx); err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
-	full := NewHandler(m, m.log, newMetrics(m.engine).handler())
+	full := NewHandler(m, m.log, newMetrics(m.engine, m.skippedRecords).handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.goLoop(m.leadershipLoop)
@@ -249,4 +253,20 @@ func (m *Member) Stop() error {
 	}
 	m.log.Info("kmirror member stopped")
 	return errors.Join(errs...)
+}
+
+// skippedRecords returns the skipped-record counts of the partitions this
+// member owns, for /metrics.
+func (m *Member) skippedRecords() map[fetch.Key]int64 {
+	out := map[fetch.Key]int64{}
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			for i, p := range t.Partitions {
+				if p.Owner == m.cfg.NodeID && p.SkippedRecords > 0 {
+					out[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}] = p.SkippedRecords
+				}
+			}
+		}
+	})
+	return out
 }

@@ -22,20 +22,28 @@ type metrics struct {
 	state  *prometheus.Desc
 	diverg *prometheus.Desc
 	dups   *prometheus.Desc
+	skip   *prometheus.Desc
+	// skipped returns the skipped-record counts of the partitions this
+	// member owns (from the replicated state).
+	skipped func() map[fetch.Key]int64
 }
 
-func newMetrics(engine *fetch.Engine) *metrics {
+func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64) *metrics {
 	labels := []string{"mirror", "topic", "partition"}
 	m := &metrics{
-		engine: engine,
-		reg:    prometheus.NewRegistry(),
-		lag:    prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored.", labels, nil),
-		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
-		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
-		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
-		diverg: prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
+		engine:  engine,
+		skipped: skipped,
+		reg:     prometheus.NewRegistry(),
+		lag:     prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored.", labels, nil),
+		srcPos:  prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
+		dstPos:  prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
+		state:   prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
+		diverg:  prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
 		dups: prometheus.NewDesc("kmirror_partition_duplicate_records_total",
 			"Records of kmirror's own batches found twice on the destination since this member took the partition.", labels, nil),
+		skip: prometheus.NewDesc("kmirror_partition_skipped_records_total",
+			"Source records deleted before they were mirrored that an operator accepted to skip (kmirror resume --accept-gap); "+
+				"exported by the partition's owner.", labels, nil),
 	}
 	m.reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -52,6 +60,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.state
 	ch <- m.diverg
 	ch <- m.dups
+	ch <- m.skip
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -63,6 +72,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)
 		ch <- prometheus.MustNewConstMetric(m.dups, prometheus.CounterValue, float64(st.DuplicateRecords), l...)
+	}
+	if m.skipped != nil {
+		for k, n := range m.skipped() {
+			ch <- prometheus.MustNewConstMetric(m.skip, prometheus.CounterValue, float64(n), k.Mirror, k.Topic, itoa(k.Partition))
+		}
 	}
 }
 

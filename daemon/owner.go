@@ -105,6 +105,13 @@ func (m *Member) ownerReconcile() {
 					jobs = append(jobs, ownerJob{kind: "stop", spec: spec, lease: lease, clusterID: mir.SourceClusterID, topicID: t.SourceTopicID})
 				case t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed:
 				case p.State == raftstore.StateDiverged:
+					// Held stopped, with its position for describe; a
+					// divergence the leader found stops it here.
+					spec.Diverged = p.Reason
+					if spec.Diverged == "" {
+						spec.Diverged = "diverged"
+					}
+					specs = append(specs, spec)
 				case p.MoveTo != "":
 					jobs = append(jobs, ownerJob{kind: "handoff", spec: spec, lease: lease, moveTo: p.MoveTo})
 				default:
@@ -167,9 +174,12 @@ func (m *Member) drop(k fetch.Key, what string) {
 // specOf is the engine's lease of partition i of t.
 func specOf(t *raftstore.MirrorTopic, i int32, p raftstore.PartitionInfo) fetch.Spec {
 	spec := fetch.Spec{
-		Key:         fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i},
-		Generation:  p.Generation,
-		StartOffset: p.StartOffset,
+		Key:           fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i},
+		Generation:    p.Generation,
+		StartOffset:   p.StartOffset,
+		SourceTopicID: t.SourceTopicID,
+		DestTopicID:   t.DestTopicID,
+		AcceptGap:     p.AcceptGap,
 	}
 	if p.Producer.Allocated {
 		spec.Producer = &fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
@@ -410,6 +420,13 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string) {
 
 func (c *control) RenewProducer(k fetch.Key, gen uint64, reason string) {
 	c.m.out.put("renew "+k.String(), raftstore.RenewProducer{Key: partitionKey(k), Reason: reason,
+		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: gen}})
+}
+
+// RecordGap records a gap skipped under kmirror resume --accept-gap;
+// synchronous, since the partition must not mirror past an unrecorded gap.
+func (c *control) RecordGap(ctx context.Context, k fetch.Key, gen uint64, from, to int64) error {
+	return c.m.submit(ctx, raftstore.RecordGap{Key: partitionKey(k), From: from, To: to,
 		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: gen}})
 }
 

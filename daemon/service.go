@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +60,11 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 	if len(bootstrap) == 0 {
 		return fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", ErrInvalid)
 	}
+	for _, b := range bootstrap {
+		if err := checkHostPort(b); err != nil {
+			return fmt.Errorf("%w: bootstrap.servers entry %q: %v: give host:port of a source broker's listener, e.g. kafka1:9092", ErrInvalid, b, err)
+		}
+	}
 	exists := false
 	m.store.Read(func(s *raftstore.State) { _, exists = s.Mirrors[req.Name] })
 	if exists {
@@ -75,6 +82,21 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 		Name: req.Name, Bootstrap: bootstrap, Properties: req.Properties, SourceClusterID: clusterID,
 	}})
 	return mapStoreErr(err)
+}
+
+// checkHostPort checks that s is host:port with a port number.
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("not host:port")
+	}
+	if host == "" {
+		return errors.New("the host is empty")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
 }
 
 func splitList(s string) []string {
@@ -228,7 +250,11 @@ func topicNames(plan []plannedTopic) string {
 }
 
 func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64) (plannedTopic, error) {
-	n, err := src.Partitions(ctx, topic)
+	if !validName.MatchString(topic) || topic == "." || topic == ".." {
+		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", ErrInvalid, topic)
+	}
+	srcTopic, err := src.Topic(ctx, topic)
+	n := srcTopic.Partitions
 	if errors.Is(err, fetch.ErrTopicNotFound) {
 		return plannedTopic{}, fmt.Errorf("%w: source topic %s does not exist on the source cluster of mirror %s (%s)",
 			ErrNotFound, topic, mir.Name, strings.Join(mir.Bootstrap, ","))
@@ -251,7 +277,7 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: topic, State: raftstore.StatePending,
-		Partitions: make([]raftstore.PartitionInfo, n)}
+		SourceTopicID: srcTopic.ID, DestinationConfigs: configs, Partitions: make([]raftstore.PartitionInfo, n)}
 	for i := range mt.Partitions {
 		mt.Partitions[i] = raftstore.PartitionInfo{State: raftstore.StatePending, StartOffset: offsets[i]}
 	}
@@ -260,6 +286,9 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 
 // createTopic records the topic PENDING, creates the destination topic and
 // moves it to MIRRORING; if creation fails, the record is removed again.
+// A leader that stops in between leaves the topic PENDING, and the next
+// leader finishes it (finishPending) with the same configs and
+// replication factor, which the record carries.
 func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
 	t := p.topic
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
@@ -271,48 +300,169 @@ func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) erro
 		delete(m.creating, key)
 		m.creatingMu.Unlock()
 	}()
-	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
-		return mapStoreErr(err)
-	}
 	if rf == 0 {
 		rf = m.cfg.Destination.ReplicationFactor
 	}
+	t.ReplicationFactor = rf
+	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
+		return mapStoreErr(err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	if err := m.dest.CreateTopic(cctx, t.Topic, len(t.Partitions), rf, p.configs); err != nil {
+	destID, err := m.createDestination(cctx, t)
+	if err != nil {
 		if rerr := m.store.Apply(ctx, raftstore.RemoveTopic{Mirror: t.Mirror, Topic: t.Topic}); rerr != nil {
 			m.log.Error("undo add topic", zap.String("topic", t.Topic), zap.Error(rerr))
 		}
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return destinationError(t.Topic, err)
 	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StateMirroring}))
+	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
+		State: raftstore.StateMirroring, DestTopicID: destID}))
 }
 
+// createDestination creates the destination topic of t with its recorded
+// configs and replication factor and returns its topic ID.
+func (m *Member) createDestination(ctx context.Context, t raftstore.MirrorTopic) (string, error) {
+	configs := t.DestinationConfigs
+	if len(configs) == 0 {
+		configs = fetch.MirrorTopicConfigs // recorded by an older build
+	}
+	rf := t.ReplicationFactor
+	if rf == 0 {
+		rf = m.cfg.Destination.ReplicationFactor
+	}
+	if err := m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), rf, configs); err != nil {
+		return "", err
+	}
+	tm, err := m.dest.Topic(ctx, t.Topic)
+	if err != nil {
+		return "", err
+	}
+	return tm.ID, nil
+}
+
+// destinationError maps a failed destination topic creation to the API's
+// errors: a request the broker refuses as given (bad name, replication
+// factor above the broker count, a config it refuses) is the caller's to
+// fix (400); a topic someone created meanwhile is a conflict (409); the
+// rest is the destination being unavailable (502).
+func destinationError(topic string, err error) error {
+	switch {
+	case fetch.IsRequestError(err):
+		return fmt.Errorf("%w: the destination cluster refused to create topic %s: %v", ErrInvalid, topic, err)
+	case fetch.IsTopicExists(err):
+		return fmt.Errorf("%w: destination topic %s already exists (created by someone else meanwhile): %v; "+
+			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// pendingRetry is how often the leader retries creating the destination
+// topic of a PENDING topic whose creation failed.
+const pendingRetry = 10 * time.Second
+
 // finishPending completes a topic left PENDING by a leader that stopped
-// between recording it and creating the destination topic.
+// between recording it and creating the destination topic, or whose
+// creation failed: it creates the destination topic with the recorded
+// configs and replication factor (or adopts the one an earlier attempt
+// created, if its partition count matches). A failure keeps the topic
+// PENDING with the reason shown, retried every pendingRetry.
 func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
+	key := raftstore.TopicKey(t.Mirror, t.Topic)
 	m.creatingMu.Lock()
-	busy := m.creating[raftstore.TopicKey(t.Mirror, t.Topic)]
+	busy := m.creating[key]
+	if !busy && time.Since(m.pendingTried[key]) < pendingRetry {
+		busy = true
+	}
+	if !busy {
+		m.pendingTried[key] = time.Now()
+	}
 	m.creatingMu.Unlock()
 	if busy {
 		return
 	}
 	ctx, cancel := context.WithTimeout(lctx, adminTimeout)
 	defer cancel()
-	n, err := m.dest.Partitions(ctx, t.Topic)
+	tm, err := m.dest.Topic(ctx, t.Topic)
+	destID := tm.ID
 	switch {
 	case errors.Is(err, fetch.ErrTopicNotFound):
-		err = m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), m.cfg.Destination.ReplicationFactor, fetch.MirrorTopicConfigs)
-	case err == nil && n != len(t.Partitions):
-		err = fmt.Errorf("destination topic %s has %d partitions, the source %d", t.Topic, n, len(t.Partitions))
+		destID, err = m.createDestination(ctx, t)
+	case err == nil && tm.Partitions != len(t.Partitions):
+		err = fmt.Errorf("destination topic %s has %d partitions, the source %d: delete it on the destination cluster, "+
+			"kmirror creates it again", t.Topic, tm.Partitions, len(t.Partitions))
 	}
-	state, reason := raftstore.StateMirroring, ""
 	if err != nil {
-		state, reason = raftstore.StateFailed, err.Error()
+		reason := "creating the destination topic failed (retried every " + pendingRetry.String() + "): " + err.Error()
+		if t.Reason != reason {
+			if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StatePending, Reason: reason}); aerr != nil {
+				m.log.Warn("record pending topic's reason", zap.String("topic", t.Topic), zap.Error(aerr))
+			}
+		}
+		m.log.Warn("create destination topic of a pending topic", zap.String("mirror", t.Mirror), zap.String("topic", t.Topic), zap.Error(err))
+		return
 	}
-	if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: state, Reason: reason}); aerr != nil {
+	if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StateMirroring, DestTopicID: destID}); aerr != nil {
 		m.log.Warn("finish pending topic", zap.String("topic", t.Topic), zap.Error(aerr))
 	}
+}
+
+// ResumePartitions restarts DIVERGED or FAILED partitions of a topic (all
+// of them when req.Partitions is empty) under a new lease generation: the
+// owner walks source and destination again, so a cause that is gone is
+// verified, not assumed. With AcceptGap a partition whose source records
+// were deleted before they were mirrored skips them once and counts them.
+func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error) {
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.ResumePartitions(ctx, req)
+	}
+	var states []raftstore.TopicState
+	var topicState raftstore.TopicState
+	found := false
+	m.store.Read(func(s *raftstore.State) {
+		if t, ok := s.Topic(req.Mirror, req.Topic); ok {
+			found, topicState = true, t.State
+			for _, p := range t.Partitions {
+				states = append(states, p.State)
+			}
+		}
+	})
+	if !found {
+		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, req.Mirror, req.Topic, req.Mirror)
+	}
+	if topicState != raftstore.StateMirroring && topicState != raftstore.StateFailed {
+		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only partitions of a mirroring topic resume", ErrConflict, req.Topic, req.Mirror, topicState)
+	}
+	want := req.Partitions
+	if len(want) == 0 {
+		for i, st := range states {
+			if st == raftstore.StateDiverged || st == raftstore.StateFailed {
+				want = append(want, int32(i))
+			}
+		}
+		if len(want) == 0 {
+			return nil, fmt.Errorf("%w: no partition of %s is DIVERGED or FAILED: nothing to resume", ErrConflict, req.Topic)
+		}
+	}
+	for _, p := range want {
+		if p < 0 || int(p) >= len(states) {
+			return nil, fmt.Errorf("%w: topic %s has partitions 0..%d, not %d", ErrInvalid, req.Topic, len(states)-1, p)
+		}
+		if st := states[p]; st != raftstore.StateDiverged && st != raftstore.StateFailed {
+			return nil, fmt.Errorf("%w: partition %d of %s is %s, not DIVERGED or FAILED: nothing to resume", ErrConflict, p, req.Topic, st)
+		}
+	}
+	for _, p := range want {
+		k := raftstore.PartitionKey{Mirror: req.Mirror, Topic: req.Topic, Partition: p}
+		if err := m.store.Apply(ctx, raftstore.ResumePartition{Key: k, AcceptGap: req.AcceptGap}); err != nil {
+			return nil, mapStoreErr(err)
+		}
+		m.log.Info("partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", req.AcceptGap))
+	}
+	return want, nil
 }
 
 // removeWait bounds how long remove waits for the owners to record the
@@ -344,6 +494,16 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
 	}
 	if state == raftstore.StateStopped {
+		return nil
+	}
+	if state == raftstore.StatePending {
+		// Nothing was mirrored: no partition ran, so there is no position
+		// to record. The record goes; a destination topic an attempt
+		// created stays (empty), as the reply says.
+		if err := m.store.Apply(ctx, raftstore.RemoveTopic{Mirror: mirror, Topic: topic}); err != nil {
+			return mapStoreErr(err)
+		}
+		m.log.Info("pending topic removed before any mirroring", zap.String("mirror", mirror), zap.String("topic", topic))
 		return nil
 	}
 	if state != raftstore.StateStopping {
@@ -419,6 +579,11 @@ func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 				if t.Mirror == mir.Name {
 					sum.Topics = append(sum.Topics, t.Topic)
 					states = append(states, t.State)
+					if t.State == raftstore.StateMirroring || t.State == raftstore.StateFailed {
+						for _, p := range t.Partitions {
+							states = append(states, p.State)
+						}
+					}
 				}
 			}
 			sort.Strings(sum.Topics)
@@ -430,9 +595,11 @@ func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	return out, nil
 }
 
-// summarise is the worst state of the mirror's topics that are not
-// STOPPED (removed topics are done, not a problem): MIRRORING when all of
-// those mirror, STOPPED when every topic is stopped, EMPTY without topics.
+// summarise is the worst state among the mirror's topics and the
+// partitions of its running topics, leaving STOPPED ones out (removed
+// topics are done, not a problem): MIRRORING when all of those mirror, so
+// one DIVERGED partition shows as DIVERGED; STOPPED when every topic is
+// stopped; EMPTY without topics.
 func summarise(states []raftstore.TopicState) string {
 	if len(states) == 0 {
 		return "EMPTY"
@@ -470,7 +637,8 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 			}
 			for i, p := range t.Partitions {
 				ps := PartitionStatus{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i),
-					State: string(p.State), Reason: p.Reason, Owner: p.Owner, SourceOffset: -1, DestinationOffset: -1, Lag: -1}
+					State: string(p.State), Reason: p.Reason, Owner: p.Owner, SourceOffset: -1, DestinationOffset: -1, Lag: -1,
+					SkippedRecords: p.SkippedRecords, LastGap: p.LastGap}
 				if t.State == raftstore.StatePending || t.State == raftstore.StateStopping {
 					ps.State = string(t.State)
 				}
@@ -494,6 +662,10 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 					ps.Reason = fmt.Sprintf("owner %s did not answer: offsets unknown (if it is down, the leader moves its partitions after lease_ttl; see kmirror members)", p.Owner)
 				} else if p.LastMirrored != nil {
 					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0
+				}
+				if ps.Reason == "" && p.SkippedRecords > 0 {
+					ps.Reason = fmt.Sprintf("skipped %d source records deleted before they were mirrored (latest: source offsets %s), as accepted with resume --accept-gap",
+						p.SkippedRecords, p.LastGap)
 				}
 				out = append(out, ps)
 			}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/segmentio/kafka-go/protocol/createpartitions"
 	"github.com/segmentio/kafka-go/protocol/createtopics"
 	"github.com/segmentio/kafka-go/protocol/describeconfigs"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
@@ -44,31 +45,60 @@ func (a *Admin) ClusterID(ctx context.Context) (string, error) {
 	return md.ClusterID, nil
 }
 
-// Partitions returns a topic's partition count, or ErrTopicNotFound.
-func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
+// TopicMeta is what metadata says about one topic.
+type TopicMeta struct {
+	Partitions int
+	// ID is the topic ID (KIP-516) in Kafka's text form; "" from brokers
+	// older than Kafka 2.8.
+	ID string
+}
+
+// Topic describes a topic, or returns an error wrapping ErrTopicNotFound.
+func (a *Admin) Topic(ctx context.Context, topic string) (TopicMeta, error) {
 	a.cl.watch(topic)
 	md, err := a.cl.metadata(ctx, 0)
 	if err != nil {
-		return 0, err
+		return TopicMeta{}, err
 	}
 	if code, ok := md.TopicErrors[topic]; ok {
 		if code == kwire.CodeUnknownTopicOrPartition {
-			return 0, fmt.Errorf("%w: %s on %s", ErrTopicNotFound, topic, a.cl.name)
+			return TopicMeta{}, fmt.Errorf("%w: %s on %s", ErrTopicNotFound, topic, a.cl.name)
 		}
-		return 0, &kwire.Error{Code: code, Topic: topic, Partition: -1, Op: "metadata of " + a.cl.name}
+		return TopicMeta{}, &kwire.Error{Code: code, Topic: topic, Partition: -1, Op: "metadata of " + a.cl.name}
 	}
 	parts, ok := md.Topics[topic]
 	if !ok {
-		return 0, fmt.Errorf("metadata of %s does not mention topic %s", a.cl.name, topic)
+		return TopicMeta{}, fmt.Errorf("metadata of %s does not mention topic %s", a.cl.name, topic)
 	}
-	return len(parts), nil
+	return TopicMeta{Partitions: len(parts), ID: md.TopicIDs[topic]}, nil
 }
 
-// mirroredConfigs are the topic configs copied to a destination topic when
-// the source sets them explicitly. min.insync.replicas is not among them
-// (MirrorMaker 2 leaves it out too): durability on the destination depends
-// on the destination's brokers, and a value above the destination's
-// replication factor would block every write.
+// Partitions returns a topic's partition count, or ErrTopicNotFound.
+func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
+	tm, err := a.Topic(ctx, topic)
+	return tm.Partitions, err
+}
+
+// mirroredConfigs are the topic configs a destination topic takes from its
+// source topic, with the source's effective value whatever level set it:
+// the topic itself, a broker's dynamic or static config, or Kafka's
+// default. A value set only on the source brokers (message.max.bytes=3 MiB
+// in server.properties) must reach the destination topic too, or the
+// destination refuses records the source accepted; and a destination
+// broker with other defaults must not change how long records are kept.
+//
+//   - limits: max.message.bytes;
+//   - retention: retention.ms, retention.bytes, delete.retention.ms;
+//   - cleanup and compaction: cleanup.policy, min.compaction.lag.ms,
+//     max.compaction.lag.ms, min.cleanable.dirty.ratio;
+//   - storage: compression.type, segment.bytes, segment.ms.
+//
+// Left out on purpose: min.insync.replicas (MirrorMaker 2 leaves it out
+// too: durability on the destination depends on the destination's brokers,
+// and a value above the destination's replication factor would block every
+// write); the message.timestamp.* configs (MirrorTopicConfigs sets them);
+// tiered-storage and follower-throttling configs, which name resources of
+// the source cluster.
 var mirroredConfigs = []string{
 	"cleanup.policy", "retention.ms", "retention.bytes", "max.message.bytes",
 	"compression.type", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
@@ -89,8 +119,8 @@ var MirrorTopicConfigs = map[string]string{
 }
 
 // TopicConfigs returns the configs of a destination topic mirroring this
-// (source) topic: the source's non-default configs among those kmirror
-// mirrors, plus MirrorTopicConfigs.
+// (source) topic: the source's effective value of every config in
+// mirroredConfigs, plus MirrorTopicConfigs.
 func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]string, error) {
 	msg, err := a.cl.roundTrip(ctx, &describeconfigs.Request{Resources: []describeconfigs.RequestResource{{
 		ResourceType: 2, // topic
@@ -107,8 +137,11 @@ func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]stri
 				&kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "describe configs"})
 		}
 		for _, e := range r.ConfigEntries {
-			// ConfigSource 1 = DYNAMIC_TOPIC_CONFIG: set on the topic itself.
-			if e.ConfigSource == 1 {
+			// Every level counts (ConfigSource: topic, dynamic broker,
+			// dynamic default broker, static broker, default): the
+			// effective value is what the source applies. A sensitive
+			// value comes back null and is not copied.
+			if !e.IsSensitive && e.ConfigValue != "" {
 				out[e.ConfigName] = e.ConfigValue
 			}
 		}
@@ -140,13 +173,82 @@ func (a *Admin) CreateTopic(ctx context.Context, topic string, partitions int, r
 	}
 	for _, t := range msg.(*createtopics.Response).Topics {
 		if t.ErrorCode != 0 {
-			kerr := &kwire.Error{Code: t.ErrorCode, Topic: topic, Partition: -1, Op: "create topic on " + a.cl.name}
-			if t.ErrorMessage != "" {
-				return fmt.Errorf("%w (%s)", kerr, t.ErrorMessage)
-			}
-			return kerr
+			return &AdminError{Err: &kwire.Error{Code: t.ErrorCode, Topic: topic, Partition: -1, Op: "create topic on " + a.cl.name},
+				Message: t.ErrorMessage}
 		}
 	}
+	return a.waitLed(ctx, topic, partitions)
+}
+
+// AdminError is a broker's refusal of an administrative request, with the
+// broker's own words (ErrorMessage) when it gave any.
+type AdminError struct {
+	Err     *kwire.Error
+	Message string
+}
+
+func (e *AdminError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("%v (%s)", e.Err, e.Message)
+	}
+	return e.Err.Error()
+}
+
+func (e *AdminError) Unwrap() error { return e.Err }
+
+// Broker error codes of topic administration that mean the request itself
+// was wrong (a bad name, more replicas than brokers, a config value the
+// broker refuses): the caller must change it, retrying cannot help.
+var requestErrors = map[int16]bool{
+	17: true, // INVALID_TOPIC_EXCEPTION
+	37: true, // INVALID_PARTITIONS
+	38: true, // INVALID_REPLICATION_FACTOR
+	39: true, // INVALID_REPLICA_ASSIGNMENT
+	40: true, // INVALID_CONFIG
+	44: true, // POLICY_VIOLATION
+}
+
+// IsRequestError reports whether err is a broker's refusal of the request
+// as given (see requestErrors).
+func IsRequestError(err error) bool {
+	var ae *AdminError
+	return errors.As(err, &ae) && requestErrors[ae.Err.Code]
+}
+
+// IsTopicExists reports whether err says the topic already exists.
+func IsTopicExists(err error) bool {
+	var kerr *kwire.Error
+	return errors.As(err, &kerr) && kerr.Code == kwire.CodeTopicAlreadyExists
+}
+
+// CreatePartitions grows a topic to count partitions and waits until every
+// partition has a leader. A topic that already has count partitions is
+// left as it is (INVALID_PARTITIONS from the broker is then not an error).
+func (a *Admin) CreatePartitions(ctx context.Context, topic string, count int) error {
+	msg, err := a.cl.roundTrip(ctx, &createpartitions.Request{
+		Topics: []createpartitions.RequestTopic{{Name: topic, Count: int32(count)}}, TimeoutMs: 30000,
+	})
+	if err != nil {
+		return fmt.Errorf("create partitions of %s on %s: %w", topic, a.cl.name, err)
+	}
+	for _, r := range msg.(*createpartitions.Response).Results {
+		if r.ErrorCode == 0 {
+			continue
+		}
+		if r.ErrorCode == 37 { // INVALID_PARTITIONS: maybe grown already
+			if tm, err := a.Topic(ctx, topic); err == nil && tm.Partitions == count {
+				continue
+			}
+		}
+		return &AdminError{Err: &kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "create partitions on " + a.cl.name},
+			Message: r.ErrorMessage}
+	}
+	return a.waitLed(ctx, topic, count)
+}
+
+// waitLed waits until topic has the given partition count, each with a
+// leader.
+func (a *Admin) waitLed(ctx context.Context, topic string, partitions int) error {
 	a.cl.watch(topic)
 	for {
 		md, err := a.cl.metadata(ctx, 0)
@@ -180,59 +282,105 @@ const (
 
 // Offsets returns, per partition, the earliest or latest offset
 // (committed: read_committed isolation, so latest is the last stable offset).
-// Leader moves and not-yet-ready partitions are retried until ctx ends.
+// It sends one ListOffsets request per partition leader (a topic of 200
+// partitions costs a request per broker, not 200), and retries partitions
+// whose leader moved or is not ready until ctx ends.
 func (a *Admin) Offsets(ctx context.Context, topic string, partitions int, which int64) ([]int64, error) {
 	out := make([]int64, partitions)
-	for p := 0; p < partitions; p++ {
-		for {
-			off, err := a.offset(ctx, topic, int32(p), which)
-			if err == nil {
-				out[p] = off
-				break
-			}
+	left := make([]int32, partitions)
+	for p := range left {
+		left[p] = int32(p)
+	}
+	for {
+		retry, err := a.offsetsOnce(ctx, topic, left, which, out)
+		if err != nil {
+			return nil, err
+		}
+		if len(retry) == 0 {
+			return out, nil
+		}
+		left = retry
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list offsets of %s on %s: %d partitions still without an answer: %w", topic, a.cl.name, len(left), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// offsetsOnce asks each leader once for its partitions of parts; it
+// returns the partitions to ask again (a retriable error or no leader).
+func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, which int64, out []int64) (retry []int32, err error) {
+	type leaderReq struct {
+		addr  string
+		parts []listoffsets.RequestPartition
+	}
+	byLeader := map[int32]*leaderReq{}
+	var ids []int32
+	for _, p := range parts {
+		id, addr, epoch, err := a.cl.leader(ctx, topic, p, 0)
+		if err != nil {
 			var kerr *kwire.Error
-			if !errors.As(err, &kerr) || kerr.Action() == kwire.Fatal {
+			if (errors.As(err, &kerr) && kerr.Action() == kwire.Fatal) || ctx.Err() != nil {
 				return nil, err
 			}
-			select {
-			case <-ctx.Done():
-				return nil, err
-			case <-time.After(100 * time.Millisecond):
+			retry = append(retry, p)
+			continue
+		}
+		lr := byLeader[id]
+		if lr == nil {
+			lr = &leaderReq{addr: addr}
+			byLeader[id] = lr
+			ids = append(ids, id)
+		}
+		lr.parts = append(lr.parts, listoffsets.RequestPartition{Partition: p, CurrentLeaderEpoch: epoch, Timestamp: which})
+	}
+	for _, id := range ids {
+		lr := byLeader[id]
+		conn, err := a.cl.borrow(ctx, lr.addr)
+		if err != nil {
+			for _, rp := range lr.parts {
+				retry = append(retry, rp.Partition)
+			}
+			continue
+		}
+		rctx, cancel := exchangeCtx(ctx)
+		msg, err := conn.RoundTrip(rctx, &listoffsets.Request{ReplicaID: -1, IsolationLevel: 1,
+			Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: lr.parts}}})
+		cancel()
+		if err != nil {
+			conn.Close()
+			for _, rp := range lr.parts {
+				retry = append(retry, rp.Partition)
+			}
+			continue
+		}
+		a.cl.giveBack(lr.addr, conn)
+		answered := map[int32]bool{}
+		for _, t := range msg.(*listoffsets.Response).Topics {
+			for _, rp := range t.Partitions {
+				if t.Topic != topic || int(rp.Partition) >= len(out) || rp.Partition < 0 {
+					continue
+				}
+				answered[rp.Partition] = true
+				if rp.ErrorCode != 0 {
+					kerr := &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: rp.Partition, Op: "list offsets on " + a.cl.name}
+					if kerr.Action() == kwire.Fatal {
+						return nil, kerr
+					}
+					retry = append(retry, rp.Partition)
+					continue
+				}
+				out[rp.Partition] = rp.Offset
+			}
+		}
+		for _, rp := range lr.parts {
+			if !answered[rp.Partition] {
+				retry = append(retry, rp.Partition)
 			}
 		}
 	}
-	return out, nil
-}
-
-func (a *Admin) offset(ctx context.Context, topic string, p int32, which int64) (int64, error) {
-	_, addr, epoch, err := a.cl.leader(ctx, topic, p, 0)
-	if err != nil {
-		return 0, err
-	}
-	conn, err := a.cl.dial(ctx, addr)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	msg, err := conn.RoundTrip(ctx, &listoffsets.Request{
-		ReplicaID:      -1,
-		IsolationLevel: 1,
-		Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: []listoffsets.RequestPartition{{
-			Partition: p, CurrentLeaderEpoch: epoch, Timestamp: which,
-		}}}},
-	})
-	if err != nil {
-		return 0, fmt.Errorf("list offsets of %s/%d on %s: %w", topic, p, a.cl.name, err)
-	}
-	res := msg.(*listoffsets.Response)
-	if len(res.Topics) != 1 || len(res.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("list offsets of %s/%d on %s: malformed response", topic, p, a.cl.name)
-	}
-	rp := res.Topics[0].Partitions[0]
-	if rp.ErrorCode != 0 {
-		return 0, &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: p, Op: "list offsets on " + a.cl.name}
-	}
-	return rp.Offset, nil
+	return retry, nil
 }
 
 // InitProducerID allocates a fresh idempotent producer identity, waiting

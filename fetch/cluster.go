@@ -271,6 +271,29 @@ func (c *cluster) leader(ctx context.Context, topic string, partition int32, max
 	return p.Leader, a, p.LeaderEpoch, nil
 }
 
+// listOffset asks a partition's leader for its earliest or latest (high
+// watermark) offset, on a pooled connection.
+func (c *cluster) listOffset(ctx context.Context, topic string, partition int32, which int64) (int64, error) {
+	_, addr, epoch, err := c.leader(ctx, topic, partition, 0)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := c.borrow(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := exchangeCtx(ctx)
+	defer cancel()
+	off, err := listOffset(rctx, conn, c.name, topic, partition, epoch, which)
+	var kerr *kwire.Error
+	if err != nil && !errors.As(err, &kerr) {
+		conn.Close()
+		return 0, err
+	}
+	c.giveBack(addr, conn)
+	return off, err
+}
+
 // dial opens a new connection to a broker by address; the connect and the
 // API-version handshake are bounded by exchangeTimeout.
 func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {

@@ -150,6 +150,10 @@ func (e *Engine) SetSource(mirror string, src Source) {
 	defer e.mu.Unlock()
 	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.bootstrap, src.Bootstrap) {
 		return
+	} else if ok {
+		// Replaced: its fetch loops see it and exit; its metadata and
+		// pooled connections go now.
+		go s.cl.close()
 	}
 	e.sources[mirror] = &source{
 		cl:       newCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.TLS),
@@ -172,6 +176,19 @@ func (e *Engine) Assign(specs []Spec) {
 	}
 	for k, s := range want {
 		p, ok := e.parts[k]
+		if s.Diverged != "" {
+			e.parkDivergedLocked(k, p, s)
+			continue
+		}
+		if ok && !p.draining && p.state == Diverged && p.spec.Generation != s.Generation {
+			// An operator resumed it (kmirror resume): start over with a walk.
+			e.log.Info("diverged partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", s.AcceptGap))
+			p.spec = s
+			e.dropQueueLocked(p)
+			p.state, p.failures = Starting, 0
+			e.startLocked(p, 0)
+			continue
+		}
 		if ok && !p.draining && p.spec.Generation != s.Generation && (p.renewing || !sameProducer(p.spec.Producer, s.Producer)) {
 			// A new producer identity (a renewal through raft): resume
 			// under it with a walk.
@@ -190,6 +207,26 @@ func (e *Engine) Assign(specs []Spec) {
 		e.parts[k] = p
 		e.startLocked(p, 0)
 	}
+}
+
+// parkDivergedLocked applies a control-plane DIVERGED: a running partition
+// stops (its position stays for describe); one not held is held stopped at
+// its last checkpoint.
+func (e *Engine) parkDivergedLocked(k Key, p *partition, s Spec) {
+	if p != nil {
+		p.spec.Generation = s.Generation
+		if p.state != Diverged && !p.draining {
+			e.divergeLocked(p, s.Diverged)
+		}
+		return
+	}
+	p = &partition{spec: s, state: Diverged, reason: s.Diverged, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
+	if cp, ok, _ := e.store.load(k); ok {
+		p.pos = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+	} else {
+		p.pos = Position{SourceOffset: s.StartOffset}
+	}
+	e.parts[k] = p
 }
 
 // Held lists the partitions the engine holds.
@@ -356,8 +393,10 @@ func (e *Engine) route() {
 			continue
 		}
 		id, addr, epoch, err := src.cl.leader(ctx, k.Topic, k.Partition, 0)
-		if err != nil {
-			e.log.Debug("source leader unknown", zap.Stringer("partition", k), zap.Error(err))
+		if err == nil {
+			err = e.checkTopicID(ctx, src.cl, p, "source")
+		}
+		if e.routeFailed(p, "source", src.cl, err) {
 			continue
 		}
 		e.mu.Lock()
@@ -370,8 +409,12 @@ func (e *Engine) route() {
 	for _, p := range needDst {
 		k := p.key()
 		id, addr, _, err := e.dest.leader(ctx, k.Topic, k.Partition, 0)
-		if err != nil {
-			e.log.Debug("destination leader unknown", zap.Stringer("partition", k), zap.Error(err))
+		if err == nil {
+			// Before any produce: never write into a topic someone
+			// recreated under the mirror.
+			err = e.checkTopicID(ctx, e.dest, p, "destination")
+		}
+		if e.routeFailed(p, "destination", e.dest, err) {
 			continue
 		}
 		e.mu.Lock()
@@ -381,6 +424,72 @@ func (e *Engine) route() {
 		}
 		e.mu.Unlock()
 	}
+}
+
+// topicGoneWait is how long a mirrored topic may be missing on either
+// cluster before its partitions are FAILED with that reason: long enough
+// for metadata to settle after a topic is created or a broker restarts.
+const topicGoneWait = 20 * time.Second
+
+// checkTopicID compares the topic ID in cl's metadata (just refreshed by
+// leader) with the one the mirror recorded for that side.
+func (e *Engine) checkTopicID(ctx context.Context, cl *cluster, p *partition, side string) error {
+	md, err := cl.metadata(ctx, time.Minute)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	spec := p.spec
+	e.mu.Unlock()
+	want := spec.SourceTopicID
+	if side == "destination" {
+		want = spec.DestTopicID
+	}
+	if id := md.TopicIDs[spec.Key.Topic]; want != "" && id != "" && id != want {
+		return &Divergence{Key: spec.Key, Reason: topicRecreatedReason(spec.Key, side, id, want)}
+	}
+	return nil
+}
+
+// routeFailed handles a failed leader lookup of p on one side (nil err:
+// none): a recreated topic stops p DIVERGED; a topic missing for longer
+// than topicGoneWait makes p FAILED with that reason (retried with
+// backoff, so it picks up a topic that comes back); other errors are
+// retried at the next route. It reports whether the lookup failed.
+func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	missing := &p.srcMissing
+	if side == "destination" {
+		missing = &p.dstMissing
+	}
+	if err == nil {
+		*missing = time.Time{}
+		return false
+	}
+	if !p.active() {
+		return true
+	}
+	var dv *Divergence
+	var kerr *kwire.Error
+	switch {
+	case errors.As(err, &dv):
+		e.divergeLocked(p, dv.Reason)
+	case errors.As(err, &kerr) && kerr.Code == kwire.CodeUnknownTopicOrPartition:
+		if missing.IsZero() {
+			*missing = time.Now()
+		}
+		reason := topicGoneReason(p.key(), side, cl.name)
+		if time.Since(*missing) >= topicGoneWait && !p.draining {
+			*missing = time.Time{}
+			e.failLocked(p, errors.New(reason))
+			return true
+		}
+		p.fetchErr = fmt.Sprintf("%s topic %s not found for %s", side, p.key().Topic, time.Since(*missing).Round(time.Second))
+	default:
+		e.log.Debug(side+" leader unknown", zap.Stringer("partition", p.key()), zap.Error(err))
+	}
+	return true
 }
 
 // workerLocked wakes the loop of broker id in pool, starting one (run) if

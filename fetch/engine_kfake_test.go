@@ -27,6 +27,7 @@ type fakeControl struct {
 	renewals []Key
 	saved    map[Key]ProducerID
 	deadline time.Time // zero: a lease that never ends
+	gaps     [][2]int64
 }
 
 func newFakeControl() *fakeControl {
@@ -51,6 +52,13 @@ func (c *fakeControl) RenewProducer(k Key, _ uint64, _ string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.renewals = append(c.renewals, k)
+}
+
+func (c *fakeControl) RecordGap(_ context.Context, k Key, _ uint64, from, to int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gaps = append(c.gaps, [2]int64{from, to})
+	return nil
 }
 
 func (c *fakeControl) WriteDeadline() time.Time {

@@ -272,9 +272,14 @@ func (e *Engine) fetchErrorLocked(p *partition, fp kwire.FetchedPartition) {
 	kerr := &kwire.Error{Code: fp.Err, Topic: fp.Topic, Partition: fp.Partition, Op: "fetch from source"}
 	switch {
 	case fp.Err == kwire.CodeOffsetOutOfRange:
-		e.divergeLocked(p, fmt.Sprintf("source offset %d of %s is out of range (source log starts at %d): "+
-			"records were deleted on the source before they were mirrored; remove and re-add the topic to start over",
-			p.fetchOffset, p.key(), fp.LogStartOffset))
+		// Stop fetching; what was fetched before the hole is produced,
+		// then the partition stops DIVERGED at exactly the hole
+		// (sourceOutOfRange), so resume --accept-gap continues from there.
+		if !p.outOfRange {
+			p.outOfRange = true
+			gen, from := p.gen, p.fetchOffset
+			e.goLoop(func() { e.sourceOutOfRange(p, gen, from) })
+		}
 	case kerr.Action() == kwire.RefreshMetadata:
 		p.srcLeader = -1
 		p.fetchErr = kerr.Error()
@@ -284,4 +289,74 @@ func (e *Engine) fetchErrorLocked(p *partition, fp kwire.FetchedPartition) {
 	default:
 		e.failLocked(p, kerr)
 	}
+}
+
+// sourceOutOfRange handles a source fetch at offset from that the source
+// no longer (or not yet) holds: it reads the source log's bounds, lets the
+// batches fetched before from be produced and checkpointed, and then stops
+// the partition DIVERGED with the exact range and the way on. Records
+// deleted before they were mirrored are never skipped silently (design.md
+// invariant 7).
+func (e *Engine) sourceOutOfRange(p *partition, gen int, from int64) {
+	k := p.key()
+	e.mu.Lock()
+	src := e.sources[k.Mirror]
+	e.mu.Unlock()
+	var reason string
+	var start, end int64 = -1, -1
+	if src != nil {
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		var err error
+		if start, err = src.cl.listOffset(ctx, k.Topic, k.Partition, Earliest); err == nil {
+			end, err = src.cl.listOffset(ctx, k.Topic, k.Partition, Latest)
+		}
+		cancel()
+		if err != nil {
+			start, end = -1, -1
+			reason = fmt.Sprintf("source offset %d of %s is outside the source log (reading its bounds failed: %v)", from, k, err)
+		}
+	}
+	switch {
+	case reason != "":
+	case start > from:
+		reason = sourceGapReason(k, from, start)
+	case end >= 0 && from > end:
+		reason = sourceTruncatedReason(k, from, end)
+	default:
+		// In range again (a leader change under way): fetch on.
+		e.mu.Lock()
+		if p.gen == gen {
+			p.outOfRange = false
+			p.srcLeader = -1
+			kick(e.kickRt)
+		}
+		e.mu.Unlock()
+		return
+	}
+	for {
+		e.mu.Lock()
+		if p.gen != gen || p.state != Mirroring {
+			e.mu.Unlock()
+			return
+		}
+		if p.drained() {
+			e.mu.Unlock()
+			break
+		}
+		e.mu.Unlock()
+		sleepCtx(e.ctx, 50*time.Millisecond)
+		if e.ctx.Err() != nil {
+			return
+		}
+	}
+	e.checkpoint()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.gen != gen || p.state != Mirroring {
+		return
+	}
+	if end >= 0 {
+		p.srcEnd = end
+	}
+	e.divergeLocked(p, reason)
 }

@@ -23,6 +23,12 @@ type partition struct {
 	fetchOffset int64
 	fetchBytes  int32
 	srcEnd      int64 // last stable offset at the last fetch; -1 unknown
+	// outOfRange: the source answered OFFSET_OUT_OF_RANGE; fetching stops
+	// while sourceOutOfRange decides.
+	outOfRange bool
+	// srcMissing and dstMissing are when the topic was first found
+	// missing on that side (zero: it exists); see route.
+	srcMissing, dstMissing time.Time
 
 	// Destination side.
 	dstLeader int32 // -1: route needed
@@ -76,7 +82,7 @@ func (p *partition) active() bool { return p.state == Mirroring || p.state == Dr
 
 // wantsFetch reports whether the fetcher should ask for more data.
 func (p *partition) wantsFetch(limit int64) bool {
-	return p.state == Mirroring && !p.draining && p.srcLeader >= 0 && p.queued < limit
+	return p.state == Mirroring && !p.draining && !p.outOfRange && p.srcLeader >= 0 && p.queued < limit
 }
 
 // drained reports whether a draining partition has nothing left to send.

@@ -191,7 +191,7 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	}
 	var xl Translation
 	xl.Restore(entries, start)
-	w, err := e.walk(ctx, src.cl, k, start, pid, ownSeqs{pid: cp.Seq}, &xl)
+	w, err := e.walk(ctx, src.cl, k, start, pid, ownSeqs{pid: cp.Seq}, &xl, false)
 	var dv *Divergence
 	if errors.As(err, &dv) {
 		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))

@@ -3,9 +3,11 @@ package fetch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/segmentio/kafka-go/protocol/listoffsets"
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/fetch/kwire"
@@ -42,6 +44,9 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		return fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 	}
 	if err := e.waitIdle(ctx, p, gen); err != nil {
+		return err
+	}
+	if err := e.checkTopics(ctx, src.cl, spec); err != nil {
 		return err
 	}
 	if err := e.store.catchUp(ctx); err != nil {
@@ -93,9 +98,23 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	e.mu.Unlock()
 	var xl Translation
 	xl.Restore(entries, start)
-	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl)
+	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl, spec.AcceptGap)
 	if err != nil {
 		return err
+	}
+	if spec.AcceptGap {
+		err := e.acceptGap(ctx, src.cl, spec, &w)
+		// Used up either way: a later restart of this lease must not skip
+		// a gap the operator never saw (a failed record means DIVERGED
+		// again, and the operator runs resume again).
+		e.mu.Lock()
+		if p.gen == gen {
+			p.spec.AcceptGap = false
+		}
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	seq := w.nextSeq
 	e.mu.Lock()
@@ -109,6 +128,84 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
 		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))
 	return nil
+}
+
+// acceptGap applies the operator's kmirror resume --accept-gap to a walk
+// that ended at w.end: source records deleted before they were mirrored
+// (found by the walk, or below the source's log start now) are skipped, and
+// the skipped range is recorded through the control plane before anything
+// is mirrored past it. The permission is used up even when there is no
+// gap, so it never covers a later one.
+func (e *Engine) acceptGap(ctx context.Context, srcCl *cluster, spec Spec, w *walkResult) error {
+	k := spec.Key
+	gap := gapRange{from: w.end.Src, to: w.end.Src}
+	if w.gap != nil {
+		gap = *w.gap
+	} else {
+		start, err := srcCl.listOffset(ctx, k.Topic, k.Partition, Earliest)
+		if err != nil {
+			return err
+		}
+		if start > w.end.Src {
+			gap.to = start
+			w.end.Src = start
+		}
+	}
+	if err := e.ctl.RecordGap(ctx, k, spec.Generation, gap.from, gap.to); err != nil {
+		return fmt.Errorf("record the accepted gap %d..%d of %s: %w", gap.from, gap.to-1, k, err)
+	}
+	if gap.to > gap.from {
+		e.log.Warn("source records deleted before they were mirrored were skipped, as the operator accepted",
+			zap.Stringer("partition", k), zap.Int64("from", gap.from), zap.Int64("to", gap.to-1), zap.Int64("records", gap.to-gap.from))
+	}
+	return nil
+}
+
+// checkTopics checks, before a partition starts, that its source and
+// destination topics exist and are the ones the mirror recorded (topic
+// IDs): a recreated topic is a Divergence, a missing one an error (FAILED,
+// retried).
+func (e *Engine) checkTopics(ctx context.Context, srcCl *cluster, spec Spec) error {
+	k := spec.Key
+	for _, side := range []struct {
+		cl   *cluster
+		want string
+		name string
+	}{{srcCl, spec.SourceTopicID, "source"}, {e.dest, spec.DestTopicID, "destination"}} {
+		side.cl.watch(k.Topic)
+		md, err := side.cl.metadata(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if code, ok := md.TopicErrors[k.Topic]; ok && code == kwire.CodeUnknownTopicOrPartition {
+			return fmt.Errorf("%s", topicGoneReason(k, side.name, side.cl.name))
+		}
+		if id := md.TopicIDs[k.Topic]; side.want != "" && id != "" && id != side.want {
+			return &Divergence{Key: k, Reason: topicRecreatedReason(k, side.name, id, side.want)}
+		}
+		if parts, ok := md.Topics[k.Topic]; ok && int(k.Partition) >= len(parts) {
+			return fmt.Errorf("%s topic %s has %d partitions, not partition %d yet", side.name, k.Topic, len(parts), k.Partition)
+		}
+	}
+	return nil
+}
+
+// topicGoneReason says a mirrored topic is missing on one side.
+func topicGoneReason(k Key, side, cluster string) string {
+	what := "recreate it on the source (kmirror then stops the partitions DIVERGED: a new topic's offsets mean other records) " +
+		"or stop mirroring it: kmirror remove --mirror " + k.Mirror + " --topic " + k.Topic
+	if side == "destination" {
+		what = "kmirror does not recreate it by itself (consumers may have moved to it); stop mirroring it: kmirror remove --mirror " +
+			k.Mirror + " --topic " + k.Topic + ", then add it again to start over"
+	}
+	return fmt.Sprintf("%s topic %s no longer exists on the %s (%s): %s", side, k.Topic, cluster, k, what)
+}
+
+// topicRecreatedReason says a mirrored topic was deleted and created again.
+func topicRecreatedReason(k Key, side, now, was string) string {
+	return fmt.Sprintf("%s topic %s was recreated (topic ID now %s, mirrored %s): its records are not the ones mirrored (%s). "+
+		"To start over: kmirror remove --mirror %s --topic %s, delete topic %s on the destination cluster, then kmirror add it again",
+		side, k.Topic, now, was, k, k.Mirror, k.Topic, k.Topic)
 }
 
 // staleStartLocked reports whether the start of p that began in gen was
@@ -137,7 +234,9 @@ func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own o
 	p.fetchOffset = pos.SourceOffset
 	p.fetchBytes = e.cfg.PartitionBytes
 	p.srcLeader, p.dstLeader = -1, -1
-	p.failures = 0
+	p.outOfRange = false
+	// failures is reset by the first acknowledged batch, not here: a
+	// partition that fails again right after resuming backs off longer.
 	e.setStateLocked(p, Mirroring, "")
 	kick(e.kickRt)
 }
@@ -193,6 +292,28 @@ type walkResult struct {
 	// duplicates are batches of kmirror's own producer identity found again
 	// on the destination; the walk steps over them.
 	duplicates []duplicate
+	// gap is the source range the walk skipped under AcceptGap, if any.
+	gap *gapRange
+}
+
+// gapRange is source offsets from..to-1, deleted on the source before they
+// were mirrored and skipped with the operator's permission.
+type gapRange struct{ from, to int64 }
+
+// sourceGapReason explains source records deleted before they were
+// mirrored, with the way on.
+func sourceGapReason(k Key, from, logStart int64) string {
+	return fmt.Sprintf("source offsets %d..%d of %s were deleted on the source before they were mirrored (retention, or records deleted "+
+		"by an operator); the source log starts at %d. Nothing after them is lost. To mirror on from %d, counting the %d records as lost: "+
+		"kmirror resume --mirror %s --topic %s --partition %d --accept-gap",
+		from, logStart-1, k, logStart, logStart, logStart-from, k.Mirror, k.Topic, k.Partition)
+}
+
+// sourceTruncatedReason explains a source log that ends before what was
+// mirrored from it.
+func sourceTruncatedReason(k Key, offset, logEnd int64) string {
+	return fmt.Sprintf("source offset %d of %s is beyond the source log's end (%d): the source lost records that were mirrored "+
+		"(an unclean leader election, or the topic was deleted and recreated); the destination keeps them", offset, k, logEnd)
 }
 
 // duplicate is a batch kmirror itself wrote a second time: a resend or a
@@ -256,9 +377,20 @@ const uncommittedPoll = 100 * time.Millisecond
 // before that identity's next one is kmirror's own duplicate: stepped over
 // and returned in duplicates. Any other record that does not match the
 // source is a Divergence.
-func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation) (res walkResult, err error) {
+func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation, acceptGap bool) (res walkResult, err error) {
 	res = walkResult{end: start, own: own.clone()}
 	defer func() { res.nextSeq = res.own[pid] }()
+	defer func() {
+		var oor *outOfRange
+		if errors.As(err, &oor) && oor.cluster == srcCl.name {
+			// The source lost what the walk must read.
+			if oor.offset < oor.logStart {
+				err = &Divergence{Key: k, Reason: sourceGapReason(k, oor.offset, oor.logStart)}
+			} else {
+				err = &Divergence{Key: k, Reason: sourceTruncatedReason(k, oor.offset, oor.logEnd)}
+			}
+		}
+	}()
 	done, err := e.walkSlot(ctx)
 	if err != nil {
 		return res, err
@@ -269,11 +401,12 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 		return res, err
 	}
 	defer dst.close()
-	srcIt := &sourceIter{}
+	srcIt := &sourceIter{acceptGap: acceptGap}
 	if srcIt.r, err = openPartitionReader(ctx, srcCl, k.Topic, k.Partition, start.Src, true); err != nil {
 		return res, err
 	}
 	defer srcIt.r.close()
+	defer func() { res.gap = srcIt.gap }()
 	diverge := func(format string, args ...any) error {
 		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -291,6 +424,24 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 	}
 	for {
 		batches, hw, err := dst.next(ctx)
+		var oor *outOfRange
+		if errors.As(err, &oor) && oor.offset < oor.logStart {
+			// Retention on the destination deleted records past the
+			// checkpoint: kmirror's own, written before the crash (the
+			// checkpoint lags the data by up to checkpoint_interval).
+			// They cannot be read back, so the walk maps them to the
+			// source records they were made of without comparing, and
+			// verifies from the destination's log start on.
+			if err := e.skipDeleted(ctx, k, srcIt, xl, &res, pid, oor.logStart); err != nil {
+				return res, err
+			}
+			dst.offset = oor.logStart
+			continue
+		}
+		if oor != nil {
+			return res, diverge("destination offset %d is beyond the destination log's end (%d): records kmirror wrote were lost "+
+				"on the destination (an unclean leader election there, or the topic was deleted and recreated)", oor.offset, oor.logEnd)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -359,6 +510,46 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 	}
 }
 
+// skipDeleted advances a walk over destination offsets res.end.Dst up to
+// logStart, deleted by destination retention: as many source records as
+// destination offsets were deleted (one destination record per mirrored
+// source record), ending on a source batch boundary, since retention
+// deletes whole segments and kmirror's batches match source batches. The
+// producer sequence of pid moves on by the records skipped; if the broker
+// still holds state for pid with another sequence, the next produce is
+// refused as out of order and the identity is renewed (a verified walk
+// again).
+func (e *Engine) skipDeleted(ctx context.Context, k Key, srcIt *sourceIter, xl *Translation, res *walkResult, pid ProducerID, logStart int64) error {
+	n := logStart - res.end.Dst
+	for i := int64(0); i < n; i++ {
+		sr, ok, err := srcIt.next(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
+				"destination retention deleted offsets %d..%d, more records than the source holds after source offset %d",
+				res.end.Dst, logStart-1, srcIt.r.offset)}}
+		}
+		if en, ok := xl.Observe(sr.Offset, res.end.Dst+i); ok {
+			res.entries = append(res.entries, en)
+		}
+	}
+	if srcIt.pending() {
+		return &Divergence{Key: k, Reason: fmt.Sprintf("the destination log starts at %d, inside the batch of source records ending at %d: "+
+			"not a batch kmirror wrote", logStart, srcIt.cur.srcNext-1)}
+	}
+	if n > 0 {
+		res.end = Entry{Src: srcIt.cur.srcNext, Dst: logStart}
+		res.epoch = srcIt.cur.epoch
+		res.own[pid] = kwire.NextSequence(res.own[pid], int32(n))
+		res.walked += n
+	}
+	e.log.Info("destination retention deleted records past the checkpoint; walking on from the destination's log start",
+		zap.Stringer("partition", k), zap.Int64("deleted_from", logStart-n), zap.Int64("log_start", logStart))
+	return nil
+}
+
 // recordDiff names the first difference between two records, or "".
 func recordDiff(a, b kwire.Record) string {
 	switch {
@@ -385,7 +576,11 @@ func sameBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equa
 // sourceIter yields the source records the data path would mirror, in
 // order, through the same buildItems filter.
 type sourceIter struct {
-	r     *partitionReader
+	r *partitionReader
+	// acceptGap lets the iterator skip one range of source offsets
+	// deleted before they were mirrored (gap says which).
+	acceptGap bool
+	gap       *gapRange
 	items []*item
 	cur   *item
 	recs  []kwire.Record
@@ -410,6 +605,14 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 			break
 		}
 		fp, err := s.r.fetch(ctx)
+		var oor *outOfRange
+		if errors.As(err, &oor) && s.acceptGap && s.gap == nil && oor.logStart > oor.offset {
+			// Deleted on the source before they were mirrored, and the
+			// operator accepted that: go on at the log start.
+			s.gap = &gapRange{from: oor.offset, to: oor.logStart}
+			s.r.offset = oor.logStart
+			continue
+		}
 		if err != nil {
 			return kwire.Record{}, false, err
 		}
@@ -530,14 +733,71 @@ func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, er
 	if res[0].Err != 0 {
 		kerr := &kwire.Error{Code: res[0].Err, Topic: r.topic, Partition: r.partition, Op: "fetch from " + r.cl.name}
 		if res[0].Err == kwire.CodeOffsetOutOfRange {
-			return kwire.FetchedPartition{}, &Divergence{
-				Key:    Key{Topic: r.topic, Partition: r.partition},
-				Reason: fmt.Sprintf("offset %d is out of range on the %s (log starts at %d)", r.offset, r.cl.name, res[0].LogStartOffset),
+			// The fetch answer's log start offset is -1 with an error:
+			// ask for the log's bounds.
+			start, end, err := r.bounds(ctx)
+			if err != nil {
+				return kwire.FetchedPartition{}, fmt.Errorf("%w; reading the log's bounds: %v", kerr, err)
 			}
+			return kwire.FetchedPartition{}, &outOfRange{cluster: r.cl.name, topic: r.topic, partition: r.partition,
+				offset: r.offset, logStart: start, logEnd: end}
 		}
 		return kwire.FetchedPartition{}, kerr
 	}
 	return res[0], nil
+}
+
+// outOfRange is a fetch at an offset outside the partition's log
+// [logStart, logEnd) (logEnd: the high watermark).
+type outOfRange struct {
+	cluster          string
+	topic            string
+	partition        int32
+	offset           int64
+	logStart, logEnd int64
+}
+
+func (o *outOfRange) Error() string {
+	return fmt.Sprintf("offset %d of %s/%d is outside the log on the %s (offsets %d..%d)",
+		o.offset, o.topic, o.partition, o.cluster, o.logStart, o.logEnd-1)
+}
+
+// bounds asks the partition's leader for its log start offset and high
+// watermark (ListOffsets, read_uncommitted).
+func (r *partitionReader) bounds(ctx context.Context) (start, end int64, err error) {
+	if start, err = r.listOffset(ctx, Earliest); err != nil {
+		return 0, 0, err
+	}
+	end, err = r.listOffset(ctx, Latest)
+	return start, end, err
+}
+
+func (r *partitionReader) listOffset(ctx context.Context, which int64) (int64, error) {
+	ctx, cancel := exchangeCtx(ctx)
+	defer cancel()
+	return listOffset(ctx, r.conn, r.cl.name, r.topic, r.partition, r.epoch, which)
+}
+
+// listOffset asks the leader on conn for a partition's earliest or latest
+// (high watermark) offset.
+func listOffset(ctx context.Context, conn *kwire.Conn, cluster, topic string, partition, epoch int32, which int64) (int64, error) {
+	msg, err := conn.RoundTrip(ctx, &listoffsets.Request{ReplicaID: -1,
+		Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: []listoffsets.RequestPartition{{
+			Partition: partition, CurrentLeaderEpoch: epoch, Timestamp: which}}}}})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range msg.(*listoffsets.Response).Topics {
+		for _, rp := range t.Partitions {
+			if t.Topic == topic && rp.Partition == partition {
+				if rp.ErrorCode != 0 {
+					return 0, &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: partition, Op: "list offsets on " + cluster}
+				}
+				return rp.Offset, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("list offsets of %s/%d on %s: no answer for the partition", topic, partition, cluster)
 }
 
 // logEndOffset asks the partition's leader for its log end offset: the end

@@ -301,6 +301,13 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 	case confirmFirst:
 		e.confirmLocked(p, msg)
 	default:
+		if r.Err == kwire.CodeMessageTooLarge && len(p.queue) > 0 {
+			it := p.queue[0]
+			msg += fmt.Sprintf(": the batch of source offsets %d..%d is %d bytes, more than destination topic %s accepts; "+
+				"raise max.message.bytes of that topic to at least %d (kafka-configs.sh --alter --entity-type topics --entity-name %s "+
+				"--add-config max.message.bytes=%d); kmirror retries the same batch",
+				it.srcFirst, it.srcNext-1, len(it.batch), r.Topic, len(it.batch), r.Topic, len(it.batch))
+		}
 		e.failLocked(p, fmt.Errorf("%s", msg))
 	}
 }

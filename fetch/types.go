@@ -44,6 +44,19 @@ type Spec struct {
 	// partition at after draining it (a graceful handoff): the engine
 	// continues there without a walk. nil: resume with the verified walk.
 	Handoff *Handoff
+	// SourceTopicID and DestTopicID are the topic IDs (KIP-516) the mirror
+	// recorded; a topic found under another ID was deleted and recreated,
+	// and the partition stops DIVERGED instead of mirroring other records.
+	// "" skips the check (not recorded yet, or a broker before Kafka 2.8).
+	SourceTopicID, DestTopicID string
+	// Diverged is set when the control plane holds the partition DIVERGED
+	// (its reason): the engine stops it, or holds it stopped with its last
+	// checkpointed position so describe still shows where it stands.
+	Diverged string
+	// AcceptGap lets this start skip source records deleted before they
+	// were mirrored (kmirror resume --accept-gap): the skipped range is
+	// recorded through Control.RecordGap before mirroring goes on.
+	AcceptGap bool
 }
 
 // Handoff is a partition's exact position after a clean drain: every
@@ -86,6 +99,11 @@ type Control interface {
 	// sequence, unknown producer, fenced epoch). The partition waits,
 	// FAILED, until Assign hands it a new generation.
 	RenewProducer(key Key, generation uint64, reason string)
+	// RecordGap durably records that the partition skipped source offsets
+	// from..to-1 (to == from: none) under the operator's AcceptGap
+	// permission, which it uses up. The partition does not mirror past
+	// the gap before this succeeds.
+	RecordGap(ctx context.Context, key Key, generation uint64, from, to int64) error
 	// WriteDeadline is when this member's lease ends: it sends no produce
 	// request after it, and a request must be wholly written before it
 	// (design.md section 3, self-fencing).

@@ -116,6 +116,8 @@ type memberOpts struct {
 	// noWait starts the process without waiting for /readyz (members of a
 	// new group are ready only once a quorum is up).
 	noWait bool
+	// checkpoint is checkpoint_interval; default 200ms.
+	checkpoint string
 }
 
 // startMember starts a daemon for one test.
@@ -142,15 +144,18 @@ func newMember(t testing.TB, name string, o memberOpts) *member {
 	if o.destination == "" {
 		o.destination = env.dst.Bootstrap()
 	}
+	if o.checkpoint == "" {
+		o.checkpoint = "200ms"
+	}
 	cfg := fmt.Sprintf(`node_id: %s
 data_dir: %s
 http_listen: %s
 raft_listen: %s
-checkpoint_interval: 200ms
+checkpoint_interval: %s
 log_level: info
 %sdestination:
   bootstrap_servers: [%s]
-%s`, name, filepath.Join(dir, "data"), httpAddr, raftAddr, o.extra, o.destination, o.destExtra)
+%s`, name, filepath.Join(dir, "data"), httpAddr, raftAddr, o.checkpoint, o.extra, o.destination, o.destExtra)
 	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
 		url: "http://" + httpAddr}
 	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {

@@ -31,6 +31,10 @@ const (
 	TypePartitionStopped CommandType = 15
 	TypeSetDraining      CommandType = 16
 	TypeRenewProducer    CommandType = 17
+	TypeAddPartitions    CommandType = 18
+	TypeSetTopicIDs      CommandType = 19
+	TypeResumePartition  CommandType = 20
+	TypeRecordGap        CommandType = 21
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -122,6 +126,10 @@ func init() {
 	register("PartitionStopped", (*State).applyPartitionStopped)
 	register("SetDraining", (*State).applySetDraining)
 	register("RenewProducer", (*State).applyRenewProducer)
+	register("AddPartitions", (*State).applyAddPartitions)
+	register("SetTopicIDs", (*State).applySetTopicIDs)
+	register("ResumePartition", (*State).applyResumePartition)
+	register("RecordGap", (*State).applyRecordGap)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -282,6 +290,50 @@ type SetDraining struct {
 	Draining bool   `json:"draining"`
 }
 
+// AddPartitions grows a mirror topic to Partitions partitions after the
+// source topic grew (the destination topic was grown first). StartOffsets
+// holds the source offset each new partition starts from, in order. A
+// topic that already has that many partitions is left as it is, so the
+// leader may repeat the command after a crash.
+type AddPartitions struct {
+	Mirror       string  `json:"mirror"`
+	Topic        string  `json:"topic"`
+	Partitions   int     `json:"partitions"`
+	StartOffsets []int64 `json:"start_offsets"`
+}
+
+// SetTopicIDs fills in the topic IDs (KIP-516) of a mirror topic where they
+// are still unknown (topics added by builds that did not record them). A
+// known ID is never replaced: a different ID means the topic was
+// recreated, which is a divergence, not an update.
+type SetTopicIDs struct {
+	Mirror        string `json:"mirror"`
+	Topic         string `json:"topic"`
+	SourceTopicID string `json:"source_topic_id,omitempty"`
+	DestTopicID   string `json:"dest_topic_id,omitempty"`
+}
+
+// ResumePartition is an operator's "go on" for a DIVERGED or FAILED
+// partition: it becomes MIRRORING under a new generation, so its owner
+// restarts it with the verified walk. AcceptGap allows that restart to
+// skip source records deleted before they were mirrored, once (the owner
+// records what it skipped with RecordGap).
+type ResumePartition struct {
+	Key       PartitionKey `json:"key"`
+	AcceptGap bool         `json:"accept_gap,omitempty"`
+}
+
+// RecordGap is sent by a partition's owner that skipped source offsets
+// From..To-1 (deleted on the source before they were mirrored) under an
+// operator's ResumePartition with AcceptGap: they are counted in
+// SkippedRecords and the permission is used up.
+type RecordGap struct {
+	Key PartitionKey `json:"key"`
+	Lease
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
 // RemoveTopic removes a mirror topic.
 type RemoveTopic struct {
 	Mirror string `json:"mirror"`
@@ -294,6 +346,10 @@ func (AddTopic) Type() CommandType          { return TypeAddTopic }
 func (SetTopicState) Type() CommandType     { return TypeSetTopicState }
 func (SetPartitionState) Type() CommandType { return TypeSetPartitionState }
 func (Assign) Type() CommandType            { return TypeAssign }
+func (AddPartitions) Type() CommandType     { return TypeAddPartitions }
+func (SetTopicIDs) Type() CommandType       { return TypeSetTopicIDs }
+func (ResumePartition) Type() CommandType   { return TypeResumePartition }
+func (RecordGap) Type() CommandType         { return TypeRecordGap }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

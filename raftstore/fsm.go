@@ -378,6 +378,87 @@ func (s *State) applyRemoveTopic(c RemoveTopic, index uint64) error {
 	return nil
 }
 
+func (s *State) applyAddPartitions(c AddPartitions, index uint64) error {
+	t, ok := s.Topic(c.Mirror, c.Topic)
+	if !ok {
+		return fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(c.Mirror, c.Topic))
+	}
+	have := len(t.Partitions)
+	if c.Partitions <= have {
+		return nil
+	}
+	if len(c.StartOffsets) != c.Partitions-have {
+		return fmt.Errorf("%w: topic %q grows from %d to %d partitions but %d start offsets were given",
+			ErrInvalid, TopicKey(c.Mirror, c.Topic), have, c.Partitions, len(c.StartOffsets))
+	}
+	switch t.State {
+	case StateStopping, StateStopped:
+		return fmt.Errorf("%w: topic %q is %s", ErrInvalid, TopicKey(c.Mirror, c.Topic), t.State)
+	}
+	state := StateMirroring
+	if t.State == StatePending || t.State == StatePaused {
+		state = t.State
+	}
+	for _, off := range c.StartOffsets {
+		t.Partitions = append(t.Partitions, PartitionInfo{State: state, StartOffset: off, Generation: index})
+	}
+	return nil
+}
+
+func (s *State) applySetTopicIDs(c SetTopicIDs, _ uint64) error {
+	t, ok := s.Topic(c.Mirror, c.Topic)
+	if !ok {
+		return fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(c.Mirror, c.Topic))
+	}
+	if t.SourceTopicID == "" {
+		t.SourceTopicID = c.SourceTopicID
+	}
+	if t.DestTopicID == "" {
+		t.DestTopicID = c.DestTopicID
+	}
+	return nil
+}
+
+func (s *State) applyResumePartition(c ResumePartition, index uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	t, _ := s.Topic(c.Key.Mirror, c.Key.Topic)
+	if t.State != StateMirroring && t.State != StateFailed {
+		return fmt.Errorf("%w: topic %q is %s: only a mirroring topic's partitions resume", ErrInvalid, TopicKey(t.Mirror, t.Topic), t.State)
+	}
+	if p.State != StateDiverged && p.State != StateFailed {
+		return fmt.Errorf("%w: partition %s is %s, not DIVERGED or FAILED: nothing to resume", ErrInvalid, c.Key, p.State)
+	}
+	p.State, p.Reason = StateMirroring, ""
+	p.AcceptGap = c.AcceptGap
+	p.Generation, p.MoveTo, p.Handoff = index, "", nil
+	return nil
+}
+
+func (s *State) applyRecordGap(c RecordGap, _ uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if err := checkLease(c.Key, p, c.Lease); err != nil {
+		return err
+	}
+	if !p.AcceptGap {
+		return fmt.Errorf("%w: partition %s has no permission to skip a gap (kmirror resume --accept-gap)", ErrInvalid, c.Key)
+	}
+	if c.To < c.From {
+		return fmt.Errorf("%w: gap %d..%d of partition %s ends before it starts", ErrInvalid, c.From, c.To-1, c.Key)
+	}
+	p.AcceptGap = false // used up, also by a start that found no gap
+	if c.To > c.From {
+		p.SkippedRecords += c.To - c.From
+		p.LastGap = fmt.Sprintf("%d..%d", c.From, c.To-1)
+	}
+	return nil
+}
+
 func (s *State) partition(k PartitionKey) (*PartitionInfo, error) {
 	if _, ok := s.Topic(k.Mirror, k.Topic); !ok {
 		return nil, fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(k.Mirror, k.Topic))

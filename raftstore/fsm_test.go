@@ -455,3 +455,64 @@ func TestStateCloneIsDeep(t *testing.T) {
 		t.Fatal("mutating the clone changed the original")
 	}
 }
+
+func TestApplyAddPartitions(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring})
+	x.mustFail(AddPartitions{Mirror: "m1", Topic: "orders", Partitions: 5, StartOffsets: []int64{0}}, ErrInvalid)
+	x.mustFail(AddPartitions{Mirror: "m1", Topic: "nope", Partitions: 5, StartOffsets: []int64{0, 0}}, ErrNotFound)
+	x.mustApply(AddPartitions{Mirror: "m1", Topic: "orders", Partitions: 5, StartOffsets: []int64{0, 7}})
+	ps := x.topic("m1", "orders").Partitions
+	if len(ps) != 5 || ps[3].State != StateMirroring || ps[4].StartOffset != 7 || ps[3].Owner != "" || ps[3].Generation != x.idx {
+		t.Fatalf("partitions after growing to 5: %+v", ps)
+	}
+	// A leader repeating the command after a crash changes nothing.
+	before := x.state()
+	x.mustApply(AddPartitions{Mirror: "m1", Topic: "orders", Partitions: 5, StartOffsets: []int64{0, 0}})
+	after := x.state()
+	before.Index = after.Index
+	if !reflect.DeepEqual(before, after) {
+		t.Fatal("a repeated AddPartitions changed the state")
+	}
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateStopping})
+	x.mustFail(AddPartitions{Mirror: "m1", Topic: "orders", Partitions: 6, StartOffsets: []int64{0}}, ErrInvalid)
+}
+
+func TestApplySetTopicIDsFillsOnly(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetTopicIDs{Mirror: "m1", Topic: "orders", SourceTopicID: "other", DestTopicID: "dst-1"})
+	got := x.topic("m1", "orders")
+	if got.SourceTopicID != "tid-1" || got.DestTopicID != "dst-1" {
+		t.Fatalf("IDs = %q/%q: a known ID must never be replaced, an unknown one filled", got.SourceTopicID, got.DestTopicID)
+	}
+}
+
+func TestApplyResumeAndRecordGap(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring})
+	x.mustFail(ResumePartition{Key: p1, AcceptGap: true}, ErrInvalid) // MIRRORING: nothing to resume
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1", From: 0}}})
+	x.mustApply(SetPartitionState{Key: p1, State: StateDiverged, Reason: "gap"})
+	x.mustApply(ResumePartition{Key: p1, AcceptGap: true})
+	p, _ := x.state().Partition(p1)
+	if p.State != StateMirroring || p.Reason != "" || !p.AcceptGap || p.Generation != x.idx || p.Owner != "n1" {
+		t.Fatalf("after resume: %+v", p)
+	}
+	lease := Lease{Owner: "n1", Generation: p.Generation}
+	x.mustFail(RecordGap{Key: p1, Lease: Lease{Owner: "n1", Generation: 1}, From: 100, To: 150}, ErrStaleGeneration)
+	x.mustApply(RecordGap{Key: p1, Lease: lease, From: 100, To: 150})
+	p, _ = x.state().Partition(p1)
+	if p.AcceptGap || p.SkippedRecords != 50 || p.LastGap != "100..149" {
+		t.Fatalf("after the gap: %+v", p)
+	}
+	// The permission is used up: a second gap is refused.
+	x.mustFail(RecordGap{Key: p1, Lease: lease, From: 200, To: 210}, ErrInvalid)
+	// A start that finds no gap uses the permission up too.
+	x.mustApply(SetPartitionState{Key: p1, State: StateFailed, Reason: "x"})
+	x.mustApply(ResumePartition{Key: p1, AcceptGap: true})
+	p, _ = x.state().Partition(p1)
+	x.mustApply(RecordGap{Key: p1, Lease: Lease{Owner: "n1", Generation: p.Generation}, From: 300, To: 300})
+	if p, _ = x.state().Partition(p1); p.AcceptGap || p.SkippedRecords != 50 {
+		t.Fatalf("after an empty gap: %+v", p)
+	}
+}

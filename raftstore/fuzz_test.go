@@ -31,6 +31,10 @@ func seedCommands() []Command {
 		PartitionStopped{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, Position: Position{SourceOffset: 3}},
 		SetDraining{ID: "n1", Draining: true},
 		RenewProducer{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}},
+		AddPartitions{Mirror: "m1", Topic: "orders", Partitions: 4, StartOffsets: []int64{0, 0}},
+		SetTopicIDs{Mirror: "m1", Topic: "orders", SourceTopicID: "AAAAAAAAAAAAAAAAAAAAAQ"},
+		ResumePartition{Key: p1, AcceptGap: true},
+		RecordGap{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, From: 100, To: 150},
 	}
 }
 

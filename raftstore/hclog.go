@@ -105,7 +105,14 @@ func fields(args []interface{}) []zap.Field {
 		if !ok {
 			key = fmt.Sprint(args[i])
 		}
-		fs = append(fs, zap.Any(key, args[i+1]))
+		v := args[i+1]
+		if f, ok := v.(hclog.Format); ok && len(f) > 0 {
+			// hclog.Fmt("%+v", x): a format and its arguments.
+			if format, ok := f[0].(string); ok {
+				v = fmt.Sprintf(format, f[1:]...)
+			}
+		}
+		fs = append(fs, zap.Any(key, v))
 	}
 	return fs
 }

@@ -95,6 +95,14 @@ type PartitionInfo struct {
 	StartOffset int64 `json:"start_offset"`
 	// LastMirrored is set when the topic stops (STOPPED).
 	LastMirrored *Position `json:"last_mirrored,omitempty"`
+	// AcceptGap lets the next start of the partition skip source records
+	// deleted before they were mirrored (kmirror resume --accept-gap);
+	// cleared when the gap is recorded.
+	AcceptGap bool `json:"accept_gap,omitempty"`
+	// SkippedRecords counts source offsets skipped under AcceptGap;
+	// LastGap describes the latest gap ("100..149").
+	SkippedRecords int64  `json:"skipped_records,omitempty"`
+	LastGap        string `json:"last_gap,omitempty"`
 }
 
 // MirrorTopic is one topic mirrored by a mirror.
@@ -103,8 +111,17 @@ type MirrorTopic struct {
 	Topic         string     `json:"topic"`
 	State         TopicState `json:"state"`
 	Reason        string     `json:"reason,omitempty"`
-	SourceTopicID string     `json:"source_topic_id"`
-	DestTopicID   string     `json:"dest_topic_id"`
+	// SourceTopicID and DestTopicID are the topic IDs (KIP-516) seen when
+	// the topic was added and the destination topic created; a topic
+	// found under another ID was recreated (a divergence).
+	SourceTopicID string `json:"source_topic_id"`
+	DestTopicID   string `json:"dest_topic_id"`
+	// DestinationConfigs and ReplicationFactor are what the destination
+	// topic is created with (the source's effective configs, see
+	// fetch.Admin.TopicConfigs), kept so a leader that takes over a
+	// PENDING topic creates it the same way.
+	DestinationConfigs map[string]string `json:"destination_configs,omitempty"`
+	ReplicationFactor  int16             `json:"replication_factor,omitempty"`
 	// Partitions is indexed by partition number.
 	Partitions []PartitionInfo `json:"partitions"`
 }
@@ -194,6 +211,7 @@ func (m *Mirror) Clone() *Mirror {
 // Clone returns a deep copy of t.
 func (t *MirrorTopic) Clone() *MirrorTopic {
 	c := *t
+	c.DestinationConfigs = maps.Clone(t.DestinationConfigs)
 	if t.Partitions != nil {
 		c.Partitions = make([]PartitionInfo, len(t.Partitions))
 		for i, p := range t.Partitions {

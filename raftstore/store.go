@@ -279,7 +279,7 @@ func Open(cfg Config) (*Store, error) {
 				cleanup()
 				return nil, fmt.Errorf("raftstore: bootstrap: %w", err)
 			}
-			s.log.Info("bootstrapped a new raft group", zap.String("node", cfg.NodeID), zap.Int("servers", len(conf.Servers)))
+			s.log.Info("bootstrapped a new raft group", zap.Int("servers", len(conf.Servers)))
 		}
 	}
 
@@ -299,7 +299,7 @@ func Open(cfg Config) (*Store, error) {
 	})
 	r.RegisterObserver(s.obs)
 	go s.watch(notify)
-	s.log.Info("raft started", zap.String("node", cfg.NodeID), zap.String("addr", string(trans.LocalAddr())), zap.Bool("in_memory", cfg.InMemory))
+	s.log.Info("raft started", zap.String("addr", string(trans.LocalAddr())), zap.Bool("in_memory", cfg.InMemory))
 	return s, nil
 }
 

@@ -92,6 +92,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			createCommand(),
 			addCommand(),
 			removeCommand(),
+			resumeCommand(),
 			listCommand(),
 			describeCommand(),
 			deleteCommand(),

@@ -79,6 +79,10 @@ func (f *fakeAPI) DrainMember(_ context.Context, id string, drain bool) error {
 	return f.record("DrainMember %s %t", id, drain)
 }
 
+func (f *fakeAPI) ResumePartitions(_ context.Context, req daemon.ResumeRequest) ([]int32, error) {
+	return req.Partitions, f.record("ResumePartitions %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
+}
+
 type cliResult struct {
 	code           int
 	stdout, stderr string

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -121,7 +123,7 @@ func addCommand() *cli.Command {
 func removeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "remove",
-		Usage: "stop mirroring a topic; the destination topic becomes writable",
+		Usage: "stop mirroring a topic and record its last mirrored position (failover); the destination topic is then the one to use",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (required)"},
@@ -140,6 +142,53 @@ func removeCommand() *cli.Command {
 			}
 			return report(c, result{Result: "removed", Mirror: mirror, Topics: []string{topic}},
 				fmt.Sprintf("removed %s from mirror %s", topic, mirror))
+		},
+	}
+}
+
+func resumeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "resume",
+		Usage: "restart DIVERGED or FAILED partitions of a topic once the cause is dealt with (they are verified again)",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the mirror (required)"),
+			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` whose partitions to resume (required)"},
+			&cli.IntSliceFlag{Name: "partition", Usage: "`N` to resume; repeat or separate with commas (default: every DIVERGED or FAILED partition)"},
+			&cli.BoolFlag{Name: "accept-gap", Usage: "skip source records deleted before they were mirrored, once; they are counted as lost in describe and /metrics"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror", "topic"); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			req := daemon.ResumeRequest{Mirror: c.String("mirror"), Topic: c.String("topic"), AcceptGap: c.Bool("accept-gap")}
+			for _, p := range c.IntSlice("partition") {
+				if p < 0 || p > math.MaxInt32 {
+					return usagef("resume: --partition %d is not a partition number", p)
+				}
+				req.Partitions = append(req.Partitions, int32(p))
+			}
+			resumed, err := client.ResumePartitions(c.Context, req)
+			if err != nil {
+				return err
+			}
+			parts := make([]string, len(resumed))
+			for i, p := range resumed {
+				parts[i] = strconv.Itoa(int(p))
+			}
+			if jsonOutput(c) {
+				return writeJSON(c.App.Writer, struct {
+					Result     string  `json:"result"`
+					Mirror     string  `json:"mirror"`
+					Topic      string  `json:"topic"`
+					Partitions []int32 `json:"partitions"`
+				}{"resumed", req.Mirror, req.Topic, resumed})
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "resumed partitions %s of %s (mirror %s); see kmirror describe\n", strings.Join(parts, ","), req.Topic, req.Mirror)
+			return err
 		},
 	}
 }

@@ -113,3 +113,74 @@ func (r *reader) arrayLen(minElem int) int {
 	}
 	return n
 }
+
+// Flexible versions (KIP-482): unsigned varints, compact strings and
+// arrays (length+1, 0 = null), tagged fields.
+
+func (w *writer) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+
+func (w *writer) compactString(s string) {
+	w.uvarint(uint64(len(s)) + 1)
+	w.b = append(w.b, s...)
+}
+
+func (r *reader) int8() int8 {
+	if !r.need(1) {
+		return 0
+	}
+	v := int8(r.b[0])
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) skip(n int) {
+	if r.need(n) {
+		r.b = r.b[n:]
+	}
+}
+
+// compactLen reads a compact array length (null reads as 0) and checks it
+// is plausible for the bytes left.
+func (r *reader) compactLen(minElem int) int {
+	n := r.uvarint()
+	if n == 0 || r.err != nil {
+		return 0
+	}
+	if n-1 > uint64(len(r.b)/max(minElem, 1)) {
+		r.err = fmt.Errorf("kafka response array of %d elements does not fit in %d bytes", n-1, len(r.b))
+		return 0
+	}
+	return int(n - 1)
+}
+
+func (r *reader) compactString() string {
+	n := r.compactLen(1)
+	if !r.need(n) {
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// skipTags skips a tagged-field section.
+func (r *reader) skipTags() {
+	n := r.uvarint() // a plain count, not a compact length
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		r.uvarint() // tag
+		r.skip(int(r.uvarint()))
+	}
+}

@@ -98,7 +98,11 @@ func (c *Conn) negotiate(ctx context.Context) error {
 		v   int16
 	}{{apiFetch, fetchVersion}, {apiProduce, produceVersion}} {
 		vr, ok := c.versions[need.key]
-		if !ok || need.v < vr.min || need.v > vr.max {
+		if !ok {
+			return fmt.Errorf("%s does not serve %s: it looks like a KRaft controller listener, which answers only controller requests; "+
+				"point kmirror at a broker listener", c.addr, protocol.ApiKey(need.key))
+		}
+		if need.v < vr.min || need.v > vr.max {
 			return fmt.Errorf("kafka broker %s does not support %s v%d (supports v%d..v%d): kmirror needs Kafka 2.6 or newer",
 				c.addr, protocol.ApiKey(need.key), need.v, vr.min, vr.max)
 		}
@@ -166,8 +170,12 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) ([
 	}
 	size := int32(binary.BigEndian.Uint32(hdr[:4]))
 	corr := int32(binary.BigEndian.Uint32(hdr[4:]))
+	if string(hdr[:4]) == "HTTP" {
+		return nil, fmt.Errorf("%s answered in HTTP, not the Kafka protocol: it is not a Kafka listener "+
+			"(use a broker's host:port from its listeners or advertised.listeners)", c.addr)
+	}
 	if size < 4 || size > 1<<30 {
-		return nil, fmt.Errorf("kafka broker %s sent a response of %d bytes", c.addr, size)
+		return nil, fmt.Errorf("%s sent a response of %d bytes, which no Kafka broker sends: is it a Kafka listener?", c.addr, size)
 	}
 	if corr != c.corr {
 		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, corr, c.corr)

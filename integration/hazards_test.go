@@ -1,0 +1,397 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+// Topics changing under the mirror (issue 7): each test is one kind of
+// fault with its right outcome, checked record by record on real Kafka.
+
+// adminRequest sends one admin request through a franz-go client and fails
+// the test on a transport error; error codes are the caller's to check.
+func adminRequest(t *testing.T, cl *harness.Cluster, req kmsg.Request) kmsg.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := kgoClient(t, cl).Request(ctx, req)
+	if err != nil {
+		t.Fatalf("%T: %v", req, err)
+	}
+	return res
+}
+
+func createPartitions(t *testing.T, cl *harness.Cluster, topic string, count int32) {
+	t.Helper()
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic, rt.Count = topic, count
+	req.Topics, req.TimeoutMillis = append(req.Topics, rt), 30000
+	for _, r := range adminRequest(t, cl, req).(*kmsg.CreatePartitionsResponse).Topics {
+		if r.ErrorCode != 0 {
+			t.Fatalf("create partitions of %s: error %d", topic, r.ErrorCode)
+		}
+	}
+}
+
+func deleteTopic(t *testing.T, cl *harness.Cluster, topic string) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics, req.TopicNames, req.TimeoutMillis = append(req.Topics, rt), []string{topic}, 30000
+	for _, r := range adminRequest(t, cl, req).(*kmsg.DeleteTopicsResponse).Topics {
+		if r.ErrorCode != 0 {
+			t.Fatalf("delete topic %s: error %d", topic, r.ErrorCode)
+		}
+	}
+}
+
+// recreateTopic creates a topic just deleted, retrying while the broker
+// still finishes the deletion.
+func recreateTopic(t *testing.T, cl *harness.Cluster, topic string, partitions int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := cl.CreateTopic(context.Background(), topic, partitions, 1, nil)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recreate %s: %v", topic, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// deleteRecords moves a partition's log start offset to offset.
+func deleteRecords(t *testing.T, cl *harness.Cluster, topic string, partition int32, offset int64) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = partition, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics, req.TimeoutMillis = append(req.Topics, rt), 30000
+	for _, r := range adminRequest(t, cl, req).(*kmsg.DeleteRecordsResponse).Topics {
+		for _, p := range r.Partitions {
+			if p.ErrorCode != 0 || p.LowWatermark != offset {
+				t.Fatalf("delete records of %s/%d below %d: error %d, log start %d", topic, partition, offset, p.ErrorCode, p.LowWatermark)
+			}
+		}
+	}
+}
+
+// alterBrokerDefault sets (value != "") or deletes a cluster-wide dynamic
+// broker config.
+func alterBrokerDefault(t *testing.T, cl *harness.Cluster, name, value string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeBroker
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name = name
+	if value == "" {
+		c.Op = kmsg.IncrementalAlterConfigOpDelete
+	} else {
+		c.Value = kmsg.StringPtr(value)
+	}
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	for _, r := range adminRequest(t, cl, req).(*kmsg.IncrementalAlterConfigsResponse).Resources {
+		if r.ErrorCode != 0 {
+			t.Fatalf("alter broker default %s=%q: error %d %v", name, value, r.ErrorCode, r.ErrorMessage)
+		}
+	}
+}
+
+// topicConfig returns a topic's effective value of one config.
+func topicConfig(t *testing.T, cl *harness.Cluster, topic, name string) string {
+	t.Helper()
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType, res.ResourceName, res.ConfigNames = kmsg.ConfigResourceTypeTopic, topic, []string{name}
+	req.Resources = append(req.Resources, res)
+	for _, r := range adminRequest(t, cl, req).(*kmsg.DescribeConfigsResponse).Resources {
+		for _, c := range r.Configs {
+			if c.Name == name && c.Value != nil {
+				return *c.Value
+			}
+		}
+	}
+	t.Fatalf("topic %s has no config %s", topic, name)
+	return ""
+}
+
+func keyedRecords(topic string, from, n int) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(fmt.Sprintf("key-%d", from+i)), Value: []byte(fmt.Sprintf("value-%d", from+i)),
+			Headers: []kgo.RecordHeader{{Key: "n", Value: []byte(fmt.Sprint(from + i))}}}
+	}
+	return recs
+}
+
+// waitPartitions waits until describe lists n partitions of topic.
+func waitPartitions(t *testing.T, m *member, mirror, topic string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rows, err := m.client.Describe(context.Background(), mirror, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d partitions in describe after a minute, want %d: %+v", topic, len(rows), n, rows)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitAllStates waits until every partition of topic is in state with a
+// reason containing want, and returns the rows.
+func waitAllStates(t *testing.T, m *member, mirror, topic, state, want string, within time.Duration) []daemon.PartitionStatus {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var rows []daemon.PartitionStatus
+	for {
+		var err error
+		rows, err = m.client.Describe(context.Background(), mirror, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := len(rows) > 0
+		for _, r := range rows {
+			if r.State != state || !strings.Contains(r.Reason, want) {
+				ok = false
+			}
+		}
+		if ok {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not every partition %s with %q after %s: %+v\n%s", topic, state, want, within, rows, m.logTail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestHazardPartitionsAdded: a source topic grown from 2 to 4 partitions
+// while mirrored. The destination grows to 4 and the new partitions are
+// mirrored from their start, record by record.
+func TestHazardPartitionsAdded(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-grow"
+	if err := env.src.CreateTopic(ctx, topic, 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 50))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "src", topic)
+	createPartitions(t, env.src, topic, 4)
+	// A new client: it sees the four partitions at once.
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 50, 200))
+	waitPartitions(t, m, "src", topic, 4)
+	waitCaughtUp(t, m, "src", topic)
+	src := readAll(t, env.src, topic, 4, true)
+	if len(src[2])+len(src[3]) == 0 {
+		t.Fatalf("no record went to the added partitions: the test proves nothing")
+	}
+	requireSameRecords(t, src, readAll(t, env.dst, topic, 4, true))
+}
+
+// TestHazardSourceTopicRecreated: a mirrored source topic deleted (FAILED
+// with that reason after a bounded wait) and created again under the same
+// name (DIVERGED: a new topic ID); the destination keeps exactly the old
+// records and nothing of the new topic.
+func TestHazardSourceTopicRecreated(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-recreate"
+	if err := env.src.CreateTopic(ctx, topic, 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 50))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "src", topic)
+	old := readAll(t, env.src, topic, 2, true)
+	requireSameRecords(t, old, readAll(t, env.dst, topic, 2, true))
+
+	deleteTopic(t, env.src, topic)
+	waitAllStates(t, m, "src", topic, "FAILED", "source topic "+topic+" no longer exists", 90*time.Second)
+	recreateTopic(t, env.src, topic, 2)
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 1000, 80))
+	waitAllStates(t, m, "src", topic, "DIVERGED", "source topic "+topic+" was recreated", time.Minute)
+	requireSameRecords(t, old, readAll(t, env.dst, topic, 2, true))
+	if _, err := m.client.Translate(ctx, "src", topic, 0, 0); err == nil {
+		t.Fatalf("translate answered for a partition whose source topic was recreated")
+	}
+}
+
+// TestHazardEffectiveConfigs: the source brokers accept 6 MiB records
+// (message.max.bytes as a cluster-wide broker config, nothing set on the
+// topic); the destination brokers 4 MiB. The destination topic gets the
+// source topic's effective max.message.bytes, so a 5 MiB record is
+// mirrored.
+func TestHazardEffectiveConfigs(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-bigrecord"
+	alterBrokerDefault(t, env.src, "message.max.bytes", "6291456")
+	t.Cleanup(func() { alterBrokerDefault(t, env.src, "message.max.bytes", "") })
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := topicConfig(t, env.src, topic, "max.message.bytes"); got != "6291456" {
+		t.Fatalf("source topic max.message.bytes = %s, want the broker-wide 6291456", got)
+	}
+	big := make([]byte, 5<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	c := kgoClient(t, env.src, kgo.ProducerBatchMaxBytes(6<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("small"), Value: []byte("before")}})
+	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("big"), Value: big}})
+	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("small"), Value: []byte("after")}})
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := topicConfig(t, env.dst, topic, "max.message.bytes"); got != "6291456" {
+		t.Fatalf("destination topic max.message.bytes = %s, want the source's effective 6291456", got)
+	}
+	waitCaughtUp(t, m, "src", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, 1, true), readAll(t, env.dst, topic, 1, true))
+}
+
+// TestHazardDestinationRetention: destination retention deletes records
+// kmirror wrote past its last checkpoint, then kmirror is killed. The
+// resume is not a divergence: it maps the deleted offsets to their source
+// records and mirrors on (MIRRORING at 21/21).
+func TestHazardDestinationRetention(t *testing.T) {
+	// Checkpoints an hour apart: the kill always lands before one.
+	m := startMember(t, "hz-retention", memberOpts{checkpoint: "1h"})
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "hzret", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "hz-retention"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs := keyedRecords(topic, 0, 20)
+	for _, r := range recs {
+		r.Timestamp = time.Now().Add(-48 * time.Hour)
+	}
+	produceSync(t, kgoClient(t, env.src), recs)
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzret", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "hzret", topic)
+	// What retention.ms would do to these 48-hour-old records on the
+	// destination, without waiting for the broker's retention check.
+	deleteRecords(t, env.dst, topic, 0, 20)
+	m.kill9()
+	m.start()
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 20, 1))
+	rows := waitCaughtUp(t, m, "hzret", topic)
+	if r := rows[0]; r.State != "MIRRORING" || r.SourceOffset != 21 || r.DestinationOffset != 21 {
+		t.Fatalf("after the resume: %+v, want MIRRORING at 21/21", r)
+	}
+	src := readAll(t, env.src, topic, 1, true)
+	requireSameRecords(t, [][]*kgo.Record{src[0][20:]}, readAll(t, env.dst, topic, 1, true))
+	tr, err := m.client.Translate(ctx, "hzret", topic, 0, 20)
+	if err != nil || tr.DestinationOffset != 20 {
+		t.Fatalf("translate(20) = %+v, %v; want 20", tr, err)
+	}
+}
+
+// TestHazardSourceGap: source records deleted before they were mirrored
+// (the member was down). The partition stops DIVERGED with the exact range
+// and the source log start, describe keeps its position, list shows the
+// mirror DIVERGED; resume --accept-gap records the gap, counts it in
+// describe and /metrics, and mirrors on with an exact translation.
+func TestHazardSourceGap(t *testing.T) {
+	m := startMember(t, "hz-gap", memberOpts{})
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "hzgap", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "hz-gap"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	sc := kgoClient(t, env.src)
+	produceSync(t, sc, keyedRecords(topic, 0, 100))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzgap", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "hzgap", topic)
+	before := readAll(t, env.src, topic, 1, true)
+	m.stop()
+	produceSync(t, sc, keyedRecords(topic, 100, 50))
+	deleteRecords(t, env.src, topic, 0, 150)
+	produceSync(t, sc, keyedRecords(topic, 150, 10))
+	m.start()
+
+	r := waitAllStates(t, m, "hzgap", topic, "DIVERGED", "source offsets 100..149", time.Minute)[0]
+	if !strings.Contains(r.Reason, "the source log starts at 150") || !strings.Contains(r.Reason, "--accept-gap") {
+		t.Fatalf("reason %q does not give the source log start and the way on", r.Reason)
+	}
+	if r.DestinationOffset != 100 {
+		t.Fatalf("describe of the DIVERGED partition: destination offset %d, want 100 (its position)", r.DestinationOffset)
+	}
+	mirrors, err := m.client.ListMirrors(ctx)
+	if err != nil || len(mirrors) != 1 || mirrors[0].State != "DIVERGED" {
+		t.Fatalf("list = %+v, %v; want mirror hzgap DIVERGED", mirrors, err)
+	}
+	out, stderr, code := cli(t, m, "resume", "--mirror", "hzgap", "--topic", topic, "--accept-gap")
+	if code != 0 || !strings.Contains(out, "resumed partitions 0") {
+		t.Fatalf("kmirror resume --accept-gap: exit %d, %q %q", code, out, stderr)
+	}
+	rows := waitCaughtUp(t, m, "hzgap", topic)
+	if rows[0].SkippedRecords != 50 || rows[0].LastGap != "100..149" || !strings.Contains(rows[0].Reason, "skipped 50") {
+		t.Fatalf("describe after accepting the gap: %+v; want 50 skipped records, gap 100..149", rows[0])
+	}
+	want := `kmirror_partition_skipped_records_total{mirror="hzgap",partition="0",topic="hz-gap"} 50`
+	if metrics := metricsText(t, m); !strings.Contains(metrics, want) {
+		t.Fatalf("/metrics lacks %s", want)
+	}
+	after := readAll(t, env.src, topic, 1, true)
+	if len(after[0]) != 10 || after[0][0].Offset != 150 {
+		t.Fatalf("source holds %d records from offset %d, want 10 from 150", len(after[0]), after[0][0].Offset)
+	}
+	requireSameRecords(t, [][]*kgo.Record{append(before[0], after[0]...)}, readAll(t, env.dst, topic, 1, true))
+	for _, c := range []struct{ src, dst int64 }{{99, 99}, {100, 100}, {120, 100}, {150, 100}, {155, 105}, {160, 110}} {
+		tr, err := m.client.Translate(ctx, "hzgap", topic, 0, c.src)
+		if err != nil || tr.DestinationOffset != c.dst {
+			t.Fatalf("translate(%d) = %+v, %v; want %d", c.src, tr, err, c.dst)
+		}
+	}
+	// A second resume has nothing to do.
+	if _, err := m.client.ResumePartitions(ctx, daemon.ResumeRequest{Mirror: "hzgap", Topic: topic}); !errors.Is(err, daemon.ErrConflict) {
+		t.Fatalf("resume of a mirroring topic: %v, want a conflict", err)
+	}
+}
