@@ -581,9 +581,9 @@ type sourceIter struct {
 	// deleted before they were mirrored (gap says which).
 	acceptGap bool
 	gap       *gapRange
-	items []*item
-	cur   *item
-	recs  []kwire.Record
+	items     []*item
+	cur       *item
+	recs      []kwire.Record
 }
 
 func (s *sourceIter) pending() bool { return len(s.recs) > 0 }

@@ -107,10 +107,10 @@ type PartitionInfo struct {
 
 // MirrorTopic is one topic mirrored by a mirror.
 type MirrorTopic struct {
-	Mirror        string     `json:"mirror"`
-	Topic         string     `json:"topic"`
-	State         TopicState `json:"state"`
-	Reason        string     `json:"reason,omitempty"`
+	Mirror string     `json:"mirror"`
+	Topic  string     `json:"topic"`
+	State  TopicState `json:"state"`
+	Reason string     `json:"reason,omitempty"`
 	// SourceTopicID and DestTopicID are the topic IDs (KIP-516) seen when
 	// the topic was added and the destination topic created; a topic
 	// found under another ID was recreated (a divergence).
