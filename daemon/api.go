@@ -172,6 +172,7 @@ type LiveStatus struct {
 	Lag               int64  `json:"lag"`
 	DuplicateRecords  int64  `json:"duplicate_records,omitempty"`
 	Duplicate         string `json:"duplicate,omitempty"`
+	Waiting           string `json:"waiting,omitempty"`
 }
 
 // internalApply carries one encoded raft command from a member to the

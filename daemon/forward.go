@@ -164,7 +164,7 @@ func (m *Member) LocalStatuses() []LiveStatus {
 			Mirror: st.Key.Mirror, Topic: st.Key.Topic, Partition: st.Key.Partition,
 			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd,
 			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,
-			DuplicateRecords: st.DuplicateRecords, Duplicate: st.Duplicate,
+			DuplicateRecords: st.DuplicateRecords, Duplicate: st.Duplicate, Waiting: st.Waiting,
 		})
 	}
 	return out

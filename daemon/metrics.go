@@ -23,6 +23,8 @@ type metrics struct {
 	diverg *prometheus.Desc
 	dups   *prometheus.Desc
 	skip   *prometheus.Desc
+	ckpt   *prometheus.Desc
+	xlB    *prometheus.Desc
 	// skipped returns the skipped-record counts of the partitions this
 	// member owns (from the replicated state).
 	skipped func() map[fetch.Key]int64
@@ -41,6 +43,10 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64) *metri
 		diverg:  prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
 		dups: prometheus.NewDesc("kmirror_partition_duplicate_records_total",
 			"Records of kmirror's own batches found twice on the destination since this member took the partition.", labels, nil),
+		xlB: prometheus.NewDesc("kmirror_partition_translation_bytes",
+			"Memory the partition's offset-translation breakpoints take (bounded by the source's retention).", labels, nil),
+		ckpt: prometheus.NewDesc("kmirror_partition_checkpoint_failing",
+			"1 while the partition's checkpoint cannot be written to the offsets topic (describe says why), else 0.", labels, nil),
 		skip: prometheus.NewDesc("kmirror_partition_skipped_records_total",
 			"Source records deleted before they were mirrored that an operator accepted to skip (kmirror resume --accept-gap); "+
 				"exported by the partition's owner.", labels, nil),
@@ -61,6 +67,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.diverg
 	ch <- m.dups
 	ch <- m.skip
+	ch <- m.ckpt
+	ch <- m.xlB
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -72,6 +80,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)
 		ch <- prometheus.MustNewConstMetric(m.dups, prometheus.CounterValue, float64(st.DuplicateRecords), l...)
+		failing := 0.0
+		if st.CheckpointFailing {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.ckpt, prometheus.GaugeValue, failing, l...)
+		ch <- prometheus.MustNewConstMetric(m.xlB, prometheus.GaugeValue, float64(st.TranslationBytes), l...)
 	}
 	if m.skipped != nil {
 		for k, n := range m.skipped() {

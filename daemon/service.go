@@ -166,8 +166,7 @@ func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) erro
 // plannedTopic is a topic checked and resolved by AddTopics before anything
 // is created.
 type plannedTopic struct {
-	topic   raftstore.MirrorTopic
-	configs map[string]string
+	topic raftstore.MirrorTopic
 }
 
 // AddTopics starts mirroring topics. Every topic is checked first (source
@@ -276,12 +275,19 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 	if err != nil {
 		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	create, deferred := fetch.DeferCompaction(configs)
 	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: topic, State: raftstore.StatePending,
-		SourceTopicID: srcTopic.ID, DestinationConfigs: configs, Partitions: make([]raftstore.PartitionInfo, n)}
+		SourceTopicID: srcTopic.ID, DestinationConfigs: create, Partitions: make([]raftstore.PartitionInfo, n)}
+	if deferred != nil {
+		if mt.DeferUntil, err = src.HighWatermarks(ctx, topic, n); err != nil {
+			return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		mt.DeferredConfigs = deferred
+	}
 	for i := range mt.Partitions {
 		mt.Partitions[i] = raftstore.PartitionInfo{State: raftstore.StatePending, StartOffset: offsets[i]}
 	}
-	return plannedTopic{topic: mt, configs: configs}, nil
+	return plannedTopic{topic: mt}, nil
 }
 
 // createTopic records the topic PENDING, creates the destination topic and
@@ -657,11 +663,18 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 						ps.Reason = "retrying: " + st.Retrying
 					case st.Duplicate != "" && ps.Reason == "":
 						ps.Reason = fmt.Sprintf("duplicate: %d records so far; the latest: %s", st.DuplicateRecords, st.Duplicate)
+					case st.Waiting != "" && ps.Reason == "":
+						ps.Reason = st.Waiting
 					}
 				} else if silent[p.Owner] && ps.State == string(raftstore.StateMirroring) {
 					ps.Reason = fmt.Sprintf("owner %s did not answer: offsets unknown (if it is down, the leader moves its partitions after lease_ttl; see kmirror members)", p.Owner)
 				} else if p.LastMirrored != nil {
 					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0
+				}
+				if ps.Reason == "" && len(t.DeferredConfigs) > 0 && i < len(t.DeferUntil) && p.State == raftstore.StateMirroring {
+					ps.Reason = fmt.Sprintf("destination topic kept cleanup.policy=delete until every partition is mirrored past the source's "+
+						"high watermark at add (here %d): records without a key written before the source became compacted "+
+						"must be accepted; then it gets cleanup.policy=%s", t.DeferUntil[i], t.DeferredConfigs["cleanup.policy"])
 				}
 				if ps.Reason == "" && p.SkippedRecords > 0 {
 					ps.Reason = fmt.Sprintf("skipped %d source records deleted before they were mirrored (latest: source offsets %s), as accepted with resume --accept-gap",

@@ -150,6 +150,38 @@ func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *fetch.Admin
 	if srcMeta.Partitions > len(t.Partitions) {
 		m.growTopic(ctx, src, t, srcMeta.Partitions, dstMeta.Partitions)
 	}
+	if len(t.DeferredConfigs) > 0 {
+		m.applyDeferred(ctx, t)
+	}
+}
+
+// applyDeferred sets a topic's deferred compaction configs on the
+// destination once every partition's checkpoint is past its DeferUntil
+// offset (fetch.DeferCompaction), then clears them in the state.
+func (m *Member) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
+	for i, p := range t.Partitions {
+		if i >= len(t.DeferUntil) {
+			break // added later: created after the source was compacted
+		}
+		if t.DeferUntil[i] <= p.StartOffset {
+			continue // nothing the mirror copies lies below it
+		}
+		pos, ok, err := m.engine.Checkpointed(ctx, fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)})
+		if err != nil || !ok || pos.SourceOffset < t.DeferUntil[i] {
+			return
+		}
+	}
+	log := m.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
+	if err := m.dest.AlterTopicConfigs(ctx, t.Topic, t.DeferredConfigs); err != nil {
+		log.Warn("set the deferred compaction configs on the destination topic", zap.Error(err))
+		return
+	}
+	if err := m.store.Apply(ctx, raftstore.DeferredApplied{Mirror: t.Mirror, Topic: t.Topic}); err != nil {
+		log.Warn("record deferred configs applied", zap.Error(err))
+		return
+	}
+	log.Info("backlog mirrored past every record the source held at add; destination topic now has the source's compaction configs",
+		zap.Any("configs", t.DeferredConfigs))
 }
 
 // growTopic mirrors partitions added on the source: the destination topic

@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go/protocol/createpartitions"
 	"github.com/segmentio/kafka-go/protocol/createtopics"
 	"github.com/segmentio/kafka-go/protocol/describeconfigs"
+	"github.com/segmentio/kafka-go/protocol/incrementalalterconfigs"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
 
@@ -221,6 +224,54 @@ func IsTopicExists(err error) bool {
 	return errors.As(err, &kerr) && kerr.Code == kwire.CodeTopicAlreadyExists
 }
 
+// AlterTopicConfigs sets configs of a topic (IncrementalAlterConfigs,
+// SET), leaving its other configs as they are.
+func (a *Admin) AlterTopicConfigs(ctx context.Context, topic string, configs map[string]string) error {
+	res := incrementalalterconfigs.RequestResource{ResourceType: 2, ResourceName: topic}
+	names := make([]string, 0, len(configs))
+	for k := range configs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		res.Configs = append(res.Configs, incrementalalterconfigs.RequestConfig{Name: k, Value: configs[k]})
+	}
+	msg, err := a.cl.roundTrip(ctx, &incrementalalterconfigs.Request{Resources: []incrementalalterconfigs.RequestResource{res}})
+	if err != nil {
+		return fmt.Errorf("alter configs of %s on %s: %w", topic, a.cl.name, err)
+	}
+	for _, r := range msg.(*incrementalalterconfigs.Response).Responses {
+		if r.ErrorCode != 0 {
+			return &AdminError{Err: &kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "alter topic configs on " + a.cl.name},
+				Message: r.ErrorMessage}
+		}
+	}
+	return nil
+}
+
+// DeferCompaction splits the configs of a destination topic whose source is
+// compacted: a compacted topic refuses records without a key, but the
+// source may still hold keyless records written before its cleanup.policy
+// became compact (the source broker refuses new ones from then on, and
+// only its cleaner removes the old). So the destination topic starts with
+// cleanup.policy=delete and unlimited retention, and deferred (the
+// source's cleanup.policy and retention) is applied once every partition is
+// mirrored past the source's high watermark at add: no keyless record can
+// lie beyond it. It returns configs unchanged and nil for other topics.
+func DeferCompaction(configs map[string]string) (create, deferred map[string]string) {
+	if !strings.Contains(configs["cleanup.policy"], "compact") {
+		return configs, nil
+	}
+	create, deferred = maps.Clone(configs), map[string]string{}
+	for k, v := range map[string]string{"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"} {
+		if old, ok := configs[k]; ok {
+			deferred[k] = old
+		}
+		create[k] = v
+	}
+	return create, deferred
+}
+
 // CreatePartitions grows a topic to count partitions and waits until every
 // partition has a leader. A topic that already has count partitions is
 // left as it is (INVALID_PARTITIONS from the broker is then not an error).
@@ -286,13 +337,23 @@ const (
 // partitions costs a request per broker, not 200), and retries partitions
 // whose leader moved or is not ready until ctx ends.
 func (a *Admin) Offsets(ctx context.Context, topic string, partitions int, which int64) ([]int64, error) {
+	return a.offsets(ctx, topic, partitions, which, 1)
+}
+
+// HighWatermarks returns every partition's high watermark (read_uncommitted
+// latest offset): the end of everything written, committed or not.
+func (a *Admin) HighWatermarks(ctx context.Context, topic string, partitions int) ([]int64, error) {
+	return a.offsets(ctx, topic, partitions, Latest, 0)
+}
+
+func (a *Admin) offsets(ctx context.Context, topic string, partitions int, which int64, isolation int8) ([]int64, error) {
 	out := make([]int64, partitions)
 	left := make([]int32, partitions)
 	for p := range left {
 		left[p] = int32(p)
 	}
 	for {
-		retry, err := a.offsetsOnce(ctx, topic, left, which, out)
+		retry, err := a.offsetsOnce(ctx, topic, left, which, isolation, out)
 		if err != nil {
 			return nil, err
 		}
@@ -310,7 +371,7 @@ func (a *Admin) Offsets(ctx context.Context, topic string, partitions int, which
 
 // offsetsOnce asks each leader once for its partitions of parts; it
 // returns the partitions to ask again (a retriable error or no leader).
-func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, which int64, out []int64) (retry []int32, err error) {
+func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, which int64, isolation int8, out []int64) (retry []int32, err error) {
 	type leaderReq struct {
 		addr  string
 		parts []listoffsets.RequestPartition
@@ -345,7 +406,7 @@ func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, wh
 			continue
 		}
 		rctx, cancel := exchangeCtx(ctx)
-		msg, err := conn.RoundTrip(rctx, &listoffsets.Request{ReplicaID: -1, IsolationLevel: 1,
+		msg, err := conn.RoundTrip(rctx, &listoffsets.Request{ReplicaID: -1, IsolationLevel: isolation,
 			Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: lr.parts}}})
 		cancel()
 		if err != nil {

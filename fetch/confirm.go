@@ -98,9 +98,7 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 		return
 	}
 	for _, en := range w.entries {
-		if en, ok := p.xl.Observe(en.Src, en.Dst); ok {
-			p.unsaved = append(p.unsaved, en)
-		}
+		p.xl.Observe(en.Src, en.Dst)
 	}
 	if w.end != (Entry{Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset}) {
 		p.pos.SourceOffset, p.pos.DestinationOffset = w.end.Src, w.end.Dst

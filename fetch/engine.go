@@ -221,12 +221,23 @@ func (e *Engine) parkDivergedLocked(k Key, p *partition, s Spec) {
 		return
 	}
 	p = &partition{spec: s, state: Diverged, reason: s.Diverged, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
-	if cp, ok, _ := e.store.load(k); ok {
+	if cp, ok := e.store.checkpointOf(k); ok {
 		p.pos = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
 	} else {
 		p.pos = Position{SourceOffset: s.StartOffset}
 	}
 	e.parts[k] = p
+}
+
+// Checkpointed returns the last persisted position of a partition as
+// found in the offsets topic (whichever member wrote it), after reading
+// what was appended since the last read. ok is false without a checkpoint.
+func (e *Engine) Checkpointed(ctx context.Context, k Key) (pos Position, ok bool, err error) {
+	if err := e.store.catchUp(ctx); err != nil {
+		return Position{}, false, err
+	}
+	cp, ok := e.store.checkpointOf(k)
+	return Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}, ok, nil
 }
 
 // Held lists the partitions the engine holds.
@@ -243,11 +254,12 @@ func (e *Engine) Held() []Key {
 // updateLocked snapshots p's progress for a checkpoint write and clears
 // its unsaved state.
 func (e *Engine) updateLocked(p *partition) update {
-	u := update{key: p.key(), entries: p.unsaved, cp: checkpoint{
+	segs, dropped := p.xl.takeUnsaved()
+	u := update{key: p.key(), segs: segs, dropped: dropped, cp: checkpoint{
 		Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset, Seq: p.nextSeq,
 		PID: p.producer.ID, Epoch: p.producer.Epoch, LeaderEpoch: p.pos.SourceLeaderEpoch,
 	}}
-	p.unsaved, p.dirty = nil, false
+	p.dirty = false
 	return u
 }
 
@@ -396,6 +408,9 @@ func (e *Engine) route() {
 		if err == nil {
 			err = e.checkTopicID(ctx, src.cl, p, "source")
 		}
+		if err == nil {
+			err = e.checkSourceTruncation(ctx, src.cl, p, addr, epoch)
+		}
 		if e.routeFailed(p, "source", src.cl, err) {
 			continue
 		}
@@ -424,6 +439,84 @@ func (e *Engine) route() {
 		}
 		e.mu.Unlock()
 	}
+}
+
+// checkSourceTruncation runs before fetching from a (new) source leader:
+// it asks the leader where the leader epoch of the last batch kmirror
+// fetched ends in its log (OffsetForLeaderEpoch, KIP-320; design.md
+// section 8). A clean leader change keeps every record up to the high
+// watermark, and read_committed never fetches beyond it, so the epoch
+// ends at or after the fetch offset. An end before it means the new
+// leader lacks records kmirror read (an unclean leader election):
+//
+//   - records fetched but not yet written to the destination are dropped
+//     from the queue and fetched again from the new leader: the clusters
+//     still agree;
+//   - records already mirrored that the source no longer has are a
+//     divergence: the partition stops DIVERGED with the exact range (the
+//     destination keeps them; mirroring on would give their source
+//     offsets to other records).
+func (e *Engine) checkSourceTruncation(ctx context.Context, cl *cluster, p *partition, addr string, leaderEpoch int32) error {
+	e.mu.Lock()
+	fe, fo, k, start := p.fetchedEpoch, p.fetchOffset, p.key(), p.spec.StartOffset
+	e.mu.Unlock()
+	if fe < 0 || fo <= start {
+		return nil // nothing fetched with a known epoch yet
+	}
+	conn, err := cl.borrow(ctx, addr)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := exchangeCtx(ctx)
+	end, err := conn.EpochEndOffset(rctx, k.Topic, k.Partition, leaderEpoch, fe)
+	cancel()
+	var kerr *kwire.Error
+	if err != nil && !errors.As(err, &kerr) {
+		conn.Close()
+		return err
+	}
+	cl.giveBack(addr, conn)
+	if err != nil {
+		return err
+	}
+	if end.EndOffset < 0 || end.EndOffset >= fo {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.fetchOffset != fo || !p.active() {
+		return nil // restarted meanwhile: its next route checks again
+	}
+	cut := end.EndOffset
+	if cut >= p.pos.SourceOffset {
+		keep := 0
+		for keep < len(p.queue) && p.queue[keep].srcNext <= cut {
+			keep++
+		}
+		straddles := keep < len(p.queue) && p.queue[keep].srcFirst < cut
+		inFlightLost := p.inflight && keep == 0 && len(p.queue) > 0
+		if !straddles && !inFlightLost {
+			for _, it := range p.queue[keep:] {
+				p.queued -= it.size
+				e.inUse -= it.size
+			}
+			p.queue = p.queue[:keep]
+			p.fetchOffset, p.fetchedEpoch = cut, end.LeaderEpoch
+			e.log.Warn("new source leader lacks records kmirror fetched but had not written (an unclean leader election on the source); "+
+				"fetching again from it", zap.Stringer("partition", k), zap.Int32("leader_epoch", leaderEpoch),
+				zap.Int64("from", cut), zap.Int64("to", fo-1))
+			return nil
+		}
+	}
+	hi := p.pos.SourceOffset - 1 // mirrored and lost
+	if cut >= p.pos.SourceOffset && len(p.queue) > 0 {
+		hi = p.queue[0].srcNext - 1 // in a batch being written, or one that straddles the cut
+	}
+	return &Divergence{Key: k, Reason: fmt.Sprintf("the source lost offsets %d..%d of %s after kmirror mirrored them: its new leader "+
+		"(leader epoch %d) ends leader epoch %d at offset %d, before what was mirrored (an unclean leader election on the source). "+
+		"The destination keeps those records; mirroring on would give their source offsets to other records. "+
+		"To mirror the source as it is now: kmirror remove --mirror %s --topic %s, delete topic %s on the destination cluster, then add it again",
+		cut, hi, k, leaderEpoch, fe, cut, k.Mirror, k.Topic, k.Topic)}
 }
 
 // topicGoneWait is how long a mirrored topic may be missing on either
@@ -525,15 +618,31 @@ func (e *Engine) checkpoint() {
 	err := e.store.write(ctx, ups)
 	cancel()
 	e.ckptMu.Unlock()
-	if err != nil {
-		e.log.Warn("checkpoint write failed; will retry", zap.Error(err))
-		e.mu.Lock()
+	var werr *WriteError
+	if err != nil && !errors.As(err, &werr) {
+		werr = &WriteError{Failed: map[Key]bool{}, Err: err}
 		for _, u := range ups {
-			if p, ok := e.parts[u.key]; ok {
-				p.unsaved = append(u.entries, p.unsaved...)
-				p.dirty = true
-			}
+			werr.Failed[u.key] = true
 		}
-		e.mu.Unlock()
+	}
+	if werr != nil {
+		e.log.Warn("checkpoint write failed; will retry", zap.Int("partitions", len(werr.Failed)), zap.Error(werr.Err))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, u := range ups {
+		p, ok := e.parts[u.key]
+		if !ok {
+			continue
+		}
+		if werr != nil && werr.Failed[u.key] {
+			// Only this partition waits for the next round; the others'
+			// checkpoints are written.
+			p.xl.requeue(u.segs, u.dropped)
+			p.dirty = true
+			p.checkpointErr = "checkpoint not written (retrying every checkpoint_interval): " + werr.Err.Error()
+		} else {
+			p.checkpointErr = ""
+		}
 	}
 }

@@ -371,7 +371,7 @@ func TestEngineReleaseReturnsBudget(t *testing.T) {
 		if err := x.e.store.catchUp(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		cp, ok, _ := x.e.store.load(k)
+		cp, ok := x.e.store.checkpointOf(k)
 		if !ok || cp.Src != end || cp.Dst != end {
 			t.Fatalf("checkpoint of %s after release: %+v (found %t), want %d", k, cp, ok, end)
 		}
@@ -417,5 +417,55 @@ func TestEngineTranslateBoundaries(t *testing.T) {
 	}
 	if _, err := x.e.Translate(Key{Mirror: "m", Topic: "t", Partition: 9}, 0); !errors.Is(err, ErrUnknownPartition) {
 		t.Fatalf("Translate of a partition not held: %v", err)
+	}
+}
+
+// TestCheckpointWriteSplitsLargeTranslations: a partition with 1,000,000
+// breakpoints (a compacted source with a hole after every record) is
+// written as translation segments in batches the offsets topic accepts
+// (max.message.bytes 1 MiB), its checkpoint after them, and a fresh reader
+// loads every breakpoint. Written as one batch it would fail with
+// MESSAGE_TOO_LARGE forever.
+func TestCheckpointWriteSplitsLargeTranslations(t *testing.T) {
+	x := newKfakePair(t)
+	k := Key{Mirror: "m", Topic: "holes", Partition: 0}
+	const n = 1_000_000
+	var xl Translation
+	for i := int64(0); i < n; i++ {
+		xl.Observe(2*i+1, i)
+	}
+	xl.Advance(2*n+1, n)
+	segs, dropped := xl.takeUnsaved()
+	size := 0
+	for _, s := range segs {
+		size += len(s.value)
+	}
+	if size < 1<<20 {
+		t.Fatalf("the segments take %d bytes: not more than one batch may hold, the test proves nothing", size)
+	}
+	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: 2*n + 1, Dst: n, Seq: n, PID: 7}}
+	other := update{key: Key{Mirror: "m", Topic: "plain", Partition: 3}, cp: checkpoint{Src: 5, Dst: 5, PID: 8}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := x.e.store.write(ctx, []update{up, other}); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	fresh := newOffsetStore(newCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic)
+	if err := fresh.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cp, ok, back, err := fresh.load(k, Entry{})
+	if err != nil || !ok || cp != up.cp || back.Len() != n {
+		t.Fatalf("read back checkpoint %+v (found %t, %v) with %d breakpoints; want %+v with %d", cp, ok, err, back.Len(), up.cp, n)
+	}
+	for _, o := range []int64{0, 1, 2, 3, 500_000, 2 * n} {
+		a, _ := xl.Translate(o)
+		b, _ := back.Translate(o)
+		if a != b || a != (o)/2 {
+			t.Fatalf("translate(%d): written %d, read back %d, want %d", o, a, b, o/2)
+		}
+	}
+	if cp, ok := fresh.checkpointOf(other.key); !ok || cp != other.cp {
+		t.Fatalf("the other partition's checkpoint: %+v, %t", cp, ok)
 	}
 }

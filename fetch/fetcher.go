@@ -211,7 +211,12 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 		p := e.parts[k]
 		current := p != nil && p.state == Mirroring && !p.draining && p.srcLeader == broker && p.fetchOffset == from
 		if current {
-			p.srcEnd = fp.LastStableOffset
+			p.srcEnd, p.srcHW = fp.LastStableOffset, fp.HighWatermark
+			if fp.LogStartOffset > 0 {
+				// Breakpoints wholly below the source's log start can
+				// never be asked for again: bounded by retention.
+				p.xl.Trim(fp.LogStartOffset)
+			}
 			if fp.Err != 0 {
 				e.fetchErrorLocked(p, fp)
 				current, errored = false, true
@@ -244,6 +249,9 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 			p.queue = append(p.queue, it)
 			p.queued += it.size
 			e.inUse += it.size
+			if !it.skip() {
+				p.fetchedEpoch = it.epoch
+			}
 		}
 		p.fetchOffset = next
 		if len(items) > 0 && p.dstLeader >= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,8 +29,11 @@ type checkpoint struct {
 // wins). Topic and mirror names cannot hold a NUL byte.
 const (
 	kindCheckpoint = "ckpt"
-	kindEntry      = "xlat"
-	kindStopped    = "stopped"
+	// kindEntry is one breakpoint per record (builds before segments):
+	// still read, deleted once its partition's segments are written.
+	kindEntry   = "xlat"
+	kindSegment = "xseg" // a segment of breakpoints (translate.go)
+	kindStopped = "stopped"
 )
 
 func recordKey(kind string, k Key, extra ...string) []byte {
@@ -60,14 +64,16 @@ type offsetStore struct {
 	mu          sync.Mutex
 	next        int64 // next offset to read
 	checkpoints map[Key]checkpoint
-	entries     map[Key]map[int64]int64 // src -> dst
+	segments    map[Key]map[int64][]byte // base -> segment record value
+	entries     map[Key]map[int64]int64  // legacy breakpoints: src -> dst
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
 }
 
 func newOffsetStore(dest *cluster, topic string) *offsetStore {
-	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{}, entries: map[Key]map[int64]int64{}}
+	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{},
+		segments: map[Key]map[int64][]byte{}, entries: map[Key]map[int64]int64{}}
 }
 
 // catchUp reads everything appended since the last call.
@@ -156,13 +162,41 @@ func (s *offsetStore) apply(r kwire.Record) {
 		if json.Unmarshal(r.Value, &cp) == nil {
 			s.checkpoints[k] = cp
 		}
+	case kindSegment:
+		if len(extra) != 1 {
+			return
+		}
+		base, err := strconv.ParseInt(extra[0], 10, 64)
+		if err != nil {
+			return
+		}
+		m := s.segments[k]
+		if r.Value == nil {
+			delete(m, base)
+			if len(m) == 0 {
+				delete(s.segments, k)
+			}
+			return
+		}
+		if m == nil {
+			m = map[int64][]byte{}
+			s.segments[k] = m
+		}
+		m[base] = append([]byte(nil), r.Value...)
 	case kindEntry:
 		if len(extra) != 1 {
 			return
 		}
 		src, err1 := strconv.ParseInt(extra[0], 10, 64)
+		if err1 != nil {
+			return
+		}
+		if r.Value == nil {
+			delete(s.entries[k], src)
+			return
+		}
 		dst, err2 := strconv.ParseInt(string(r.Value), 10, 64)
-		if err1 != nil || err2 != nil {
+		if err2 != nil {
 			return
 		}
 		m := s.entries[k]
@@ -174,49 +208,153 @@ func (s *offsetStore) apply(r kwire.Record) {
 	}
 }
 
-// load returns the checkpoint and breakpoints known for a partition.
-func (s *offsetStore) load(k Key) (checkpoint, bool, []Entry) {
+// load returns the checkpoint known for a partition and its translation
+// restored at the checkpoint (start when there is none). A segment that
+// does not decode is an error: the translation would not be exact.
+func (s *offsetStore) load(k Key, start Entry) (checkpoint, bool, Translation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cp, ok := s.checkpoints[k]
-	var es []Entry
-	for src, dst := range s.entries[k] {
-		es = append(es, Entry{Src: src, Dst: dst})
+	end := start
+	if ok {
+		end = Entry{Src: cp.Src, Dst: cp.Dst}
 	}
-	return cp, ok, es
+	var segs []xlSeg
+	for base, v := range s.segments[k] {
+		seg, err := segmentFromValue(v)
+		if err != nil || seg.base != base {
+			return cp, ok, Translation{}, fmt.Errorf("translation segment %d of %s in %s: %v", base, k, s.topic, err)
+		}
+		segs = append(segs, seg)
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+	var legacy []Entry
+	for src, dst := range s.entries[k] {
+		legacy = append(legacy, Entry{Src: src, Dst: dst})
+	}
+	var xl Translation
+	xl.restoreSegments(segs, legacy, end)
+	return cp, ok, xl, nil
 }
 
-// update is one partition's contribution to a checkpoint write.
+// checkpointOf returns the checkpoint known for a partition.
+func (s *offsetStore) checkpointOf(k Key) (checkpoint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp, ok := s.checkpoints[k]
+	return cp, ok
+}
+
+// legacyKeys lists the old-format breakpoints of a partition, to delete
+// once its segments are written.
+func (s *offsetStore) legacyKeys(k Key) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int64, 0, len(s.entries[k]))
+	for src := range s.entries[k] {
+		out = append(out, src)
+	}
+	return out
+}
+
+// update is one partition's contribution to a checkpoint write: the
+// translation segments changed since the last write, the segment bases
+// trimmed, and the checkpoint.
 type update struct {
 	key     Key
 	cp      checkpoint
-	entries []Entry
+	segs    []segRecord
+	dropped []int64
 }
 
-// write appends breakpoints before checkpoints in one batch, so a
-// persisted checkpoint implies its breakpoints are persisted.
+// maxWriteBatchBytes bounds one record batch written to the offsets
+// topic, well below the broker's default max.message.bytes (1 MiB), so a
+// partition with many breakpoints never makes a write too large for the
+// topic: its records are split across batches.
+const maxWriteBatchBytes = 256 << 10
+
+// write persists the updates: each partition's translation segments (and
+// tombstones of trimmed ones), then its checkpoint, so a persisted
+// checkpoint implies its breakpoints are persisted. Records go in batches of at most maxWriteBatchBytes, sent in
+// order; one partition's records may span batches (its checkpoint in the
+// last). A failed batch fails only the partitions with records in it: the
+// others are written. It returns nil, or a *WriteError naming the failed
+// partitions.
 func (s *offsetStore) write(ctx context.Context, ups []update) error {
-	var recs []kwire.Record
 	now := time.Now().UnixMilli()
-	for _, u := range ups {
-		for _, e := range u.entries {
-			recs = append(recs, kwire.Record{Timestamp: now,
-				Key:   recordKey(kindEntry, u.key, strconv.FormatInt(e.Src, 10)),
-				Value: []byte(strconv.FormatInt(e.Dst, 10))})
+	type pending struct {
+		recs []kwire.Record
+		size int
+		keys map[Key]bool
+	}
+	var batches []*pending
+	cur := &pending{keys: map[Key]bool{}}
+	add := func(k Key, r kwire.Record) {
+		n := len(r.Key) + len(r.Value) + 32
+		if cur.size+n > maxWriteBatchBytes && len(cur.recs) > 0 {
+			batches = append(batches, cur)
+			cur = &pending{keys: map[Key]bool{}}
 		}
+		cur.recs = append(cur.recs, r)
+		cur.size += n
+		cur.keys[k] = true
 	}
 	for _, u := range ups {
+		for _, sr := range u.segs {
+			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(sr.base, 10)), Value: sr.value})
+		}
+		for _, base := range u.dropped {
+			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(base, 10))})
+		}
+		if len(u.segs) > 0 {
+			// Old-format breakpoints are in the segments now.
+			for _, src := range s.legacyKeys(u.key) {
+				add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindEntry, u.key, strconv.FormatInt(src, 10))})
+			}
+		}
 		v, err := json.Marshal(u.cp)
 		if err != nil {
 			return err
 		}
-		recs = append(recs, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, u.key), Value: v})
+		add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, u.key), Value: v})
 	}
-	if len(recs) == 0 {
-		return nil
+	if len(cur.recs) > 0 {
+		batches = append(batches, cur)
 	}
-	return s.append(ctx, s.topic, recs)
+	var werr *WriteError
+	for _, b := range batches {
+		if werr != nil && ctx.Err() != nil {
+			for k := range b.keys {
+				werr.Failed[k] = true
+			}
+			continue
+		}
+		if err := s.append(ctx, s.topic, b.recs); err != nil {
+			if werr == nil {
+				werr = &WriteError{Failed: map[Key]bool{}, Err: err}
+			}
+			for k := range b.keys {
+				werr.Failed[k] = true
+			}
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	return nil
 }
+
+// WriteError is a checkpoint write that failed for some partitions.
+type WriteError struct {
+	Failed map[Key]bool
+	Err    error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("checkpoint of %d partitions not written: %v", len(e.Failed), e.Err)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }
 
 // append produces records to partition 0 of topic with acks=all.
 func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Record) error {

@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -23,6 +24,11 @@ type partition struct {
 	fetchOffset int64
 	fetchBytes  int32
 	srcEnd      int64 // last stable offset at the last fetch; -1 unknown
+	srcHW       int64 // high watermark at the last fetch
+	// fetchedEpoch is the source leader epoch of the last batch fetched
+	// (at fetchOffset); -1 unknown. A new source leader is asked where it
+	// ends (checkSourceTruncation).
+	fetchedEpoch int32
 	// outOfRange: the source answered OFFSET_OUT_OF_RANGE; fetching stops
 	// while sourceOutOfRange decides.
 	outOfRange bool
@@ -52,15 +58,18 @@ type partition struct {
 	failures int
 
 	// Mirrored (acknowledged) progress and translation.
-	pos     Position
-	xl      Translation
-	unsaved []Entry
-	dirty   bool
+	pos   Position
+	xl    Translation
+	dirty bool
 
 	// fetchErr and produceErr describe a retriable error the partition is
 	// riding out (it stays MIRRORING); cleared by the next success.
 	fetchErr   string
 	produceErr string
+	// checkpointErr is set while the partition's checkpoint cannot be
+	// written; mirroring goes on (a crash then resumes from the last
+	// written checkpoint with a longer walk).
+	checkpointErr string
 
 	// duplicateRecords counts records of kmirror's own batches found twice
 	// on the destination since this member took the partition;
@@ -92,9 +101,7 @@ func (p *partition) drained() bool { return len(p.queue) == 0 && !p.inflight }
 // offset base.
 func (p *partition) ack(it *item, base int64) {
 	for i := 0; i < int(it.count); i++ {
-		if e, ok := p.xl.Observe(it.sourceOffset(i), base+int64(i)); ok {
-			p.unsaved = append(p.unsaved, e)
-		}
+		p.xl.Observe(it.sourceOffset(i), base+int64(i))
 		if it.srcOffsets == nil {
 			break // contiguous: the first record decides the whole batch
 		}
@@ -118,11 +125,22 @@ func (p *partition) status() Status {
 	st := Status{Key: p.key(), State: p.state, Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd,
 		DuplicateRecords: p.duplicateRecords, Duplicate: p.lastDuplicate}
 	if p.state == Mirroring {
-		st.Retrying = strings.TrimPrefix(p.fetchErr+"; "+p.produceErr, "; ")
-		st.Retrying = strings.TrimSuffix(st.Retrying, "; ")
+		var parts []string
+		for _, s := range []string{p.fetchErr, p.produceErr, p.checkpointErr} {
+			if s != "" {
+				parts = append(parts, s)
+			}
+		}
+		st.Retrying = strings.Join(parts, "; ")
 	}
 	if p.srcEnd >= 0 && p.srcEnd > p.pos.SourceOffset {
 		st.Lag = p.srcEnd - p.pos.SourceOffset
+	}
+	st.CheckpointFailing = p.checkpointErr != ""
+	st.TranslationEntries, st.TranslationBytes = p.xl.Len(), p.xl.Bytes()
+	if p.state == Mirroring && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
+		st.Waiting = fmt.Sprintf("waiting for an open source transaction: source offsets %d..%d are not committed yet "+
+			"(read_committed mirrors up to the last stable offset %d)", p.srcEnd, p.srcHW-1, p.srcEnd)
 	}
 	return st
 }

@@ -178,7 +178,10 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	if err := e.store.catchUp(ctx); err != nil {
 		return Position{}, fmt.Errorf("read checkpoints: %w", err)
 	}
-	cp, hasCP, entries := e.store.load(k)
+	cp, hasCP, xl, err := e.store.load(k, Entry{Src: spec.StartOffset})
+	if err != nil {
+		return Position{}, err
+	}
 	start := Entry{Src: spec.StartOffset}
 	pid := ProducerID{ID: -1}
 	if hasCP {
@@ -189,8 +192,6 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	if src == nil {
 		return known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 	}
-	var xl Translation
-	xl.Restore(entries, start)
 	w, err := e.walk(ctx, src.cl, k, start, pid, ownSeqs{pid: cp.Seq}, &xl, false)
 	var dv *Divergence
 	if errors.As(err, &dv) {
@@ -203,7 +204,8 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	for _, d := range w.duplicates {
 		e.logDuplicate(k, d)
 	}
-	up := update{key: k, entries: w.entries, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
+	segs, dropped := xl.takeUnsaved()
+	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
 		PID: pid.ID, Epoch: pid.Epoch, LeaderEpoch: w.epoch}}
 	if err := e.store.write(ctx, []update{up}); err != nil {
 		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)

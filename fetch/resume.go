@@ -52,10 +52,13 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	if err := e.store.catchUp(ctx); err != nil {
 		return fmt.Errorf("read checkpoints: %w", err)
 	}
-	cp, hasCP, entries := e.store.load(k)
+	cp, hasCP, xl, err := e.store.load(k, Entry{Src: spec.StartOffset})
+	if err != nil {
+		return err
+	}
 	if h := spec.Handoff; h != nil {
 		if hasCP && cp.Src == h.Position.SourceOffset && cp.Dst == h.Position.DestinationOffset && cp.PID == h.Producer.ID && cp.Epoch == h.Producer.Epoch {
-			return e.startHandoff(p, gen, *h, entries)
+			return e.startHandoff(p, gen, *h, xl)
 		}
 		e.log.Warn("handoff position is not the last checkpoint; resuming with a walk", zap.Stringer("partition", k),
 			zap.Int64("handoff_source_offset", h.Position.SourceOffset), zap.Int64("checkpoint_source_offset", cp.Src))
@@ -96,8 +99,6 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		}
 	}
 	e.mu.Unlock()
-	var xl Translation
-	xl.Restore(entries, start)
 	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl, spec.AcceptGap)
 	if err != nil {
 		return err
@@ -123,7 +124,7 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		return nil
 	}
 	e.noteDuplicatesLocked(p, w.duplicates)
-	e.mirrorFromLocked(p, pid, seq, w.own, Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, xl, w.entries)
+	e.mirrorFromLocked(p, pid, seq, w.own, Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, xl)
 	e.log.Info("partition resumed", zap.Stringer("partition", k), zap.Int64("source_offset", w.end.Src),
 		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
 		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))
@@ -222,16 +223,17 @@ func (e *Engine) staleStartLocked(p *partition, gen int) bool {
 
 // mirrorFromLocked sets p mirroring from pos with producer identity pid at
 // sequence seq (own: every identity of the partition with its next
-// sequence), the translation xl, and unsaved breakpoints to checkpoint.
-func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own ownSeqs, pos Position, xl Translation, unsaved []Entry) {
+// sequence) and the translation xl (with what it has not saved yet).
+func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own ownSeqs, pos Position, xl Translation) {
 	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq, p.own = seq, own
 	p.confirming = false
 	p.pos = pos
 	p.xl = xl
 	p.xl.Advance(pos.SourceOffset, pos.DestinationOffset)
-	p.unsaved, p.dirty = unsaved, true
+	p.dirty = true
 	p.fetchOffset = pos.SourceOffset
+	p.fetchedEpoch = pos.SourceLeaderEpoch
 	p.fetchBytes = e.cfg.PartitionBytes
 	p.srcLeader, p.dstLeader = -1, -1
 	p.outOfRange = false
@@ -246,7 +248,7 @@ func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own o
 // identity, next sequence, position and translation, no walk. The previous
 // owner acknowledged every batch it sent and wrote this checkpoint before
 // it released the partition through raft, so nothing of its can land later.
-func (e *Engine) startHandoff(p *partition, gen int, h Handoff, entries []Entry) error {
+func (e *Engine) startHandoff(p *partition, gen int, h Handoff, xl Translation) error {
 	start := Entry{Src: h.Position.SourceOffset, Dst: h.Position.DestinationOffset}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -254,9 +256,7 @@ func (e *Engine) startHandoff(p *partition, gen int, h Handoff, entries []Entry)
 		return nil
 	}
 	pid := h.Producer
-	var xl Translation
-	xl.Restore(entries, start)
-	e.mirrorFromLocked(p, pid, h.Sequence, ownSeqs{pid: h.Sequence}, h.Position, xl, nil)
+	e.mirrorFromLocked(p, pid, h.Sequence, ownSeqs{pid: h.Sequence}, h.Position, xl)
 	e.log.Info("partition taken over by handoff", zap.Stringer("partition", p.key()), zap.Int64("source_offset", start.Src),
 		zap.Int64("destination_offset", start.Dst), zap.Int64("producer_id", pid.ID), zap.Int32("sequence", h.Sequence))
 	return nil

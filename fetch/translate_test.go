@@ -116,3 +116,118 @@ func TestSeqBehind(t *testing.T) {
 		}
 	}
 }
+
+// segmentedRun builds a translation of n breakpoints, src 2i+1 -> dst i
+// (a hole before every record), crossing several segments.
+func segmentedRun(n int64) *Translation {
+	var tr Translation
+	for i := int64(0); i < n; i++ {
+		tr.Observe(2*i+1, i)
+	}
+	tr.Advance(2*n+1, n)
+	return &tr
+}
+
+func TestSegmentsRoundTrip(t *testing.T) {
+	const n = 3*segEntries + 17
+	tr := segmentedRun(n)
+	segs, dropped := tr.takeUnsaved()
+	if len(segs) != 4 || len(dropped) != 0 {
+		t.Fatalf("%d segments, %d dropped; want 4 and none", len(segs), len(dropped))
+	}
+	var loaded []xlSeg
+	for _, s := range segs {
+		seg, err := segmentFromValue(s.value)
+		if err != nil || seg.base != s.base {
+			t.Fatalf("segment %d: %v (base %d)", s.base, err, seg.base)
+		}
+		loaded = append(loaded, seg)
+	}
+	var back Translation
+	back.restoreSegments(loaded, nil, tr.End())
+	for o := int64(0); o <= 2*n+1; o++ {
+		a, _ := tr.Translate(o)
+		b, _ := back.Translate(o)
+		if a != b || a != o/2 {
+			t.Fatalf("translate(%d): built %d, restored %d, want %d", o, a, b, o/2)
+		}
+	}
+	if s, d := back.takeUnsaved(); len(s)+len(d) != 0 {
+		t.Fatalf("a restored translation has %d unsaved segments and %d drops", len(s), len(d))
+	}
+	// Observing on continues the last segment under its base.
+	back.Observe(2*n+3, n+1)
+	s, _ := back.takeUnsaved()
+	if len(s) != 1 || s[0].base != segs[3].base {
+		t.Fatalf("after one more breakpoint: unsaved %v, want the last segment (base %d)", s, segs[3].base)
+	}
+}
+
+// TestRestoreDropsBreakpointsPastTheCheckpoint: a segment written without
+// its checkpoint holds breakpoints the walk observes again; they are cut
+// so the walk appends them in order.
+func TestRestoreDropsBreakpointsPastTheCheckpoint(t *testing.T) {
+	tr := segmentedRun(segEntries + 10)
+	segs, _ := tr.takeUnsaved()
+	var loaded []xlSeg
+	for _, s := range segs {
+		seg, _ := segmentFromValue(s.value)
+		loaded = append(loaded, seg)
+	}
+	cut := Entry{Src: 2*segEntries + 1, Dst: segEntries} // the checkpoint: the second segment's first entry is past it
+	var back Translation
+	back.restoreSegments(loaded, nil, cut)
+	if back.Len() != segEntries {
+		t.Fatalf("%d breakpoints after the cut, want %d", back.Len(), segEntries)
+	}
+	s, d := back.takeUnsaved()
+	if len(s) != 0 || len(d) != 1 || d[0] != segs[1].base {
+		t.Fatalf("unsaved %v, dropped %v: the emptied segment must be deleted", s, d)
+	}
+	if _, ok := back.Observe(cut.Src, cut.Dst); !ok {
+		t.Fatal("the walk's first breakpoint after the checkpoint was not recorded")
+	}
+}
+
+func TestTrimDropsSegmentsBelowLogStart(t *testing.T) {
+	tr := segmentedRun(4 * segEntries)
+	tr.takeUnsaved()
+	bases := []int64{1, 2*segEntries + 1, 4*segEntries + 1, 6*segEntries + 1}
+	tr.Trim(bases[2] - 1) // inside the second segment: only the first goes
+	if _, d := tr.takeUnsaved(); len(d) != 1 || d[0] != bases[0] {
+		t.Fatalf("dropped %v, want [%d]", d, bases[0])
+	}
+	tr.Trim(bases[3] + 5) // inside the last: all but it go
+	if _, d := tr.takeUnsaved(); len(d) != 2 || d[0] != bases[1] || d[1] != bases[2] {
+		t.Fatalf("dropped %v, want [%d %d]", d, bases[1], bases[2])
+	}
+	for _, o := range []int64{bases[3] + 5, 8*segEntries - 1} {
+		if got, _ := tr.Translate(o); got != o/2 {
+			t.Fatalf("translate(%d) after trimming = %d, want %d", o, got, o/2)
+		}
+	}
+	tr.Trim(1 << 40) // the last segment always stays
+	if tr.Len() != segEntries {
+		t.Fatalf("%d breakpoints left, want the last segment's %d", tr.Len(), segEntries)
+	}
+}
+
+func TestLegacyBreakpointsMoveToSegments(t *testing.T) {
+	var back Translation
+	back.restoreSegments(nil, []Entry{{10, 8}, {0, 0}, {30, 20}}, Entry{Src: 25, Dst: 18})
+	if got := back.Entries(); len(got) != 2 || got[0] != (Entry{0, 0}) || got[1] != (Entry{10, 8}) {
+		t.Fatalf("entries %v: legacy ones sorted, those past the checkpoint cut", got)
+	}
+	s, _ := back.takeUnsaved()
+	if len(s) != 1 {
+		t.Fatalf("legacy breakpoints must be written as a segment: %v", s)
+	}
+}
+
+func TestDecodeSegmentRefusesGarbage(t *testing.T) {
+	for _, b := range [][]byte{nil, {9, 1}, {segVersion, 0}, {segVersion, 2, 2, 2}, append(encodeSegment([]Entry{{1, 1}}), 0)} {
+		if _, err := decodeSegment(b); err == nil {
+			t.Errorf("decodeSegment(%v) accepted", b)
+		}
+	}
+}

@@ -138,6 +138,18 @@ type Status struct {
 	// describes the latest, with its destination offsets.
 	DuplicateRecords int64
 	Duplicate        string
+	// TranslationEntries and TranslationBytes are the breakpoints the
+	// partition's translation holds in memory and about how many bytes
+	// they take (bounded by the source's retention, see Translation.Trim).
+	TranslationEntries int
+	TranslationBytes   int64
+	// CheckpointFailing is set while the partition's checkpoint cannot be
+	// written to the offsets topic (Retrying says why).
+	CheckpointFailing bool
+	// Waiting says why a caught-up partition's lag does not count records
+	// the source holds: an open transaction keeps the last stable offset
+	// (what read_committed mirrors up to) below the high watermark.
+	Waiting string
 }
 
 // Config configures the engine.

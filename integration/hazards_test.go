@@ -395,3 +395,312 @@ func TestHazardSourceGap(t *testing.T) {
 		t.Fatalf("resume of a mirroring topic: %v, want a conflict", err)
 	}
 }
+
+// TestHazardOpenTransaction: a caught-up partition whose source holds
+// records of an open transaction says so in describe (LAG 0 alone would
+// hide them), and mirrors them once the transaction commits.
+func TestHazardOpenTransaction(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-opentxn"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 5))
+	tc := kgoClient(t, env.src, kgo.TransactionalID("hz-opentxn"))
+	if err := tc.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range keyedRecords(topic, 5, 3) {
+		if err := tc.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	r := waitAllStates(t, m, "src", topic, "MIRRORING", "waiting for an open source transaction", time.Minute)[0]
+	if r.Lag != 0 || !strings.Contains(r.Reason, "source offsets 5..7") {
+		t.Fatalf("describe while a transaction is open: %+v; want lag 0 and offsets 5..7 named", r)
+	}
+	if err := tc.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator writes the commit marker after EndTxn answers: wait
+	// until the source's last stable offset is past it.
+	deadline := time.Now().Add(30 * time.Second)
+	for endOffsets(t, kgoClient(t, env.src), topic, 1, true)[0] < 9 {
+		if time.Now().After(deadline) {
+			t.Fatal("the source's last stable offset never passed the commit marker")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rows := waitCaughtUp(t, m, "src", topic)
+	if rows[0].Reason != "" {
+		t.Fatalf("describe after the commit: reason %q, want none", rows[0].Reason)
+	}
+	requireSameRecords(t, readAll(t, env.src, topic, 1, true), readAll(t, env.dst, topic, 1, true))
+}
+
+// alterTopicConfig sets one config of a topic.
+func alterTopicConfig(t *testing.T, cl *harness.Cluster, topic, name, value string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value = name, kmsg.StringPtr(value)
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	for _, r := range adminRequest(t, cl, req).(*kmsg.IncrementalAlterConfigsResponse).Resources {
+		if r.ErrorCode != 0 {
+			t.Fatalf("alter %s %s=%s: error %d %v", topic, name, value, r.ErrorCode, r.ErrorMessage)
+		}
+	}
+}
+
+// TestHazardKeylessCompacted: 10 keyless and 10 keyed records written
+// while the source topic was cleanup.policy=delete, then the topic made
+// compact and 5 more keyed records. Every record a source consumer reads
+// arrives on the destination, and the destination topic ends up compacted
+// like its source once the backlog is mirrored.
+func TestHazardKeylessCompacted(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-keyless"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, map[string]string{"cleanup.policy": "delete"}); err != nil {
+		t.Fatal(err)
+	}
+	sc := kgoClient(t, env.src)
+	var recs []*kgo.Record
+	for i := 0; i < 10; i++ {
+		recs = append(recs, &kgo.Record{Topic: topic, Value: []byte(fmt.Sprintf("keyless-%d", i))})
+	}
+	produceSync(t, sc, append(recs, keyedRecords(topic, 0, 10)...))
+	alterTopicConfig(t, env.src, topic, "cleanup.policy", "compact")
+	produceSync(t, sc, keyedRecords(topic, 10, 5))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "src", topic)
+	src := readAll(t, env.src, topic, 1, true)
+	if len(src[0]) != 25 || src[0][0].Key != nil {
+		t.Fatalf("source holds %d records (first key %q): the test needs the 25 with keyless ones first", len(src[0]), src[0][0].Key)
+	}
+	requireSameRecords(t, src, readAll(t, env.dst, topic, 1, true))
+	deadline := time.Now().Add(time.Minute)
+	for topicConfig(t, env.dst, topic, "cleanup.policy") != "compact" {
+		if time.Now().After(deadline) {
+			t.Fatalf("destination topic never got cleanup.policy=compact after the backlog was mirrored:\n%s", m.logTail())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// Mirroring goes on under compaction.
+	produceSync(t, sc, keyedRecords(topic, 15, 5))
+	waitCaughtUp(t, m, "src", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, 1, true), readAll(t, env.dst, topic, 1, true))
+}
+
+// TestHazardCompactedHoles: a compacted source partition of 60,001
+// offsets in which 30,000 records each follow a hole (the log cleaner
+// removed the older value of every key) needs a breakpoint per record.
+// The translation is written as delta-encoded segments that fit the
+// offsets topic, so checkpoints succeed (nothing to retry in describe), a
+// kill -9 resumes from the checkpoint without re-walking, translation is
+// exact after the restart, and remove stops the topic.
+func TestHazardCompactedHoles(t *testing.T) {
+	m := startMember(t, "hz-holes", memberOpts{})
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "hzholes", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, n = "hz-holes", 30_000
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, map[string]string{
+		"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sc := kgoClient(t, env.src, kgo.ProducerLinger(0))
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		k := []byte(fmt.Sprintf("key-%d", i))
+		recs = append(recs, &kgo.Record{Topic: topic, Key: k, Value: []byte("old")}, &kgo.Record{Topic: topic, Key: k, Value: []byte(fmt.Sprint("new-", i))})
+	}
+	produceSync(t, sc, recs)
+	time.Sleep(200 * time.Millisecond) // segment.ms passes: the next record rolls the segment
+	produceSync(t, sc, []*kgo.Record{{Topic: topic, Key: []byte("last"), Value: []byte("rolls the segment")}})
+	deadline := time.Now().Add(3 * time.Minute)
+	var src [][]*kgo.Record
+	for {
+		src = readAll(t, env.src, topic, 1, true)
+		if len(src[0]) == n+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source's log cleaner left %d records, want %d", len(src[0]), n+1)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for i, r := range src[0][:n] {
+		if r.Offset != int64(2*i+1) {
+			t.Fatalf("record %d at source offset %d, want %d: the holes are not where the test needs them", i, r.Offset, 2*i+1)
+		}
+	}
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzholes", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	rows := waitCaughtUp(t, m, "hzholes", topic)
+	requireSameRecords(t, src, readAll(t, env.dst, topic, 1, true))
+	time.Sleep(time.Second) // a few checkpoint rounds
+	rows, err := m.client.Describe(ctx, "hzholes", topic)
+	if err != nil || rows[0].Reason != "" {
+		t.Fatalf("describe after catching up: %+v, %v; want no reason (checkpoints written)", rows, err)
+	}
+	if metrics := metricsText(t, m); !strings.Contains(metrics, `kmirror_partition_checkpoint_failing{mirror="hzholes",partition="0",topic="hz-holes"} 0`) {
+		t.Fatal("/metrics does not show the partition's checkpoint as written")
+	}
+	m.kill9()
+	m.start()
+	waitCaughtUp(t, m, "hzholes", topic)
+	for _, l := range logLines(t, m, "partition resumed") {
+		if l.Walked != 0 {
+			t.Fatalf("a resume walked %d records: the checkpoint was not written", l.Walked)
+		}
+	}
+	for _, o := range []int64{0, 1, 2, 3, 4, 31_337, 59_999, 60_000, 60_001} {
+		want := (o) / 2
+		if o > 2*n-1 {
+			want = int64(n) + o - int64(2*n)
+		}
+		tr, err := m.client.Translate(ctx, "hzholes", topic, 0, o)
+		if err != nil || tr.DestinationOffset != want {
+			t.Fatalf("translate(%d) after the restart = %+v, %v; want %d", o, tr, err, want)
+		}
+	}
+	if err := m.client.RemoveTopic(ctx, "hzholes", topic); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+}
+
+// partitionLeader returns the node ID leading partition 0 of topic (-1:
+// none).
+func partitionLeader(t *testing.T, cl *harness.Cluster, topic string) int32 {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	for _, mt := range adminRequest(t, cl, req).(*kmsg.MetadataResponse).Topics {
+		for _, p := range mt.Partitions {
+			if p.Partition == 0 && p.ErrorCode == 0 {
+				return p.Leader
+			}
+		}
+	}
+	return -1
+}
+
+// TestHazardUncleanLeaderElection: a 2-broker source with
+// unclean.leader.election.enable. The follower is stopped, 20 more records
+// are written to the leader alone and mirrored, then the leader dies and
+// the out-of-sync follower is made leader (an unclean election): the
+// source lost offsets 10..29 that the destination holds. kmirror asks the
+// new leader where the mirrored leader epoch ends (OffsetForLeaderEpoch),
+// stops the partition DIVERGED with that exact range, and writes none of
+// the records the new leader takes at those offsets.
+func TestHazardUncleanLeaderElection(t *testing.T) {
+	ctx := context.Background()
+	src2, err := harness.Start(ctx, harness.Options{Name: "source-unclean", Brokers: 2, BrokerProps: map[string]string{
+		"unclean.leader.election.enable": "true",
+		"replica.lag.time.max.ms":        "3000",
+		"broker.session.timeout.ms":      "3000",
+		"broker.heartbeat.interval.ms":   "500",
+		"default.replication.factor":     "2",
+		"min.insync.replicas":            "1",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src2.Close() })
+	m := startMember(t, "hz-unclean", memberOpts{})
+	m.src = src2
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "hzunclean", Properties: map[string]string{"bootstrap.servers": src2.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "hz-unclean"
+	if err := src2.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, src2), keyedRecords(topic, 0, 10))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzunclean", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "hzunclean", topic)
+	leader := partitionLeader(t, src2, topic)
+	if leader < 1 {
+		t.Fatalf("no leader for %s", topic)
+	}
+	li, fi := int(leader-1), int(2-leader) // brokers are nodes 1 and 2
+	if err := src2.StopBroker(ctx, fi); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, src2), keyedRecords(topic, 10, 20))
+	// (waitCaughtUp's offset lookups would dial the stopped broker.)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rows, err := m.client.Describe(ctx, "hzunclean", topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rows[0]; r.State == "MIRRORING" && r.DestinationOffset == 30 && r.Lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not mirrored to 30 with the follower down: %+v", rows)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// (Reading the source now could dial the stopped broker: the
+	// destination is checked against what was produced.)
+	mirrored := readAll(t, env.dst, topic, 1, true)
+	if len(mirrored[0]) != 30 {
+		t.Fatalf("destination holds %d records, want 30", len(mirrored[0]))
+	}
+	for i, r := range mirrored[0] {
+		if want := fmt.Sprintf("key-%d", i); string(r.Key) != want || string(r.Value) != fmt.Sprintf("value-%d", i) {
+			t.Fatalf("destination record %d is %q=%q, want %s", i, r.Key, r.Value, want)
+		}
+	}
+
+	if err := src2.KillBroker(li); err != nil {
+		t.Fatal(err)
+	}
+	if err := src2.StartBroker(ctx, fi); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(90 * time.Second)
+	for partitionLeader(t, src2, topic) != int32(fi+1) {
+		req := kmsg.NewPtrElectLeadersRequest()
+		req.ElectionType, req.TimeoutMillis = 1, 10000 // UNCLEAN
+		rt := kmsg.NewElectLeadersRequestTopic()
+		rt.Topic, rt.Partitions = topic, []int32{0}
+		req.Topics = append(req.Topics, rt)
+		adminRequest(t, src2, req) // refused until the old leader is fenced: retried
+		if time.Now().After(deadline) {
+			t.Fatalf("the out-of-sync follower never became leader of %s", topic)
+		}
+		time.Sleep(time.Second)
+	}
+	// The new leader takes offsets 10..34 with other records: past what
+	// was mirrored, so only the epoch check can tell them from new data.
+	produceSync(t, kgoClient(t, src2), keyedRecords(topic, 1000, 25))
+	r := waitAllStates(t, m, "hzunclean", topic, "DIVERGED", "the source lost offsets 10..29", 2*time.Minute)[0]
+	if !strings.Contains(r.Reason, "unclean leader election") {
+		t.Fatalf("reason %q does not name the cause", r.Reason)
+	}
+	requireSameRecords(t, mirrored, readAll(t, env.dst, topic, 1, true))
+}

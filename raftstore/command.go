@@ -35,6 +35,7 @@ const (
 	TypeSetTopicIDs      CommandType = 19
 	TypeResumePartition  CommandType = 20
 	TypeRecordGap        CommandType = 21
+	TypeDeferredApplied  CommandType = 22
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -130,6 +131,7 @@ func init() {
 	register("SetTopicIDs", (*State).applySetTopicIDs)
 	register("ResumePartition", (*State).applyResumePartition)
 	register("RecordGap", (*State).applyRecordGap)
+	register("DeferredApplied", (*State).applyDeferredApplied)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -334,6 +336,13 @@ type RecordGap struct {
 	To   int64 `json:"to"`
 }
 
+// DeferredApplied records that a topic's DeferredConfigs were set on the
+// destination topic: they are cleared.
+type DeferredApplied struct {
+	Mirror string `json:"mirror"`
+	Topic  string `json:"topic"`
+}
+
 // RemoveTopic removes a mirror topic.
 type RemoveTopic struct {
 	Mirror string `json:"mirror"`
@@ -350,6 +359,7 @@ func (AddPartitions) Type() CommandType     { return TypeAddPartitions }
 func (SetTopicIDs) Type() CommandType       { return TypeSetTopicIDs }
 func (ResumePartition) Type() CommandType   { return TypeResumePartition }
 func (RecordGap) Type() CommandType         { return TypeRecordGap }
+func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

@@ -459,6 +459,20 @@ func (s *State) applyRecordGap(c RecordGap, _ uint64) error {
 	return nil
 }
 
+func (s *State) applyDeferredApplied(c DeferredApplied, _ uint64) error {
+	t, ok := s.Topic(c.Mirror, c.Topic)
+	if !ok {
+		return fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(c.Mirror, c.Topic))
+	}
+	for k, v := range t.DeferredConfigs {
+		if t.DestinationConfigs != nil {
+			t.DestinationConfigs[k] = v
+		}
+	}
+	t.DeferredConfigs, t.DeferUntil = nil, nil
+	return nil
+}
+
 func (s *State) partition(k PartitionKey) (*PartitionInfo, error) {
 	if _, ok := s.Topic(k.Mirror, k.Topic); !ok {
 		return nil, fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(k.Mirror, k.Topic))

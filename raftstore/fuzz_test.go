@@ -35,6 +35,7 @@ func seedCommands() []Command {
 		SetTopicIDs{Mirror: "m1", Topic: "orders", SourceTopicID: "AAAAAAAAAAAAAAAAAAAAAQ"},
 		ResumePartition{Key: p1, AcceptGap: true},
 		RecordGap{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, From: 100, To: 150},
+		DeferredApplied{Mirror: "m1", Topic: "orders"},
 	}
 }
 

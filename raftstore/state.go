@@ -122,6 +122,14 @@ type MirrorTopic struct {
 	// PENDING topic creates it the same way.
 	DestinationConfigs map[string]string `json:"destination_configs,omitempty"`
 	ReplicationFactor  int16             `json:"replication_factor,omitempty"`
+	// DeferredConfigs are the source's compaction configs, applied to the
+	// destination topic once every partition p is mirrored past
+	// DeferUntil[p] (the source's high watermark at add): until then the
+	// destination is cleanup.policy=delete, so keyless records written
+	// before the source became compacted are accepted
+	// (fetch.DeferCompaction). Empty once applied.
+	DeferredConfigs map[string]string `json:"deferred_configs,omitempty"`
+	DeferUntil      []int64           `json:"defer_until,omitempty"`
 	// Partitions is indexed by partition number.
 	Partitions []PartitionInfo `json:"partitions"`
 }
@@ -212,6 +220,8 @@ func (m *Mirror) Clone() *Mirror {
 func (t *MirrorTopic) Clone() *MirrorTopic {
 	c := *t
 	c.DestinationConfigs = maps.Clone(t.DestinationConfigs)
+	c.DeferredConfigs = maps.Clone(t.DeferredConfigs)
+	c.DeferUntil = slices.Clone(t.DeferUntil)
 	if t.Partitions != nil {
 		c.Partitions = make([]PartitionInfo, len(t.Partitions))
 		for i, p := range t.Partitions {
