@@ -254,6 +254,10 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 		return fmt.Errorf("cannot reach kmirror at %s: is the daemon running? (set --server or KMIRROR_SERVER; several members may be listed, separated by commas)", c.baseURL)
 	case ctx.Err() != nil:
 		return fmt.Errorf("request to kmirror at %s: %w", c.baseURL, ctx.Err())
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		strings.Contains(err.Error(), "malformed HTTP"):
+		return fmt.Errorf("%s answered without an HTTP reply (%v): it is not a kmirror HTTP address; "+
+			"point --server at a member's http_listen address, not a Kafka or raft port", c.baseURL, err)
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return fmt.Errorf("kmirror at %s did not answer within %s: check that the daemon is healthy (GET /readyz)", c.baseURL, c.http.Timeout)
 	default:

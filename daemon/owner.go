@@ -123,6 +123,13 @@ func (m *Member) ownerReconcile() {
 	for name, src := range sources {
 		m.engine.SetSource(name, src)
 	}
+	mirrors := map[string]bool{}
+	m.store.Read(func(s *raftstore.State) {
+		for name := range s.Mirrors {
+			mirrors[name] = true
+		}
+	})
+	m.engine.RetainSources(mirrors)
 	free := specs[:0]
 	for _, s := range specs {
 		if !m.owner.isBusy(s.Key) {

@@ -132,8 +132,15 @@ func (c *cluster) watch(topics ...string) {
 	c.topicsMu.Unlock()
 }
 
-// metadata returns metadata no older than maxAge, refreshing if needed.
+// metadata returns metadata no older than maxAge (at least refreshGap),
+// refreshing if needed.
 func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Metadata, error) {
+	return c.metadataSince(ctx, time.Now().Add(-max(maxAge, refreshGap)))
+}
+
+// metadataSince returns metadata received at or after t, asking a broker
+// if the cached one is older or lacks a watched topic.
+func (c *cluster) metadataSince(ctx context.Context, t time.Time) (*kwire.Metadata, error) {
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -141,12 +148,12 @@ func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Me
 	c.topicsMu.Lock()
 	grown := c.grown
 	topics := make([]string, 0, len(c.topics))
-	for t := range c.topics {
-		topics = append(topics, t)
+	for tp := range c.topics {
+		topics = append(topics, tp)
 	}
 	c.grown = false
 	c.topicsMu.Unlock()
-	if c.md != nil && !grown && time.Since(c.fetched) < max(maxAge, refreshGap) {
+	if c.md != nil && !grown && !c.fetched.Before(t) {
 		return c.md, nil
 	}
 	sort.Strings(topics)

@@ -161,6 +161,27 @@ func (e *Engine) SetSource(mirror string, src Source) {
 	}
 }
 
+// RetainSources forgets the source clusters of mirrors not in keep that no
+// held partition uses any more (a deleted mirror): their fetch loops see
+// it and exit, and their connections close.
+func (e *Engine) RetainSources(keep map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	used := map[string]bool{}
+	for k := range e.parts {
+		used[k.Mirror] = true
+	}
+	for name, s := range e.sources {
+		if !keep[name] && !used[name] {
+			delete(e.sources, name)
+			for _, w := range s.fetchers {
+				kick(w.kick)
+			}
+			go s.cl.close()
+		}
+	}
+}
+
 // Assign starts the given partitions that the engine does not hold yet
 // (each resumes from its checkpoint, or continues from its handoff) and
 // updates the generation of held ones; a held partition whose producer

@@ -379,10 +379,20 @@ func TestEngineReleaseReturnsBudget(t *testing.T) {
 	if held := x.e.Held(); len(held) != 0 {
 		t.Fatalf("still held after release: %v", held)
 	}
-	x.e.mu.Lock()
-	defer x.e.mu.Unlock()
-	if x.e.inUse != 0 {
-		t.Fatalf("memory budget in use after every partition was released: %d bytes", x.e.inUse)
+	// A fetch in flight holds its reservation until its answer is in (at
+	// most FetchMaxWait): then nothing may stay charged.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		x.e.mu.Lock()
+		inUse := x.e.inUse
+		x.e.mu.Unlock()
+		if inUse == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory budget in use after every partition was released: %d bytes", inUse)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -467,5 +477,22 @@ func TestCheckpointWriteSplitsLargeTranslations(t *testing.T) {
 	}
 	if cp, ok := fresh.checkpointOf(other.key); !ok || cp != other.cp {
 		t.Fatalf("the other partition's checkpoint: %+v, %t", cp, ok)
+	}
+}
+
+// TestRetainSourcesForgetsDeletedMirrors: the source of a mirror that is
+// gone, with no partition held, is forgotten and its fetch loops exit;
+// a source still in use stays.
+func TestRetainSourcesForgetsDeletedMirrors(t *testing.T) {
+	x := newKfakePair(t)
+	x.e.SetSource("gone", Source{Bootstrap: x.src.ListenAddrs()})
+	x.e.RetainSources(map[string]bool{"m": true})
+	x.e.mu.Lock()
+	defer x.e.mu.Unlock()
+	if _, ok := x.e.sources["gone"]; ok {
+		t.Fatal("the deleted mirror's source is still held")
+	}
+	if _, ok := x.e.sources["m"]; !ok {
+		t.Fatal("a kept mirror's source was forgotten")
 	}
 }

@@ -24,7 +24,13 @@ type session struct {
 	parts map[Key]kwire.FetchPartition
 }
 
-func (s *session) reset() { s.id, s.epoch, s.parts = 0, 0, map[Key]kwire.FetchPartition{} }
+// reset makes the next request a full fetch that opens a new session. It
+// keeps the session ID: a full fetch (epoch 0) naming an existing ID makes
+// the broker drop that session (FetchManager.newContext, KIP-227), so a
+// reset after a lost connection frees the old session's slot in the
+// broker's cache instead of leaving it until eviction (franz-go does the
+// same).
+func (s *session) reset() { s.epoch, s.parts = 0, map[Key]kwire.FetchPartition{} }
 
 // build turns the wanted partitions into a full or incremental request.
 func (s *session) build(req *kwire.FetchRequest, want map[Key]kwire.FetchPartition) {
@@ -69,17 +75,22 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			conn.Close()
 		}
 	}()
-	var sess session
-	sess.reset()
+	sess := session{parts: map[Key]kwire.FetchPartition{}}
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
 		want, current := e.fetchWanted(mirror, src, w)
 		if !current {
 			return // replaced: the broker moved to another address
 		}
-		if len(want) == 0 {
-			// Keep the session: the next request forgets and adds what
-			// changed, instead of opening a new session each time.
+		var req *kwire.FetchRequest
+		var reserved int64
+		if len(want) > 0 {
+			req, reserved = e.newFetchRequest()
+		}
+		if req == nil {
+			// Nothing to fetch, or the memory budget is spent. Keep the
+			// session: the next request forgets and adds what changed,
+			// instead of opening a new session each time.
 			select {
 			case <-e.ctx.Done():
 				return
@@ -88,7 +99,6 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			}
 			continue
 		}
-		req := e.newFetchRequest()
 		sess.build(req, want)
 		var err error
 		if conn == nil {
@@ -100,6 +110,8 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			res, err = conn.FetchSession(ctx, req)
 			cancel()
 		}
+		// The queue items handleFetch makes are charged by their own size.
+		e.unreserve(reserved)
 		var kerr *kwire.Error
 		if errors.As(err, &kerr) && (kerr.Code == kwire.CodeFetchSessionIDNotFound || kerr.Code == kwire.CodeInvalidFetchSessionEpoch) {
 			sess.reset() // the broker evicted or rejects the session: start over
@@ -183,17 +195,37 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 	return want, true
 }
 
-// newFetchRequest sizes a fetch to the memory budget left.
-func (e *Engine) newFetchRequest() *kwire.FetchRequest {
+// newFetchRequest sizes a fetch to the memory budget left and reserves
+// that much of it until the answer is in (unreserve), so fetch loops of
+// several brokers cannot together ask for more than the budget; nil when
+// less than minFetchBudget is left. A broker may still return one batch
+// larger than MaxBytes (KIP-74), bounded by max.message.bytes.
+func (e *Engine) newFetchRequest() (*kwire.FetchRequest, int64) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	free := e.cfg.MemoryBudget - e.inUse
-	e.mu.Unlock()
+	if free < minFetchBudget {
+		return nil, 0
+	}
+	size := min(int64(e.cfg.FetchMaxBytes), free)
+	e.inUse += size
 	return &kwire.FetchRequest{
 		MaxWait:       e.cfg.FetchMaxWait,
 		MinBytes:      1,
-		MaxBytes:      int32(max(min(int64(e.cfg.FetchMaxBytes), free), minFetchBudget)),
+		MaxBytes:      int32(size),
 		ReadCommitted: true,
+	}, size
+}
+
+// unreserve gives back a fetch's reservation.
+func (e *Engine) unreserve(n int64) {
+	if n == 0 {
+		return
 	}
+	e.mu.Lock()
+	e.inUse -= n
+	e.kickFetchersLocked()
+	e.mu.Unlock()
 }
 
 // handleFetch turns a fetch response into produce-queue items.

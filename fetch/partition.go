@@ -35,6 +35,9 @@ type partition struct {
 	// srcMissing and dstMissing are when the topic was first found
 	// missing on that side (zero: it exists); see route.
 	srcMissing, dstMissing time.Time
+	// dstVerified is when the destination topic was last known to be the
+	// one kmirror created (a topic ID check, or an acknowledged batch).
+	dstVerified time.Time
 
 	// Destination side.
 	dstLeader int32 // -1: route needed

@@ -33,9 +33,13 @@ func (e *Engine) produceLoop(w *worker) {
 	}()
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
-		batch, writeBy, wait, current := e.collectProduce(w)
+		batch, writeBy, wait, verify, current := e.collectProduce(w)
 		if !current {
 			return // replaced: the broker moved to another address
+		}
+		if len(verify) > 0 {
+			e.verifyDestinationTopics(verify)
+			continue
 		}
 		if len(batch) == 0 {
 			select {
@@ -96,12 +100,12 @@ func (e *Engine) produceLoop(w *worker) {
 // is how long to sleep when nothing is ready. writeBy is the end of this
 // member's lease: nothing is collected after it, and the request must be
 // written before it (self-fencing, design.md section 3).
-func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wait time.Duration, current bool) {
+func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wait time.Duration, verify []*partition, current bool) {
 	writeBy = e.ctl.WriteDeadline()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.senders[w.broker] != w {
-		return nil, writeBy, 0, false
+		return nil, writeBy, 0, nil, false
 	}
 	broker := w.broker
 	wait = time.Second
@@ -131,6 +135,10 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 			wait = min(wait, 100*time.Millisecond)
 			continue
 		}
+		if now.Sub(p.dstVerified) > destinationVerifyGap {
+			verify = append(verify, p)
+			continue
+		}
 		it := p.queue[0]
 		if size > 0 && size+len(it.batch) > maxProduceBytes {
 			wait = 0
@@ -145,7 +153,56 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 		size += len(it.batch)
 		batch = append(batch, sent{p, it})
 	}
-	return batch, writeBy, wait, true
+	if len(verify) > 0 {
+		// Verify first; nothing collected is sent in this round.
+		for _, s := range batch {
+			s.p.inflight = false
+		}
+		return nil, writeBy, 0, verify, true
+	}
+	return batch, writeBy, wait, nil, true
+}
+
+// destinationVerifyGap is how long a partition may go without a produce
+// before its destination topic's ID is checked again (fresh metadata)
+// before the next one. A topic deleted while batches flow makes them
+// fail (and the partition is routed again, which checks the ID); a topic
+// deleted and recreated while the partition was idle would take the next
+// batch silently, as produce requests name topics, not topic IDs.
+const destinationVerifyGap = 200 * time.Millisecond
+
+// verifyDestinationTopics checks, with metadata fetched now, that the
+// destination topics of ps are the ones kmirror created; a recreated one
+// stops its partition DIVERGED before anything is written into it.
+func (e *Engine) verifyDestinationTopics(ps []*partition) {
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	for _, p := range ps {
+		e.mu.Lock()
+		k := p.key()
+		e.mu.Unlock()
+		e.dest.watch(k.Topic)
+	}
+	if _, err := e.dest.metadataSince(ctx, start); err != nil {
+		e.log.Debug("verify destination topics", zap.Error(err))
+		sleepCtx(e.ctx, e.cfg.RetryBackoff)
+		return
+	}
+	for _, p := range ps {
+		err := e.checkTopicID(ctx, e.dest, p, "destination")
+		e.mu.Lock()
+		var dv *Divergence
+		switch {
+		case errors.As(err, &dv):
+			if p.active() {
+				e.divergeLocked(p, dv.Reason)
+			}
+		case err == nil:
+			p.dstVerified = time.Now()
+		}
+		e.mu.Unlock()
+	}
 }
 
 // unsend returns batches that were not sent (the connection could not be
@@ -208,6 +265,7 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 			continue
 		}
 		p.ack(it, r.BaseOffset)
+		p.dstVerified = time.Now()
 		p.produceErr = ""
 		p.queue = p.queue[1:]
 		p.queued -= it.size

@@ -704,3 +704,29 @@ func TestHazardUncleanLeaderElection(t *testing.T) {
 	}
 	requireSameRecords(t, mirrored, readAll(t, env.dst, topic, 1, true))
 }
+
+// TestHazardDestinationTopicRecreated: the destination topic is deleted
+// and created again by someone else while mirrored. kmirror checks the
+// destination topic ID before producing: the partition stops DIVERGED
+// and nothing is written into the new topic.
+func TestHazardDestinationTopicRecreated(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-dst-recreate"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	sc := kgoClient(t, env.src)
+	produceSync(t, sc, keyedRecords(topic, 0, 10))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "src", topic)
+	deleteTopic(t, env.dst, topic)
+	recreateTopic(t, env.dst, topic, 1)
+	produceSync(t, sc, keyedRecords(topic, 10, 10))
+	waitAllStates(t, m, "src", topic, "DIVERGED", "destination topic "+topic+" was recreated", time.Minute)
+	if got := readAll(t, env.dst, topic, 1, false); len(got[0]) != 0 {
+		t.Fatalf("kmirror wrote %d records into the recreated destination topic", len(got[0]))
+	}
+}

@@ -94,4 +94,17 @@ func TestFetchSessionProtocol(t *testing.T) {
 	if !errors.As(err, &kerr) || kerr.Code != kwire.CodeInvalidFetchSessionEpoch {
 		t.Fatalf("wrong epoch: got %v, want error %d", err, kwire.CodeInvalidFetchSessionEpoch)
 	}
+	// A reset (session.reset) keeps the ID and sends epoch 0: the broker
+	// drops the old session and opens a new one, so resets never leave
+	// sessions behind in its cache.
+	if res, err = fetch(id, 0, []kwire.FetchPartition{part(0, 0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res.SessionID == 0 || res.SessionID == id {
+		t.Fatalf("full fetch naming session %d: new session %d", id, res.SessionID)
+	}
+	_, err = fetch(id, 5, nil, nil)
+	if !errors.As(err, &kerr) || kerr.Code != kwire.CodeFetchSessionIDNotFound {
+		t.Fatalf("the old session after a reset: got %v, want error %d (dropped)", err, kwire.CodeFetchSessionIDNotFound)
+	}
 }

@@ -42,6 +42,7 @@ type Conn struct {
 	corr     int32
 	versions map[int16]versionRange
 	wbuf     []byte
+	small    int // requests in a row far smaller than wbuf
 }
 
 // Dial connects to addr, negotiates API versions and checks that the broker
@@ -139,6 +140,13 @@ func (c *Conn) deadline(ctx context.Context) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Now()) })
 }
 
+// maxKeptWriteBuffer is the largest request buffer a connection keeps for
+// its next request.
+const maxKeptWriteBuffer = 1 << 20
+
+// shrinkAfter is how many small requests in a row drop a large buffer.
+const shrinkAfter = 64
+
 // roundTrip sends the request in w and returns the response body (after the
 // correlation ID). The body is a fresh buffer the caller owns: fetched
 // record batches are sub-slices of it.
@@ -157,6 +165,17 @@ var ErrNotSent = errors.New("request not sent")
 func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) ([]byte, error) {
 	binary.BigEndian.PutUint32(w.b, uint32(len(w.b)-4))
 	c.wbuf = w.b
+	// A buffer grown for large produce requests is kept while they keep
+	// coming, and dropped after shrinkAfter requests that used less than a
+	// quarter of it, so an idle or trickling connection does not hold its
+	// largest buffer forever (it is outside the memory budget).
+	if cap(c.wbuf) > maxKeptWriteBuffer && len(w.b) < cap(c.wbuf)/4 {
+		if c.small++; c.small >= shrinkAfter {
+			defer func() { c.wbuf, c.small = nil, 0 }()
+		}
+	} else {
+		c.small = 0
+	}
 	defer c.deadline(ctx)()
 	if dl, ok := ctx.Deadline(); !writeBy.IsZero() && (!ok || writeBy.Before(dl)) {
 		c.nc.SetWriteDeadline(writeBy)
