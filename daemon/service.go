@@ -376,6 +376,9 @@ const pendingRetry = 10 * time.Second
 func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
 	m.creatingMu.Lock()
+	if m.pendingTried == nil {
+		m.pendingTried = map[string]time.Time{}
+	}
 	busy := m.creating[key]
 	if !busy && time.Since(m.pendingTried[key]) < pendingRetry {
 		busy = true

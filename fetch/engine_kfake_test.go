@@ -496,3 +496,76 @@ func TestRetainSourcesForgetsDeletedMirrors(t *testing.T) {
 		t.Fatal("a kept mirror's source was forgotten")
 	}
 }
+
+// TestEngineFailedBacksOff: a batch the destination refuses for good
+// (MESSAGE_TOO_LARGE: its topic takes 1,000-byte batches, the source's is
+// 5,000 bytes) fails the partition again right after every resume. The
+// retries back off until a batch is acknowledged (a resume alone does not
+// reset the backoff), and the reason names the batch size and the fix.
+func TestEngineFailedBacksOff(t *testing.T) {
+	x := newKfakePair(t)
+	if err := x.src.CreateTopic("big", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.dst.CreateTopic("big", 1, map[string]string{"max.message.bytes": "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	prod := x.client(x.src, kgo.DefaultProduceTopic("big"), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: make([]byte, 5000)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	k := Key{Mirror: "m", Topic: "big", Partition: 0}
+	x.e.Assign([]Spec{{Key: k}})
+	time.Sleep(3 * time.Second)
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	failed := 0
+	for _, s := range x.ctl.states[k] {
+		if s == Failed {
+			failed++
+		}
+	}
+	// RetryBackoff is 20 ms: doubling from there, 3 s hold about 7
+	// failures; a backoff reset by every resume would allow over 50.
+	if failed < 2 || failed > 10 {
+		t.Fatalf("%d FAILED reports in 3 s (states %v), want a growing backoff", failed, x.ctl.states[k])
+	}
+	if r := x.ctl.reasons[k]; !strings.Contains(r, "max.message.bytes") || !strings.Contains(r, "bytes") {
+		t.Fatalf("reason %q does not name the size and the config to raise", r)
+	}
+}
+
+// TestAdminOffsetsOneRequestPerLeader: add resolves the start offsets of
+// a 200-partition topic with one ListOffsets request per partition leader
+// (here 2), not one per partition on a new connection each.
+func TestAdminOffsetsOneRequestPerLeader(t *testing.T) {
+	cl, err := kfake.NewCluster(kfake.NumBrokers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := cl.CreateTopic("wide", 200, nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	requests := map[kmsg.Request]bool{} // kfake may ask When more than once per request
+	cl.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets}, Observe: true, Count: -1, When: func(r kmsg.Request) bool {
+		mu.Lock()
+		requests[r] = true
+		mu.Unlock()
+		return true
+	}})
+	a := NewAdmin("source cluster", cl.ListenAddrs(), "test", nil)
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := a.Offsets(ctx, "wide", 200, Latest)
+	if err != nil || len(offs) != 200 {
+		t.Fatalf("offsets: %d, %v", len(offs), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(requests) == 0 || len(requests) > 2 {
+		t.Fatalf("%d ListOffsets requests for 200 partitions on 2 brokers, want one per leader", len(requests))
+	}
+}

@@ -56,6 +56,14 @@ func (e *Engine) checkIdle() {
 		for i, x := range ps {
 			p := x.p
 			h, ok := hw[keys[i]]
+			if !ok && p.state == Mirroring && p.dstLeader >= 0 {
+				// The leader could not answer for it (the topic was
+				// deleted, the leadership moved): route it again, which
+				// finds out which and reports a missing topic.
+				p.dstLeader = -1
+				kick(e.kickRt)
+				continue
+			}
 			if !ok || h <= x.dst || p.pos.DestinationOffset != x.dst || p.state != Mirroring || p.inflight || p.confirming {
 				continue
 			}

@@ -186,6 +186,11 @@ func (e *Engine) verifyDestinationTopics(ps []*partition) {
 	}
 	if _, err := e.dest.metadataSince(ctx, start); err != nil {
 		e.log.Debug("verify destination topics", zap.Error(err))
+		e.mu.Lock()
+		for _, p := range ps {
+			p.produceErr = "produce to destination waits: checking the destination topic before writing failed: " + err.Error()
+		}
+		e.mu.Unlock()
 		sleepCtx(e.ctx, e.cfg.RetryBackoff)
 		return
 	}
@@ -200,6 +205,8 @@ func (e *Engine) verifyDestinationTopics(ps []*partition) {
 			}
 		case err == nil:
 			p.dstVerified = time.Now()
+		default:
+			p.produceErr = "produce to destination waits: checking the destination topic before writing failed: " + err.Error()
 		}
 		e.mu.Unlock()
 	}

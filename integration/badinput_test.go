@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/daemon"
 )
 
 // cli runs the real kmirror binary against m and returns stdout, stderr
@@ -87,6 +89,13 @@ func TestBadInput(t *testing.T) {
 		{"describe unknown mirror", []string{"describe", "--mirror", "nope"}, "mirror nope does not exist"},
 		{"delete with mirroring topics", []string{"delete", "--mirror", "badm"}, "--force"},
 		{"add topic mirrored already", []string{"add", "--mirror", "badm", "--topic", "bad-mirrored"}, "already mirrored"},
+		{"bootstrap without a port", []string{"create", "--mirror", "x", "--mirror-config",
+			writeFile(t, "noport.properties", "bootstrap.servers=localhost\n")}, "not host:port"},
+		{"bootstrap at an HTTP port", []string{"create", "--mirror", "x", "--mirror-config",
+			writeFile(t, "http.properties", "bootstrap.servers="+strings.TrimPrefix(m.url, "http://")+"\n")}, "answered in HTTP"},
+		{"bad topic name", []string{"add", "--mirror", "badm", "--topic", "bad name!"}, "topic name"},
+		{"replication factor above the brokers", []string{"add", "--mirror", "badm", "--topic", "bad-good", "--replication-factor", "3"},
+			"Invalid Replication Factor"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,6 +107,15 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("stderr %q: want one line containing %q", stderr, c.want)
 			}
 		})
+	}
+	// What the caller must fix is a 400, not "dependency unavailable".
+	for _, req := range []daemon.AddTopicsRequest{
+		{Mirror: "badm", Topics: []string{"bad name!"}},
+		{Mirror: "badm", Topics: []string{"bad-good"}, ReplicationFactor: 3},
+	} {
+		if err := m.client.AddTopics(ctx, req); !errors.Is(err, daemon.ErrInvalid) {
+			t.Fatalf("add %+v: %v, want an invalid-request error", req, err)
+		}
 	}
 	// Nothing was half-created by the failed requests.
 	list, err := m.client.ListMirrors(ctx)

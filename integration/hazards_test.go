@@ -730,3 +730,61 @@ func TestHazardDestinationTopicRecreated(t *testing.T) {
 		t.Fatalf("kmirror wrote %d records into the recreated destination topic", len(got[0]))
 	}
 }
+
+// TestHazardSourceRecreatedWhileStopped: the case as reported: 50 records
+// mirrored, the daemon stopped, the source topic recreated with 80 new
+// records, the daemon started. The resume finds the new topic ID: DIVERGED
+// with that reason, the destination still holds exactly the old 50, and
+// translate does not answer with the old topic's offsets.
+func TestHazardSourceRecreatedWhileStopped(t *testing.T) {
+	m := startMember(t, "hz-recreate-stopped", memberOpts{})
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+		Name: "hzstopped", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "hz-recreate-stopped"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 50))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzstopped", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "hzstopped", topic)
+	old := readAll(t, env.dst, topic, 1, true)
+	m.stop()
+	deleteTopic(t, env.src, topic)
+	recreateTopic(t, env.src, topic, 1)
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 2000, 80))
+	m.start()
+	waitAllStates(t, m, "hzstopped", topic, "DIVERGED", "source topic "+topic+" was recreated", time.Minute)
+	requireSameRecords(t, old, readAll(t, env.dst, topic, 1, true))
+	if len(old[0]) != 50 {
+		t.Fatalf("destination held %d records before the restart, want 50", len(old[0]))
+	}
+	if tr, err := m.client.Translate(ctx, "hzstopped", topic, 0, 0); err == nil {
+		t.Fatalf("translate(0) answered %+v for a recreated source topic", tr)
+	}
+}
+
+// TestHazardDestinationTopicDeleted: the destination topic of an idle,
+// caught-up partition is deleted. After a bounded wait the partition is
+// FAILED with "destination topic ... no longer exists", not MIRRORING with
+// lag 0 forever.
+func TestHazardDestinationTopicDeleted(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic = "hz-dst-deleted"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 5))
+	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "src", topic)
+	deleteTopic(t, env.dst, topic)
+	waitAllStates(t, m, "src", topic, "FAILED", "destination topic "+topic+" no longer exists", 90*time.Second)
+}
