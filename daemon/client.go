@@ -229,7 +229,10 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 			// (the leader, or a partition's owner) is down or changing.
 			return fmt.Errorf("%w: the member at %s it was forwarded to did not answer (%v); retry in a few seconds", ErrNotLeader, c.baseURL, err)
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+			(method == http.MethodGet && notHTTP(err)) {
+			// Nothing there serves the request (a read is safe to ask
+			// elsewhere even if a member died while answering it).
 			return &unreachableError{c.transportError(ctx, err)}
 		}
 		return c.transportError(ctx, err)
@@ -247,6 +250,14 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 	return nil
 }
 
+// notHTTP reports whether a request failed because the address answered
+// without HTTP (closed or reset the connection, or sent something else):
+// a Kafka or raft port given as --server.
+func notHTTP(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		strings.Contains(err.Error(), "malformed HTTP")
+}
+
 func (c *Client) transportError(ctx context.Context, err error) error {
 	var netErr net.Error
 	switch {
@@ -254,8 +265,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 		return fmt.Errorf("cannot reach kmirror at %s: is the daemon running? (set --server or KMIRROR_SERVER; several members may be listed, separated by commas)", c.baseURL)
 	case ctx.Err() != nil:
 		return fmt.Errorf("request to kmirror at %s: %w", c.baseURL, ctx.Err())
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		strings.Contains(err.Error(), "malformed HTTP"):
+	case notHTTP(err):
 		return fmt.Errorf("%s answered without an HTTP reply (%v): it is not a kmirror HTTP address; "+
 			"point --server at a member's http_listen address, not a Kafka or raft port", c.baseURL, err)
 	case errors.As(err, &netErr) && netErr.Timeout():

@@ -181,12 +181,13 @@ func (m *Member) drop(k fetch.Key, what string) {
 // specOf is the engine's lease of partition i of t.
 func specOf(t *raftstore.MirrorTopic, i int32, p raftstore.PartitionInfo) fetch.Spec {
 	spec := fetch.Spec{
-		Key:           fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i},
-		Generation:    p.Generation,
-		StartOffset:   p.StartOffset,
-		SourceTopicID: t.SourceTopicID,
-		DestTopicID:   t.DestTopicID,
-		AcceptGap:     p.AcceptGap,
+		Key:            fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i},
+		Generation:     p.Generation,
+		StartOffset:    p.StartOffset,
+		SourceTopicID:  t.SourceTopicID,
+		DestTopicID:    t.DestTopicID,
+		AcceptGap:      p.AcceptGap,
+		AcceptGapBelow: p.AcceptGapBelow,
 	}
 	if p.Producer.Allocated {
 		spec.Producer = &fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
@@ -395,7 +396,7 @@ func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id 
 
 // Report records FAILED and DIVERGED (and the return to MIRRORING) in the
 // replicated state, so describe shows the reason from any member.
-func (c *control) Report(k fetch.Key, state fetch.State, reason string) {
+func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow int64) {
 	var s raftstore.TopicState
 	switch state {
 	case fetch.Failed:
@@ -417,11 +418,11 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string) {
 	if !found || cur.Owner != c.m.cfg.NodeID || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
 		return
 	}
-	if cur.State == s && cur.Reason == reason {
+	if cur.State == s && cur.Reason == reason && cur.GapBelow == gapBelow {
 		c.m.out.drop("state " + k.String()) // a newer report may be waiting: this one is the truth
 		return
 	}
-	c.m.out.put("state "+k.String(), raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason,
+	c.m.out.put("state "+k.String(), raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason, GapBelow: gapBelow,
 		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: cur.Generation}})
 }
 

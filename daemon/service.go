@@ -192,12 +192,16 @@ func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
 	}
 	var mir raftstore.Mirror
 	found := false
-	taken := map[string]string{}
+	taken, stopped := map[string]string{}, map[string]string{}
 	m.store.Read(func(s *raftstore.State) {
 		if p, ok := s.Mirrors[req.Mirror]; ok {
 			mir, found = *p, true
 		}
 		for _, t := range s.Topics {
+			if t.State == raftstore.StateStopped {
+				stopped[t.Topic] = t.Mirror
+				continue // removed: it may be added again (and start over)
+			}
 			taken[t.Topic] = t.Mirror
 		}
 	})
@@ -228,6 +232,15 @@ func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
 			return err
 		}
 		plan = append(plan, p)
+	}
+	for _, p := range plan {
+		if owner, ok := stopped[p.topic.Topic]; ok && owner == req.Mirror {
+			// Mirrored before and removed: its old checkpoints and
+			// translation must not be taken for the new start.
+			if err := m.engine.ForgetTopic(cctx, req.Mirror, p.topic.Topic); err != nil {
+				return fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", ErrUnavailable, p.topic.Topic, err)
+			}
+		}
 	}
 	for i, p := range plan {
 		if err := m.createTopic(ctx, p, req.ReplicationFactor); err != nil {
@@ -429,16 +442,25 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 		return c.ResumePartitions(ctx, req)
 	}
 	var states []raftstore.TopicState
+	var gapBelow []int64
 	var topicState raftstore.TopicState
-	found := false
+	var mir raftstore.Mirror
+	found, mirrorFound := false, false
 	m.store.Read(func(s *raftstore.State) {
+		if p, ok := s.Mirrors[req.Mirror]; ok {
+			mir, mirrorFound = *p.Clone(), true
+		}
 		if t, ok := s.Topic(req.Mirror, req.Topic); ok {
 			found, topicState = true, t.State
 			for _, p := range t.Partitions {
 				states = append(states, p.State)
+				gapBelow = append(gapBelow, p.GapBelow)
 			}
 		}
 	})
+	if !mirrorFound {
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, req.Mirror)
+	}
 	if !found {
 		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, req.Mirror, req.Topic, req.Mirror)
 	}
@@ -464,9 +486,32 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 			return nil, fmt.Errorf("%w: partition %d of %s is %s, not DIVERGED or FAILED: nothing to resume", ErrConflict, p, req.Topic, st)
 		}
 	}
+	var below []int64
+	if req.AcceptGap {
+		// Partitions not stopped by a gap accept none beyond the
+		// source's log start of this moment.
+		src := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
+		defer src.Close()
+		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		defer cancel()
+		var err error
+		if below, err = src.Offsets(cctx, req.Topic, len(states), fetch.Earliest); err != nil {
+			return nil, fmt.Errorf("%w: reading the source's log start offsets to bound the accepted gap: %v", ErrUnavailable, err)
+		}
+	}
 	for _, p := range want {
 		k := raftstore.PartitionKey{Mirror: req.Mirror, Topic: req.Topic, Partition: p}
-		if err := m.store.Apply(ctx, raftstore.ResumePartition{Key: k, AcceptGap: req.AcceptGap}); err != nil {
+		cmd := raftstore.ResumePartition{Key: k, AcceptGap: req.AcceptGap}
+		if req.AcceptGap {
+			// The gap the operator was shown (describe), or, for a
+			// partition stopped for another reason, none past the
+			// source's log start now. 0 would mean unbounded.
+			cmd.AcceptGapBelow = max(below[p], 1)
+			if gapBelow[p] > 0 {
+				cmd.AcceptGapBelow = gapBelow[p]
+			}
+		}
+		if err := m.store.Apply(ctx, cmd); err != nil {
 			return nil, mapStoreErr(err)
 		}
 		m.log.Info("partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", req.AcceptGap))

@@ -52,7 +52,7 @@ func (e *Engine) confirm(p *partition, gen int, why string) {
 		var w walkResult
 		err := fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 		if src != nil {
-			w, err = e.walk(e.ctx, src.cl, k, start, pid, own, &xl, false)
+			w, err = e.walk(e.ctx, src.cl, k, start, pid, own, &xl, -1)
 		}
 		if e.ctx.Err() != nil {
 			return

@@ -201,10 +201,12 @@ func (e *Engine) Assign(specs []Spec) {
 			e.parkDivergedLocked(k, p, s)
 			continue
 		}
-		if ok && !p.draining && p.state == Diverged && p.spec.Generation != s.Generation {
-			// An operator resumed it (kmirror resume): start over with a walk.
-			e.log.Info("diverged partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", s.AcceptGap))
-			p.spec = s
+		if ok && !p.draining && p.spec.Generation != s.Generation && (p.state == Diverged || p.state == Failed || s.AcceptGap) {
+			// An operator resumed it (kmirror resume): start over with a
+			// walk now, also out of a FAILED backoff, so a gap permission
+			// is used by this start and by no later one.
+			e.log.Info("partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", s.AcceptGap))
+			p.spec, p.renewing = s, false
 			e.dropQueueLocked(p)
 			p.state, p.failures = Starting, 0
 			e.startLocked(p, 0)
@@ -259,6 +261,17 @@ func (e *Engine) Checkpointed(ctx context.Context, k Key) (pos Position, ok bool
 	}
 	cp, ok := e.store.checkpointOf(k)
 	return Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}, ok, nil
+}
+
+// ForgetTopic deletes (tombstones) every checkpoint and translation
+// segment of a mirror's topic in the offsets topic: the topic was removed
+// and is added again, and must start over, not resume where the earlier
+// mirroring stopped.
+func (e *Engine) ForgetTopic(ctx context.Context, mirror, topic string) error {
+	if err := e.store.catchUp(ctx); err != nil {
+		return err
+	}
+	return e.store.forget(ctx, mirror, topic)
 }
 
 // Held lists the partitions the engine holds.

@@ -398,5 +398,8 @@ func (e *Engine) sourceOutOfRange(p *partition, gen int, from int64) {
 	if end >= 0 {
 		p.srcEnd = end
 	}
+	if start > from {
+		p.gapBelow = start
+	}
 	e.divergeLocked(p, reason)
 }

@@ -38,6 +38,9 @@ func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
 	var dv *Divergence
 	var behind *sourceBehind
 	if errors.As(err, &dv) || (errors.As(err, &behind) && p.failures >= behindRetries) {
+		if dv != nil {
+			p.gapBelow = dv.GapBelow
+		}
 		e.divergeLocked(p, err.Error())
 		return
 	}
@@ -102,15 +105,20 @@ func (e *Engine) setStateLocked(p *partition, s State, reason string) {
 		return
 	}
 	p.state, p.reason = s, reason
-	e.reports = append(e.reports, report{p.key(), s, reason})
+	gapBelow := int64(0)
+	if s == Diverged {
+		gapBelow = p.gapBelow
+	}
+	e.reports = append(e.reports, report{p.key(), s, reason, gapBelow})
 	kick(e.kickRep)
 }
 
 // report is a state change waiting to be told to the control plane.
 type report struct {
-	key    Key
-	state  State
-	reason string
+	key      Key
+	state    State
+	reason   string
+	gapBelow int64
 }
 
 // reportLoop tells the control plane about state changes one at a time,
@@ -131,7 +139,7 @@ func (e *Engine) reportLoop() {
 			r := e.reports[0]
 			e.reports = e.reports[1:]
 			e.mu.Unlock()
-			e.ctl.Report(r.key, r.state, r.reason)
+			e.ctl.Report(r.key, r.state, r.reason, r.gapBelow)
 		}
 	}
 }

@@ -237,6 +237,45 @@ func (s *offsetStore) load(k Key, start Entry) (checkpoint, bool, Translation, e
 	return cp, ok, xl, nil
 }
 
+// forget writes tombstones for every record of a mirror's topic: its
+// partitions' checkpoints, segments and old-format breakpoints.
+func (s *offsetStore) forget(ctx context.Context, mirror, topic string) error {
+	now := time.Now().UnixMilli()
+	var recs []kwire.Record
+	s.mu.Lock()
+	keys := map[Key]bool{}
+	for k := range s.checkpoints {
+		keys[k] = true
+	}
+	for k := range s.segments {
+		keys[k] = true
+	}
+	for k := range s.entries {
+		keys[k] = true
+	}
+	for k := range keys {
+		if k.Mirror != mirror || k.Topic != topic {
+			continue
+		}
+		recs = append(recs, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, k)})
+		for base := range s.segments[k] {
+			recs = append(recs, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, k, strconv.FormatInt(base, 10))})
+		}
+		for src := range s.entries[k] {
+			recs = append(recs, kwire.Record{Timestamp: now, Key: recordKey(kindEntry, k, strconv.FormatInt(src, 10))})
+		}
+	}
+	s.mu.Unlock()
+	for len(recs) > 0 {
+		n := min(len(recs), 2000)
+		if err := s.append(ctx, s.topic, recs[:n]); err != nil {
+			return err
+		}
+		recs = recs[n:]
+	}
+	return s.catchUp(ctx)
+}
+
 // checkpointOf returns the checkpoint known for a partition.
 func (s *offsetStore) checkpointOf(k Key) (checkpoint, bool) {
 	s.mu.Lock()

@@ -32,6 +32,9 @@ type partition struct {
 	// outOfRange: the source answered OFFSET_OUT_OF_RANGE; fetching stops
 	// while sourceOutOfRange decides.
 	outOfRange bool
+	// gapBelow is the source log start of a gap divergence (see
+	// Control.Report); 0 otherwise.
+	gapBelow int64
 	// srcMissing and dstMissing are when the topic was first found
 	// missing on that side (zero: it exists); see route.
 	srcMissing, dstMissing time.Time

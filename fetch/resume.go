@@ -18,6 +18,9 @@ import (
 type Divergence struct {
 	Key    Key
 	Reason string
+	// GapBelow is set when source records were deleted before they were
+	// mirrored: the source's log start (see Control.Report).
+	GapBelow int64
 }
 
 func (d *Divergence) Error() string { return fmt.Sprintf("%s diverged: %s", d.Key, d.Reason) }
@@ -99,7 +102,11 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		}
 	}
 	e.mu.Unlock()
-	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl, spec.AcceptGap)
+	gapBelow := int64(-1) // no gap may be skipped
+	if spec.AcceptGap {
+		gapBelow = spec.AcceptGapBelow
+	}
+	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl, gapBelow)
 	if err != nil {
 		return err
 	}
@@ -151,6 +158,15 @@ func (e *Engine) acceptGap(ctx context.Context, srcCl *cluster, spec Spec, w *wa
 			gap.to = start
 			w.end.Src = start
 		}
+	}
+	if spec.AcceptGapBelow > 0 && gap.to > spec.AcceptGapBelow {
+		// More was deleted since the operator accepted the gap: that is
+		// not what they accepted. The permission is used up; DIVERGED.
+		if err := e.ctl.RecordGap(ctx, k, spec.Generation, gap.from, gap.from); err != nil {
+			return fmt.Errorf("use up the gap permission of %s: %w", k, err)
+		}
+		return &Divergence{Key: k, GapBelow: gap.to, Reason: sourceGapReason(k, gap.from, gap.to) +
+			fmt.Sprintf(" (the gap accepted earlier ended at source offset %d: more was deleted since, so this one is not skipped)", spec.AcceptGapBelow-1)}
 	}
 	if err := e.ctl.RecordGap(ctx, k, spec.Generation, gap.from, gap.to); err != nil {
 		return fmt.Errorf("record the accepted gap %d..%d of %s: %w", gap.from, gap.to-1, k, err)
@@ -204,9 +220,9 @@ func topicGoneReason(k Key, side, cluster string) string {
 
 // topicRecreatedReason says a mirrored topic was deleted and created again.
 func topicRecreatedReason(k Key, side, now, was string) string {
-	return fmt.Sprintf("%s topic %s was recreated (topic ID now %s, mirrored %s): its records are not the ones mirrored (%s). "+
+	return fmt.Sprintf("%s topic %s was recreated (topic ID now %s, mirrored %s): its records are not the ones mirrored. "+
 		"To start over: kmirror remove --mirror %s --topic %s, delete topic %s on the destination cluster, then kmirror add it again",
-		side, k.Topic, now, was, k, k.Mirror, k.Topic, k.Topic)
+		side, k.Topic, now, was, k.Mirror, k.Topic, k.Topic)
 }
 
 // staleStartLocked reports whether the start of p that began in gen was
@@ -236,7 +252,7 @@ func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own o
 	p.fetchedEpoch = pos.SourceLeaderEpoch
 	p.fetchBytes = e.cfg.PartitionBytes
 	p.srcLeader, p.dstLeader = -1, -1
-	p.outOfRange = false
+	p.outOfRange, p.gapBelow = false, 0
 	// failures is reset by the first acknowledged batch, not here: a
 	// partition that fails again right after resuming backs off longer.
 	e.setStateLocked(p, Mirroring, "")
@@ -377,7 +393,7 @@ const uncommittedPoll = 100 * time.Millisecond
 // before that identity's next one is kmirror's own duplicate: stepped over
 // and returned in duplicates. Any other record that does not match the
 // source is a Divergence.
-func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation, acceptGap bool) (res walkResult, err error) {
+func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation, gapBelow int64) (res walkResult, err error) {
 	res = walkResult{end: start, own: own.clone()}
 	defer func() { res.nextSeq = res.own[pid] }()
 	defer func() {
@@ -385,7 +401,7 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 		if errors.As(err, &oor) && oor.cluster == srcCl.name {
 			// The source lost what the walk must read.
 			if oor.offset < oor.logStart {
-				err = &Divergence{Key: k, Reason: sourceGapReason(k, oor.offset, oor.logStart)}
+				err = &Divergence{Key: k, Reason: sourceGapReason(k, oor.offset, oor.logStart), GapBelow: oor.logStart}
 			} else {
 				err = &Divergence{Key: k, Reason: sourceTruncatedReason(k, oor.offset, oor.logEnd)}
 			}
@@ -401,7 +417,7 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 		return res, err
 	}
 	defer dst.close()
-	srcIt := &sourceIter{acceptGap: acceptGap}
+	srcIt := &sourceIter{gapBelow: gapBelow}
 	if srcIt.r, err = openPartitionReader(ctx, srcCl, k.Topic, k.Partition, start.Src, true); err != nil {
 		return res, err
 	}
@@ -420,7 +436,8 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, p
 			return fmt.Sprintf("written by kmirror's producer ID %d", id.ID)
 		}
 		return fmt.Sprintf("written by producer ID %d, kmirror's is %d: another producer has written to the destination partition "+
-			"(mirror topics must stay read-only until failover)", b.ProducerID(), pid.ID)
+			"(mirror topics must stay read-only until failover). To go on, stop that producer, then either kmirror remove the topic "+
+			"(failover: the destination is the copy to use) or delete the destination topic, remove and add it again", b.ProducerID(), pid.ID)
 	}
 	for {
 		batches, hw, err := dst.next(ctx)
@@ -577,13 +594,14 @@ func sameBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equa
 // order, through the same buildItems filter.
 type sourceIter struct {
 	r *partitionReader
-	// acceptGap lets the iterator skip one range of source offsets
-	// deleted before they were mirrored (gap says which).
-	acceptGap bool
-	gap       *gapRange
-	items     []*item
-	cur       *item
-	recs      []kwire.Record
+	// gapBelow lets the iterator skip one range of source offsets deleted
+	// before they were mirrored, ending at or below gapBelow (0: any; -1:
+	// none); gap says which it skipped.
+	gapBelow int64
+	gap      *gapRange
+	items    []*item
+	cur      *item
+	recs     []kwire.Record
 }
 
 func (s *sourceIter) pending() bool { return len(s.recs) > 0 }
@@ -606,7 +624,8 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 		}
 		fp, err := s.r.fetch(ctx)
 		var oor *outOfRange
-		if errors.As(err, &oor) && s.acceptGap && s.gap == nil && oor.logStart > oor.offset {
+		if errors.As(err, &oor) && s.gapBelow >= 0 && s.gap == nil && oor.logStart > oor.offset &&
+			(s.gapBelow == 0 || oor.logStart <= s.gapBelow) {
 			// Deleted on the source before they were mirrored, and the
 			// operator accepted that: go on at the log start.
 			s.gap = &gapRange{from: oor.offset, to: oor.logStart}

@@ -57,6 +57,10 @@ type Spec struct {
 	// were mirrored (kmirror resume --accept-gap): the skipped range is
 	// recorded through Control.RecordGap before mirroring goes on.
 	AcceptGap bool
+	// AcceptGapBelow bounds it: a gap reaching this source offset or
+	// beyond (records deleted after the operator accepted) is DIVERGED
+	// again. 0: no bound.
+	AcceptGapBelow int64
 }
 
 // Handoff is a partition's exact position after a clean drain: every
@@ -93,7 +97,10 @@ type Control interface {
 	// generation is no longer current (the lease moved).
 	SaveProducer(ctx context.Context, key Key, generation uint64, id ProducerID) error
 	// Report tells the control plane about a state change with its reason.
-	Report(key Key, state State, reason string)
+	// gapBelow is set (> 0) for a partition DIVERGED because source
+	// records were deleted before they were mirrored: the source's log
+	// start it saw, the end of the gap an operator may accept.
+	Report(key Key, state State, reason string, gapBelow int64)
 	// RenewProducer asks the control plane for a new producer epoch after
 	// the destination refused the partition's identity (out-of-order
 	// sequence, unknown producer, fenced epoch). The partition waits,

@@ -201,10 +201,7 @@ func TestHazardPartitionsAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 50))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "src", topic)
+	addCaughtUp(t, m, "src", topic)
 	createPartitions(t, env.src, topic, 4)
 	// A new client: it sees the four partitions at once.
 	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 50, 200))
@@ -229,10 +226,7 @@ func TestHazardSourceTopicRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 50))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "src", topic)
+	addCaughtUp(t, m, "src", topic)
 	old := readAll(t, env.src, topic, 2, true)
 	requireSameRecords(t, old, readAll(t, env.dst, topic, 2, true))
 
@@ -245,6 +239,25 @@ func TestHazardSourceTopicRecreated(t *testing.T) {
 	if _, err := m.client.Translate(ctx, "src", topic, 0, 0); err == nil {
 		t.Fatalf("translate answered for a partition whose source topic was recreated")
 	}
+	// The way on the reason gives: remove, delete the destination topic,
+	// add again. The new topic is mirrored from its start.
+	if _, stderr, code := cli(t, m, "remove", "--mirror", "src", "--topic", topic); code != 0 {
+		t.Fatalf("remove: %s", stderr)
+	}
+	deleteTopic(t, env.dst, topic)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, stderr, code := cli(t, m, "add", "--mirror", "src", "--topic", topic)
+		if code == 0 {
+			break
+		}
+		if !strings.Contains(stderr, "already exists") || time.Now().After(deadline) {
+			t.Fatalf("add again after remove: %s", stderr)
+		}
+		time.Sleep(500 * time.Millisecond) // the deletion is still finishing
+	}
+	waitCaughtUp(t, m, "src", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, 2, true), readAll(t, env.dst, topic, 2, true))
 }
 
 // TestHazardEffectiveConfigs: the source brokers accept 6 MiB records
@@ -288,13 +301,8 @@ func TestHazardEffectiveConfigs(t *testing.T) {
 // records and mirrors on (MIRRORING at 21/21).
 func TestHazardDestinationRetention(t *testing.T) {
 	// Checkpoints an hour apart: the kill always lands before one.
-	m := startMember(t, "hz-retention", memberOpts{checkpoint: "1h"})
+	m := startMirrorMember(t, "hz-retention", memberOpts{checkpoint: "1h"}, "hzret", env.src)
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "hzret", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic = "hz-retention"
 	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 		t.Fatal(err)
@@ -304,10 +312,7 @@ func TestHazardDestinationRetention(t *testing.T) {
 		r.Timestamp = time.Now().Add(-48 * time.Hour)
 	}
 	produceSync(t, kgoClient(t, env.src), recs)
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzret", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "hzret", topic)
+	addCaughtUp(t, m, "hzret", topic)
 	// What retention.ms would do to these 48-hour-old records on the
 	// destination, without waiting for the broker's retention check.
 	deleteRecords(t, env.dst, topic, 0, 20)
@@ -332,23 +337,15 @@ func TestHazardDestinationRetention(t *testing.T) {
 // mirror DIVERGED; resume --accept-gap records the gap, counts it in
 // describe and /metrics, and mirrors on with an exact translation.
 func TestHazardSourceGap(t *testing.T) {
-	m := startMember(t, "hz-gap", memberOpts{})
+	m := startMirrorMember(t, "hz-gap", memberOpts{}, "hzgap", env.src)
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "hzgap", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic = "hz-gap"
 	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	sc := kgoClient(t, env.src)
 	produceSync(t, sc, keyedRecords(topic, 0, 100))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzgap", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "hzgap", topic)
+	addCaughtUp(t, m, "hzgap", topic)
 	before := readAll(t, env.src, topic, 1, true)
 	m.stop()
 	produceSync(t, sc, keyedRecords(topic, 100, 50))
@@ -367,24 +364,34 @@ func TestHazardSourceGap(t *testing.T) {
 	if err != nil || len(mirrors) != 1 || mirrors[0].State != "DIVERGED" {
 		t.Fatalf("list = %+v, %v; want mirror hzgap DIVERGED", mirrors, err)
 	}
+	// More is deleted after the operator read the reason: accepting that
+	// gap accepts 100..149, not the larger one. DIVERGED again, naming it.
+	deleteRecords(t, env.src, topic, 0, 152)
 	out, stderr, code := cli(t, m, "resume", "--mirror", "hzgap", "--topic", topic, "--accept-gap")
 	if code != 0 || !strings.Contains(out, "resumed partitions 0") {
 		t.Fatalf("kmirror resume --accept-gap: exit %d, %q %q", code, out, stderr)
 	}
-	rows := waitCaughtUp(t, m, "hzgap", topic)
-	if rows[0].SkippedRecords != 50 || rows[0].LastGap != "100..149" || !strings.Contains(rows[0].Reason, "skipped 50") {
-		t.Fatalf("describe after accepting the gap: %+v; want 50 skipped records, gap 100..149", rows[0])
+	waitAllStates(t, m, "hzgap", topic, "DIVERGED", "source offsets 100..151", time.Minute)
+	if r, _ := m.client.Describe(ctx, "hzgap", topic); r[0].SkippedRecords != 0 || !strings.Contains(r[0].Reason, "more was deleted since") {
+		t.Fatalf("a gap larger than the one accepted: %+v; want DIVERGED again, nothing skipped", r[0])
 	}
-	want := `kmirror_partition_skipped_records_total{mirror="hzgap",partition="0",topic="hz-gap"} 50`
+	if out, stderr, code = cli(t, m, "resume", "--mirror", "hzgap", "--topic", topic, "--accept-gap"); code != 0 {
+		t.Fatalf("second kmirror resume --accept-gap: exit %d, %q %q", code, out, stderr)
+	}
+	rows := waitCaughtUp(t, m, "hzgap", topic)
+	if rows[0].SkippedRecords != 52 || rows[0].LastGap != "100..151" || !strings.Contains(rows[0].Reason, "skipped 52") {
+		t.Fatalf("describe after accepting the gap: %+v; want 52 skipped records, gap 100..151", rows[0])
+	}
+	want := `kmirror_partition_skipped_records_total{mirror="hzgap",partition="0",topic="hz-gap"} 52`
 	if metrics := metricsText(t, m); !strings.Contains(metrics, want) {
 		t.Fatalf("/metrics lacks %s", want)
 	}
 	after := readAll(t, env.src, topic, 1, true)
-	if len(after[0]) != 10 || after[0][0].Offset != 150 {
-		t.Fatalf("source holds %d records from offset %d, want 10 from 150", len(after[0]), after[0][0].Offset)
+	if len(after[0]) != 8 || after[0][0].Offset != 152 {
+		t.Fatalf("source holds %d records from offset %d, want 8 from 152", len(after[0]), after[0][0].Offset)
 	}
 	requireSameRecords(t, [][]*kgo.Record{append(before[0], after[0]...)}, readAll(t, env.dst, topic, 1, true))
-	for _, c := range []struct{ src, dst int64 }{{99, 99}, {100, 100}, {120, 100}, {150, 100}, {155, 105}, {160, 110}} {
+	for _, c := range []struct{ src, dst int64 }{{99, 99}, {100, 100}, {120, 100}, {152, 100}, {155, 103}, {160, 108}} {
 		tr, err := m.client.Translate(ctx, "hzgap", topic, 0, c.src)
 		if err != nil || tr.DestinationOffset != c.dst {
 			t.Fatalf("translate(%d) = %+v, %v; want %d", c.src, tr, err, c.dst)
@@ -479,10 +486,7 @@ func TestHazardKeylessCompacted(t *testing.T) {
 	produceSync(t, sc, append(recs, keyedRecords(topic, 0, 10)...))
 	alterTopicConfig(t, env.src, topic, "cleanup.policy", "compact")
 	produceSync(t, sc, keyedRecords(topic, 10, 5))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "src", topic)
+	addCaughtUp(t, m, "src", topic)
 	src := readAll(t, env.src, topic, 1, true)
 	if len(src[0]) != 25 || src[0][0].Key != nil {
 		t.Fatalf("source holds %d records (first key %q): the test needs the 25 with keyless ones first", len(src[0]), src[0][0].Key)
@@ -509,13 +513,8 @@ func TestHazardKeylessCompacted(t *testing.T) {
 // kill -9 resumes from the checkpoint without re-walking, translation is
 // exact after the restart, and remove stops the topic.
 func TestHazardCompactedHoles(t *testing.T) {
-	m := startMember(t, "hz-holes", memberOpts{})
+	m := startMirrorMember(t, "hz-holes", memberOpts{}, "hzholes", env.src)
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "hzholes", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic, n = "hz-holes", 30_000
 	if err := env.src.CreateTopic(ctx, topic, 1, 1, map[string]string{
 		"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0",
@@ -548,10 +547,7 @@ func TestHazardCompactedHoles(t *testing.T) {
 			t.Fatalf("record %d at source offset %d, want %d: the holes are not where the test needs them", i, r.Offset, 2*i+1)
 		}
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzholes", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	rows := waitCaughtUp(t, m, "hzholes", topic)
+	rows := addCaughtUp(t, m, "hzholes", topic)
 	requireSameRecords(t, src, readAll(t, env.dst, topic, 1, true))
 	time.Sleep(time.Second) // a few checkpoint rounds
 	rows, err := m.client.Describe(ctx, "hzholes", topic)
@@ -582,6 +578,32 @@ func TestHazardCompactedHoles(t *testing.T) {
 	if err := m.client.RemoveTopic(ctx, "hzholes", topic); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
+}
+
+// startMirrorMember starts a member of its own for one test, with mirror
+// pointing at the source cluster src; src is where its waits compare with.
+func startMirrorMember(t *testing.T, name string, o memberOpts, mirror string, src *harness.Cluster) *member {
+	t.Helper()
+	m := startMember(t, name, o)
+	if src != env.src {
+		m.src = src
+	}
+	if err := m.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
+		Name: mirror, Properties: map[string]string{"bootstrap.servers": src.Bootstrap()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// addCaughtUp adds topic to mirror and waits until it is mirrored with
+// lag 0.
+func addCaughtUp(t *testing.T, m *member, mirror, topic string) []daemon.PartitionStatus {
+	t.Helper()
+	if err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	return waitCaughtUp(t, m, mirror, topic)
 }
 
 // partitionLeader returns the node ID leading partition 0 of topic (-1:
@@ -624,22 +646,13 @@ func TestHazardUncleanLeaderElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src2.Close() })
-	m := startMember(t, "hz-unclean", memberOpts{})
-	m.src = src2
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "hzunclean", Properties: map[string]string{"bootstrap.servers": src2.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	m := startMirrorMember(t, "hz-unclean", memberOpts{}, "hzunclean", src2)
 	const topic = "hz-unclean"
 	if err := src2.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	produceSync(t, kgoClient(t, src2), keyedRecords(topic, 0, 10))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzunclean", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "hzunclean", topic)
+	addCaughtUp(t, m, "hzunclean", topic)
 	leader := partitionLeader(t, src2, topic)
 	if leader < 1 {
 		t.Fatalf("no leader for %s", topic)
@@ -718,10 +731,7 @@ func TestHazardDestinationTopicRecreated(t *testing.T) {
 	}
 	sc := kgoClient(t, env.src)
 	produceSync(t, sc, keyedRecords(topic, 0, 10))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "src", topic)
+	addCaughtUp(t, m, "src", topic)
 	deleteTopic(t, env.dst, topic)
 	recreateTopic(t, env.dst, topic, 1)
 	produceSync(t, sc, keyedRecords(topic, 10, 10))
@@ -737,22 +747,14 @@ func TestHazardDestinationTopicRecreated(t *testing.T) {
 // with that reason, the destination still holds exactly the old 50, and
 // translate does not answer with the old topic's offsets.
 func TestHazardSourceRecreatedWhileStopped(t *testing.T) {
-	m := startMember(t, "hz-recreate-stopped", memberOpts{})
+	m := startMirrorMember(t, "hz-recreate-stopped", memberOpts{}, "hzstopped", env.src)
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: "hzstopped", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
-	}); err != nil {
-		t.Fatal(err)
-	}
 	const topic = "hz-recreate-stopped"
 	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 50))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "hzstopped", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "hzstopped", topic)
+	addCaughtUp(t, m, "hzstopped", topic)
 	old := readAll(t, env.dst, topic, 1, true)
 	m.stop()
 	deleteTopic(t, env.src, topic)
@@ -781,10 +783,7 @@ func TestHazardDestinationTopicDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 0, 5))
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, m, "src", topic)
+	addCaughtUp(t, m, "src", topic)
 	deleteTopic(t, env.dst, topic)
 	waitAllStates(t, m, "src", topic, "FAILED", "destination topic "+topic+" no longer exists", 90*time.Second)
 }

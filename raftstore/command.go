@@ -180,6 +180,9 @@ type SetPartitionState struct {
 	Key    PartitionKey `json:"key"`
 	State  TopicState   `json:"state"`
 	Reason string       `json:"reason,omitempty"`
+	// GapBelow is set with DIVERGED for source records deleted before
+	// they were mirrored: the source's log start then (PartitionInfo).
+	GapBelow int64 `json:"gap_below,omitempty"`
 	Lease
 }
 
@@ -323,6 +326,10 @@ type SetTopicIDs struct {
 type ResumePartition struct {
 	Key       PartitionKey `json:"key"`
 	AcceptGap bool         `json:"accept_gap,omitempty"`
+	// AcceptGapBelow bounds the accepted gap: the source's log start
+	// offset when the operator accepted it. A gap reaching past it
+	// (records deleted since) is not accepted: DIVERGED again.
+	AcceptGapBelow int64 `json:"accept_gap_below,omitempty"`
 }
 
 // RecordGap is sent by a partition's owner that skipped source offsets

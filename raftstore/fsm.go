@@ -153,9 +153,11 @@ func (s *State) applyAddTopic(c AddTopic, index uint64) error {
 	if _, ok := s.Mirrors[t.Mirror]; !ok {
 		return fmt.Errorf("%w: mirror %q", ErrNotFound, t.Mirror)
 	}
-	if _, ok := s.Topic(t.Mirror, t.Topic); ok {
+	if old, ok := s.Topic(t.Mirror, t.Topic); ok && old.State != StateStopped {
 		return fmt.Errorf("%w: topic %q", ErrExists, TopicKey(t.Mirror, t.Topic))
 	}
+	// A STOPPED topic (removed: mirrored no more) is replaced: mirroring
+	// it again starts over.
 	s.Topics[TopicKey(t.Mirror, t.Topic)] = t.Clone()
 	return nil
 }
@@ -203,7 +205,7 @@ func (s *State) applySetPartitionState(c SetPartitionState, _ uint64) error {
 			return fmt.Errorf("%w: partition %s is %s; its owner records it stopped instead", ErrInvalid, c.Key, p.State)
 		}
 	}
-	p.State, p.Reason = c.State, c.Reason
+	p.State, p.Reason, p.GapBelow = c.State, c.Reason, c.GapBelow
 	return nil
 }
 
@@ -432,7 +434,7 @@ func (s *State) applyResumePartition(c ResumePartition, index uint64) error {
 		return fmt.Errorf("%w: partition %s is %s, not DIVERGED or FAILED: nothing to resume", ErrInvalid, c.Key, p.State)
 	}
 	p.State, p.Reason = StateMirroring, ""
-	p.AcceptGap = c.AcceptGap
+	p.AcceptGap, p.AcceptGapBelow = c.AcceptGap, c.AcceptGapBelow
 	p.Generation, p.MoveTo, p.Handoff = index, "", nil
 	return nil
 }
@@ -451,7 +453,7 @@ func (s *State) applyRecordGap(c RecordGap, _ uint64) error {
 	if c.To < c.From {
 		return fmt.Errorf("%w: gap %d..%d of partition %s ends before it starts", ErrInvalid, c.From, c.To-1, c.Key)
 	}
-	p.AcceptGap = false // used up, also by a start that found no gap
+	p.AcceptGap, p.AcceptGapBelow = false, 0 // used up, also by a start that found no gap
 	if c.To > c.From {
 		p.SkippedRecords += c.To - c.From
 		p.LastGap = fmt.Sprintf("%d..%d", c.From, c.To-1)

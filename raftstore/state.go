@@ -99,6 +99,13 @@ type PartitionInfo struct {
 	// deleted before they were mirrored (kmirror resume --accept-gap);
 	// cleared when the gap is recorded.
 	AcceptGap bool `json:"accept_gap,omitempty"`
+	// GapBelow is, for a partition DIVERGED by source records deleted
+	// before they were mirrored, the source's log start it saw: the gap
+	// an operator accepts with resume --accept-gap ends there.
+	GapBelow int64 `json:"gap_below,omitempty"`
+	// AcceptGapBelow is the source offset the accepted gap may reach at
+	// most (exclusive): the source's log start when it was accepted.
+	AcceptGapBelow int64 `json:"accept_gap_below,omitempty"`
 	// SkippedRecords counts source offsets skipped under AcceptGap;
 	// LastGap describes the latest gap ("100..149").
 	SkippedRecords int64  `json:"skipped_records,omitempty"`

@@ -131,6 +131,8 @@ func TestCommandsSucceed(t *testing.T) {
 			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=0"},
 		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
+		{"resume", []string{"resume", "--mirror", "east", "--topic", "orders", "--partition", "1,3", "--accept-gap"},
+			"resumed partitions 1,3 of orders (mirror east); see kmirror describe\n", "ResumePartitions east orders [1 3] true"},
 		{"delete", []string{"delete", "--mirror", "east", "--force"}, "deleted mirror east\n", "DeleteMirror east force=true"},
 		{"list", []string{"list"},
 			"MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE\neast    orders  a1:9092           MIRRORING\n", "ListMirrors"},

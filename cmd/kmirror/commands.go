@@ -87,7 +87,8 @@ func addCommand() *cli.Command {
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringSliceFlag{Name: "topic", Usage: "`TOPIC` to mirror; repeat or separate with commas (required)"},
 			&cli.StringFlag{Name: "start-from", Usage: "`POSITION` where new topics start: earliest or latest", Value: "earliest"},
-			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default (default: the daemon's destination.replication_factor)"},
+			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default",
+				DefaultText: "the daemon's destination.replication_factor"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c, "mirror", "topic"); err != nil {
