@@ -227,7 +227,7 @@ func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
 	defer cancel()
 	var plan []plannedTopic
 	for _, t := range req.Topics {
-		p, err := m.planTopic(cctx, src, mir, t, which)
+		p, err := m.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func topicNames(plan []plannedTopic) string {
 	return strings.Join(names, ", ")
 }
 
-func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64) (plannedTopic, error) {
+func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
 	if !validName.MatchString(topic) || topic == "." || topic == ".." {
 		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", ErrInvalid, topic)
 	}
@@ -274,7 +274,10 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 	if err != nil {
 		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	if _, err := m.dest.Partitions(ctx, topic); err == nil {
+	if _, err := m.dest.Partitions(ctx, topic); err == nil && removed {
+		return plannedTopic{}, fmt.Errorf("%w: destination topic %s still holds what mirror %s copied before it was removed: "+
+			"to mirror the topic again from the start, delete it on the destination cluster first", ErrConflict, topic, mir.Name)
+	} else if err == nil {
 		return plannedTopic{}, fmt.Errorf("%w: destination topic %s already exists and was not created by kmirror: "+
 			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic)
 	} else if !errors.Is(err, fetch.ErrTopicNotFound) {

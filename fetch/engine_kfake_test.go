@@ -569,3 +569,56 @@ func TestAdminOffsetsOneRequestPerLeader(t *testing.T) {
 		t.Fatalf("%d ListOffsets requests for 200 partitions on 2 brokers, want one per leader", len(requests))
 	}
 }
+
+// TestEngineAcceptGapWithoutGap: a FAILED partition resumed with a gap
+// permission when the source has no gap uses the permission up (an empty
+// gap recorded) and fails again for its real cause, not DIVERGED over an
+// invented gap.
+func TestEngineAcceptGapWithoutGap(t *testing.T) {
+	x := newKfakePair(t)
+	if err := x.src.CreateTopic("big", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.dst.CreateTopic("big", 1, map[string]string{"max.message.bytes": "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	x.produce(x.src, "big", 0, 5)
+	prod := x.client(x.src, kgo.DefaultProduceTopic("big"), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err := prod.ProduceSync(context.Background(), &kgo.Record{Value: make([]byte, 5000)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	k := Key{Mirror: "m", Topic: "big", Partition: 0}
+	x.e.Assign([]Spec{{Key: k, Generation: 1}})
+	waitState := func(want State) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			x.ctl.mu.Lock()
+			st := x.ctl.states[k]
+			x.ctl.mu.Unlock()
+			if len(st) > 0 && st[len(st)-1] == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("states %v, want %s last", st, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitState(Failed)
+	x.ctl.mu.Lock()
+	x.ctl.states[k] = nil
+	x.ctl.mu.Unlock()
+	x.e.Assign([]Spec{{Key: k, Generation: 2, AcceptGap: true, AcceptGapBelow: 1}})
+	waitState(Failed)
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	for _, s := range x.ctl.states[k] {
+		if s == Diverged {
+			t.Fatalf("DIVERGED after resuming without a gap: %q", x.ctl.reasons[k])
+		}
+	}
+	if len(x.ctl.gaps) != 1 || x.ctl.gaps[0][0] != x.ctl.gaps[0][1] {
+		t.Fatalf("gaps recorded %v, want one empty gap (the permission used up)", x.ctl.gaps)
+	}
+}

@@ -38,10 +38,13 @@ func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
 	var dv *Divergence
 	var behind *sourceBehind
 	if errors.As(err, &dv) || (errors.As(err, &behind) && p.failures >= behindRetries) {
+		reason := err.Error()
 		if dv != nil {
-			p.gapBelow = dv.GapBelow
+			// The reason as the fetch loop words it: the partition is
+			// named by describe already.
+			p.gapBelow, reason = dv.GapBelow, dv.Reason
 		}
-		e.divergeLocked(p, err.Error())
+		e.divergeLocked(p, reason)
 		return
 	}
 	e.failLocked(p, err)

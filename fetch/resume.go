@@ -159,7 +159,7 @@ func (e *Engine) acceptGap(ctx context.Context, srcCl *cluster, spec Spec, w *wa
 			w.end.Src = start
 		}
 	}
-	if spec.AcceptGapBelow > 0 && gap.to > spec.AcceptGapBelow {
+	if gap.to > gap.from && spec.AcceptGapBelow > 0 && gap.to > spec.AcceptGapBelow {
 		// More was deleted since the operator accepted the gap: that is
 		// not what they accepted. The permission is used up; DIVERGED.
 		if err := e.ctl.RecordGap(ctx, k, spec.Generation, gap.from, gap.from); err != nil {

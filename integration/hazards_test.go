@@ -244,6 +244,9 @@ func TestHazardSourceTopicRecreated(t *testing.T) {
 	if _, stderr, code := cli(t, m, "remove", "--mirror", "src", "--topic", topic); code != 0 {
 		t.Fatalf("remove: %s", stderr)
 	}
+	if _, stderr, code := cli(t, m, "add", "--mirror", "src", "--topic", topic); code == 0 || !strings.Contains(stderr, "delete it on the destination cluster first") {
+		t.Fatalf("add while the old destination topic exists: exit %d, %q; want a refusal saying to delete it", code, stderr)
+	}
 	deleteTopic(t, env.dst, topic)
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -251,7 +254,7 @@ func TestHazardSourceTopicRecreated(t *testing.T) {
 		if code == 0 {
 			break
 		}
-		if !strings.Contains(stderr, "already exists") || time.Now().After(deadline) {
+		if !strings.Contains(stderr, "delete it on the destination cluster first") || time.Now().After(deadline) {
 			t.Fatalf("add again after remove: %s", stderr)
 		}
 		time.Sleep(500 * time.Millisecond) // the deletion is still finishing
