@@ -116,6 +116,12 @@ type API interface {
 	// may skip source records deleted before they were mirrored, counting
 	// them. It returns the partitions resumed.
 	ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error)
+	// AlterMirror replaces a mirror's properties (kmirror alter); the
+	// source must be the same cluster.
+	AlterMirror(ctx context.Context, req CreateMirrorRequest) error
+	// DescribeGroups shows the consumer group offset sync of every member,
+	// optionally of one mirror.
+	DescribeGroups(ctx context.Context, mirror string) ([]GroupStatus, error)
 }
 
 // ResumeRequest is the body of POST /v1/mirrors/{name}/topics/{topic}/resume.

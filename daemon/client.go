@@ -374,6 +374,33 @@ func (c *Client) applyInternal(ctx context.Context, entry []byte) error {
 	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, internalApply{Entry: entry}, nil)
 }
 
+// groupRows asks a member for the group sync rows of its partitions.
+func (c *Client) groupRows(ctx context.Context) ([]GroupStatus, error) {
+	var out []GroupStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/internal/groups", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AlterMirror implements API.
+func (c *Client) AlterMirror(ctx context.Context, req CreateMirrorRequest) error {
+	return c.do(ctx, http.MethodPut, "/v1/mirrors/"+url.PathEscape(req.Name), nil, req, nil)
+}
+
+// DescribeGroups implements API.
+func (c *Client) DescribeGroups(ctx context.Context, mirror string) ([]GroupStatus, error) {
+	query := url.Values{}
+	if mirror != "" {
+		query.Set("mirror", mirror)
+	}
+	var rows []GroupStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/groups", query, nil, &rows); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
 // liveStatuses asks a member for the partitions it runs.
 func (c *Client) liveStatuses(ctx context.Context) ([]LiveStatus, error) {
 	var out []LiveStatus

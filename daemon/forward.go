@@ -221,6 +221,7 @@ func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]LiveStatus
 type internalAPI interface {
 	ApplyInternal(ctx context.Context, entry []byte) error
 	LocalStatuses() []LiveStatus
+	localGroupRows() []GroupStatus
 	probe() raftProbe
 	// testHooks reports whether test_hooks is on; SetRaftIsolated is
 	// served only then.
@@ -257,6 +258,10 @@ func (h *handler) applyInternal(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, statusBody{"applied"}, nil
+}
+
+func (h *handler) localGroups(*http.Request) (int, any, error) {
+	return http.StatusOK, h.internal.localGroupRows(), nil
 }
 
 func (h *handler) localStatuses(*http.Request) (int, any, error) {

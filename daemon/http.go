@@ -80,6 +80,8 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 	mux.Handle("POST /v1/mirrors", h.wrap(h.createMirror))
 	mux.Handle("GET /v1/mirrors", h.wrap(h.listMirrors))
 	mux.Handle("DELETE /v1/mirrors/{name}", h.wrap(h.deleteMirror))
+	mux.Handle("PUT /v1/mirrors/{name}", h.wrap(h.alterMirror))
+	mux.Handle("GET /v1/groups", h.wrap(h.describeGroups))
 	mux.Handle("POST /v1/mirrors/{name}/topics", h.wrap(h.addTopics))
 	mux.Handle("DELETE /v1/mirrors/{name}/topics/{topic}", h.wrap(h.removeTopic))
 	mux.Handle("POST /v1/mirrors/{name}/topics/{topic}/resume", h.wrap(h.resumeTopic))
@@ -93,6 +95,7 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 	if h.internal != nil {
 		mux.Handle("POST /v1/internal/apply", h.wrap(h.applyInternal))
 		mux.Handle("GET /v1/internal/status", h.wrap(h.localStatuses))
+		mux.Handle("GET /v1/internal/groups", h.wrap(h.localGroups))
 		mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, h.internal.probe()) })
 		if h.internal.testHooks() {
 			mux.Handle("POST /v1/internal/test/raft-isolation", h.wrap(h.raftIsolation))
@@ -272,6 +275,36 @@ func (h *handler) describe(r *http.Request) (int, any, error) {
 	}
 	if rows == nil {
 		rows = []PartitionStatus{}
+	}
+	return http.StatusOK, rows, nil
+}
+
+func (h *handler) alterMirror(r *http.Request) (int, any, error) {
+	var req CreateMirrorRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Name != "" && req.Name != r.PathValue("name") {
+		return 0, nil, fmt.Errorf("%w: the body names mirror %s, the path %s: a mirror cannot be renamed", ErrInvalid, req.Name, r.PathValue("name"))
+	}
+	req.Name = r.PathValue("name")
+	if err := h.api.AlterMirror(r.Context(), req); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, statusBody{"altered"}, nil
+}
+
+func (h *handler) describeGroups(r *http.Request) (int, any, error) {
+	q, err := queryParams(r, "mirror")
+	if err != nil {
+		return 0, nil, err
+	}
+	rows, err := h.api.DescribeGroups(r.Context(), q["mirror"])
+	if err != nil {
+		return 0, nil, err
+	}
+	if rows == nil {
+		rows = []GroupStatus{}
 	}
 	return http.StatusOK, rows, nil
 }

@@ -99,6 +99,14 @@ func (f *fakeAPI) ResumePartitions(_ context.Context, req ResumeRequest) ([]int3
 	return req.Partitions, f.record("resume %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
 }
 
+func (f *fakeAPI) AlterMirror(_ context.Context, req CreateMirrorRequest) error {
+	return f.record("alter %s %v", req.Name, req.Properties)
+}
+
+func (f *fakeAPI) DescribeGroups(_ context.Context, mirror string) ([]GroupStatus, error) {
+	return testGroupRows, f.record("groups %s", mirror)
+}
+
 func (f *fakeAPI) Ready(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -106,8 +114,9 @@ func (f *fakeAPI) Ready(context.Context) error {
 }
 
 var (
-	testMirrors = []MirrorSummary{{Name: "a", Topics: []string{"t1", "t2"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}}
-	testRows    = []PartitionStatus{{Mirror: "a", Topic: "t1", Partition: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "MIRRORING", Owner: "m1"}}
+	testMirrors   = []MirrorSummary{{Name: "a", Topics: []string{"t1", "t2"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}}
+	testGroupRows = []GroupStatus{{Mirror: "a", Group: "g", Topic: "t1", Partition: 0, SourceCommitted: 5, DestinationCommitted: 4, State: GroupSynced, Member: "m1"}}
+	testRows      = []PartitionStatus{{Mirror: "a", Topic: "t1", Partition: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "MIRRORING", Owner: "m1"}}
 )
 
 func newTestHandler(t *testing.T, f *fakeAPI) http.Handler {
@@ -338,6 +347,16 @@ func TestClientRoundTrip(t *testing.T) {
 			}
 			return err
 		}, "Describe mirror=a topic="},
+		{func() error {
+			return c.AlterMirror(ctx, CreateMirrorRequest{Name: "a", Properties: map[string]string{"groups.include": "g.*"}})
+		}, "alter a map[groups.include:g.*]"},
+		{func() error {
+			got, err := c.DescribeGroups(ctx, "a")
+			if err == nil && !reflect.DeepEqual(got, testGroupRows) {
+				err = fmt.Errorf("DescribeGroups = %+v", got)
+			}
+			return err
+		}, "groups a"},
 	}
 	for i, s := range steps {
 		if err := s.call(); err != nil {

@@ -50,9 +50,10 @@ type Member struct {
 	// destination topic of a PENDING topic (finishPending).
 	pendingTried map[string]time.Time
 
-	owner ownerState
-	out   *outbox
-	lease leaseState
+	owner  ownerState
+	out    *outbox
+	groups *groupSync
+	lease  leaseState
 
 	readyMu  sync.Mutex
 	readyAt  time.Time
@@ -95,6 +96,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.owner.init()
 	m.out = newOutbox(m)
+	m.groups = newGroupSync(m)
 	fail := func(err error) (*Member, error) {
 		m.cancel()
 		if m.srv != nil {
@@ -148,7 +150,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err := m.engine.Start(ectx); err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
-	full := NewHandler(m, m.log, newMetrics(m.engine, m.skippedRecords).handler())
+	full := NewHandler(m, m.log, newMetrics(m.engine, m.skippedRecords, m.groups).handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.goLoop(m.leadershipLoop)
@@ -156,6 +158,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	m.goLoop(m.ownerLoop)
 	m.goLoop(m.out.run)
 	m.goLoop(m.announce)
+	m.goLoop(m.groups.loop)
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
 	return m, nil

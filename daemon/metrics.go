@@ -28,19 +28,32 @@ type metrics struct {
 	// skipped returns the skipped-record counts of the partitions this
 	// member owns (from the replicated state).
 	skipped func() map[fetch.Key]int64
+	// groups is the member's group offset syncer (nil in tests).
+	groups      *groupSync
+	groupRows   *prometheus.Desc
+	groupLag    *prometheus.Desc
+	groupConfls *prometheus.Desc
 }
 
-func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64) *metrics {
+func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync) *metrics {
 	labels := []string{"mirror", "topic", "partition"}
 	m := &metrics{
 		engine:  engine,
 		skipped: skipped,
-		reg:     prometheus.NewRegistry(),
-		lag:     prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored.", labels, nil),
-		srcPos:  prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
-		dstPos:  prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
-		state:   prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
-		diverg:  prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
+		groups:  groups,
+		groupRows: prometheus.NewDesc("kmirror_group_partitions",
+			"Consumer group partitions this member syncs, by sync state (synced, pending, conflict).", []string{"mirror", "state"}, nil),
+		groupLag: prometheus.NewDesc("kmirror_group_sync_lag_seconds",
+			"Longest time a source group commit of the mirror has waited without reaching the destination (0 when all are synced).", []string{"mirror"}, nil),
+		groupConfls: prometheus.NewDesc("kmirror_group_conflicts_total",
+			"Group partitions that went into conflict (a group in use on the destination, a group-name conflict, a destination "+
+				"offset ahead of the source's) since this member started.", []string{"mirror"}, nil),
+		reg:    prometheus.NewRegistry(),
+		lag:    prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored.", labels, nil),
+		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
+		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
+		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
+		diverg: prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
 		dups: prometheus.NewDesc("kmirror_partition_duplicate_records_total",
 			"Records of kmirror's own batches found twice on the destination since this member took the partition.", labels, nil),
 		xlB: prometheus.NewDesc("kmirror_partition_translation_bytes",
@@ -69,6 +82,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.skip
 	ch <- m.ckpt
 	ch <- m.xlB
+	ch <- m.groupRows
+	ch <- m.groupLag
+	ch <- m.groupConfls
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -87,6 +103,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.ckpt, prometheus.GaugeValue, failing, l...)
 		ch <- prometheus.MustNewConstMetric(m.xlB, prometheus.GaugeValue, float64(st.TranslationBytes), l...)
 	}
+	if m.groups != nil {
+		m.collectGroups(ch)
+	}
 	if m.skipped != nil {
 		for k, n := range m.skipped() {
 			ch <- prometheus.MustNewConstMetric(m.skip, prometheus.CounterValue, float64(n), k.Mirror, k.Topic, itoa(k.Partition))
@@ -95,3 +114,22 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+func (m *metrics) collectGroups(ch chan<- prometheus.Metric) {
+	type mirrorState struct{ mirror, state string }
+	counts := map[mirrorState]int{}
+	lag := map[string]int64{}
+	for _, r := range m.groups.localRows() {
+		counts[mirrorState{r.Mirror, r.State}]++
+		lag[r.Mirror] = max(lag[r.Mirror], r.SyncLagMs)
+	}
+	for mirror := range lag {
+		for _, st := range []string{GroupSynced, GroupPending, GroupConflict} {
+			ch <- prometheus.MustNewConstMetric(m.groupRows, prometheus.GaugeValue, float64(counts[mirrorState{mirror, st}]), mirror, st)
+		}
+		ch <- prometheus.MustNewConstMetric(m.groupLag, prometheus.GaugeValue, float64(lag[mirror])/1000, mirror)
+	}
+	for mirror, n := range m.groups.conflictCounts() {
+		ch <- prometheus.MustNewConstMetric(m.groupConfls, prometheus.CounterValue, float64(n), mirror)
+	}
+}

@@ -206,6 +206,10 @@ func partitionKey(k fetch.Key) raftstore.PartitionKey {
 	return raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}
 }
 
+// finalGroupSyncTimeout bounds the group sync of a stopping partition: an
+// emergency failover, with the source gone, must not wait on it.
+const finalGroupSyncTimeout = 10 * time.Second
+
 // runJob carries out a handoff or a stop; a failed stop is retried by the
 // next reconcile, since the partition stays STOPPING and owned.
 func (m *Member) runJob(j ownerJob) {
@@ -239,6 +243,9 @@ func (m *Member) runJob(j ownerJob) {
 			sleepCtx(m.ctx, time.Second)
 			return
 		}
+		gctx, gcancel := context.WithTimeout(ctx, finalGroupSyncTimeout)
+		m.groups.finalSync(gctx, j.spec)
+		gcancel()
 		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
 			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}
 		if err := m.engine.RecordStopped(ctx, k, rec); err != nil {

@@ -23,11 +23,6 @@ var _ API = (*Member)(nil)
 // validName is what mirror names may be (Kafka's topic name alphabet).
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
-// sourceProperties are the mirror properties this version understands.
-// Security settings (TLS, SASL) come with a later issue; until then a
-// property we do not act on is refused rather than ignored.
-var sourceProperties = map[string]bool{"bootstrap.servers": true, "client.id": true, "security.protocol": true}
-
 // adminTimeout bounds each call to a Kafka cluster made for an API request.
 const adminTimeout = 15 * time.Second
 
@@ -42,29 +37,11 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 	if !validName.MatchString(req.Name) {
 		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", ErrInvalid, req.Name)
 	}
-	var unknown []string
-	for k := range req.Properties {
-		if !sourceProperties[k] {
-			unknown = append(unknown, k)
-		}
+	settings, err := parseMirrorSettings(req.Properties)
+	if err != nil {
+		return err
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return fmt.Errorf("%w: unsupported mirror properties %s: this version supports bootstrap.servers, client.id and security.protocol=PLAINTEXT",
-			ErrInvalid, strings.Join(unknown, ", "))
-	}
-	if sp := req.Properties["security.protocol"]; sp != "" && sp != "PLAINTEXT" {
-		return fmt.Errorf("%w: security.protocol=%s is not supported yet: use PLAINTEXT", ErrInvalid, sp)
-	}
-	bootstrap := splitList(req.Properties["bootstrap.servers"])
-	if len(bootstrap) == 0 {
-		return fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", ErrInvalid)
-	}
-	for _, b := range bootstrap {
-		if err := checkHostPort(b); err != nil {
-			return fmt.Errorf("%w: bootstrap.servers entry %q: %v: give host:port of a source broker's listener, e.g. kafka1:9092", ErrInvalid, b, err)
-		}
-	}
+	bootstrap := settings.Bootstrap
 	exists := false
 	m.store.Read(func(s *raftstore.State) { _, exists = s.Mirrors[req.Name] })
 	if exists {

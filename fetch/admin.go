@@ -27,7 +27,8 @@ var ErrTopicNotFound = errors.New("topic does not exist")
 // one cluster: topic metadata and configs, offsets, topic creation,
 // producer IDs.
 type Admin struct {
-	cl *cluster
+	cl    *cluster
+	coord coordinators
 }
 
 // NewAdmin returns an Admin for the cluster at bootstrap; name is how

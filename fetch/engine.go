@@ -342,6 +342,33 @@ func (e *Engine) Translate(k Key, sourceOffset int64) (int64, error) {
 	return d, nil
 }
 
+// TranslateCommitted maps a group's committed source offset to the
+// destination offset to commit for it, never past what has been mirrored:
+// an offset beyond the mirrored position maps to the destination end
+// (every record the group has not read yet that is mirrored is after it),
+// and capped reports that. Errors are Translate's, except
+// ErrNotMirroredYet.
+func (e *Engine) TranslateCommitted(k Key, sourceOffset int64) (d int64, capped bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.parts[k]
+	if !ok || !p.active() {
+		return 0, false, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
+	}
+	return translateCommitted(&p.xl, k, p.spec.StartOffset, sourceOffset)
+}
+
+func translateCommitted(xl *Translation, k Key, start, o int64) (int64, bool, error) {
+	if o < start {
+		return 0, false, &BeforeStartError{Key: k, Offset: o, Start: start}
+	}
+	if end := xl.End(); o > end.Src {
+		return end.Dst, true, nil
+	}
+	d, _ := xl.Translate(o)
+	return d, false, nil
+}
+
 // ErrNotMirroredYet: the source offset lies beyond what has been mirrored.
 var ErrNotMirroredYet = errors.New("offset not mirrored yet")
 

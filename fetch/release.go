@@ -218,3 +218,25 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 func (e *Engine) RecordStopped(ctx context.Context, k Key, rec any) error {
 	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, rec)
 }
+
+// StoppedTranslation returns the translation of a partition this engine
+// no longer mirrors, from its last checkpoint in the offsets topic, with
+// Engine.TranslateCommitted's contract (the final group sync of remove).
+func (e *Engine) StoppedTranslation(ctx context.Context, spec Spec) (func(k Key, sourceOffset int64) (int64, bool, error), error) {
+	if err := e.store.catchUp(ctx); err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
+	}
+	_, hasCP, xl, err := e.store.load(spec.Key, Entry{Src: spec.StartOffset})
+	if err != nil {
+		return nil, err
+	}
+	if !hasCP {
+		return nil, fmt.Errorf("%s has no checkpoint", spec.Key)
+	}
+	return func(k Key, o int64) (int64, bool, error) {
+		if k != spec.Key {
+			return 0, false, fmt.Errorf("%w: %s", ErrUnknownPartition, k)
+		}
+		return translateCommitted(&xl, k, spec.StartOffset, o)
+	}, nil
+}

@@ -36,6 +36,7 @@ const (
 	TypeResumePartition  CommandType = 20
 	TypeRecordGap        CommandType = 21
 	TypeDeferredApplied  CommandType = 22
+	TypeAlterMirror      CommandType = 23
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -132,6 +133,7 @@ func init() {
 	register("ResumePartition", (*State).applyResumePartition)
 	register("RecordGap", (*State).applyRecordGap)
 	register("DeferredApplied", (*State).applyDeferredApplied)
+	register("AlterMirror", (*State).applyAlterMirror)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -350,6 +352,14 @@ type DeferredApplied struct {
 	Topic  string `json:"topic"`
 }
 
+// AlterMirror replaces a mirror's source bootstrap list and properties
+// (kmirror alter); its name and source cluster ID stay.
+type AlterMirror struct {
+	Name       string            `json:"name"`
+	Bootstrap  []string          `json:"bootstrap"`
+	Properties map[string]string `json:"properties,omitempty"`
+}
+
 // RemoveTopic removes a mirror topic.
 type RemoveTopic struct {
 	Mirror string `json:"mirror"`
@@ -367,6 +377,7 @@ func (SetTopicIDs) Type() CommandType       { return TypeSetTopicIDs }
 func (ResumePartition) Type() CommandType   { return TypeResumePartition }
 func (RecordGap) Type() CommandType         { return TypeRecordGap }
 func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
+func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 
@@ -126,6 +128,19 @@ func (s *State) applyCreateMirror(c CreateMirror, index uint64) error {
 		return fmt.Errorf("%w: mirror %q", ErrExists, name)
 	}
 	s.Mirrors[name] = c.Mirror.Clone()
+	return nil
+}
+
+func (s *State) applyAlterMirror(c AlterMirror, _ uint64) error {
+	mir, ok := s.Mirrors[c.Name]
+	if !ok {
+		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	}
+	if len(c.Bootstrap) == 0 {
+		return fmt.Errorf("%w: mirror %q: an empty bootstrap list", ErrInvalid, c.Name)
+	}
+	mir.Bootstrap = slices.Clone(c.Bootstrap)
+	mir.Properties = maps.Clone(c.Properties)
 	return nil
 }
 

@@ -111,6 +111,19 @@ func TestApplyCreateMirror(t *testing.T) {
 	x.mustFail(CreateMirror{Mirror: Mirror{Name: "a/b"}}, ErrInvalid)
 }
 
+func TestApplyAlterMirror(t *testing.T) {
+	x := newFixture(t)
+	props := map[string]string{"bootstrap.servers": "e:9092", "groups.include": "orders-.*"}
+	x.mustApply(AlterMirror{Name: "m1", Bootstrap: []string{"e:9092"}, Properties: props})
+	got := x.state().Mirrors["m1"]
+	want := &Mirror{Name: "m1", Bootstrap: []string{"e:9092"}, Properties: props, SourceClusterID: "src-1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("altered mirror m1 = %+v, want %+v (name and cluster ID kept)", got, want)
+	}
+	x.mustFail(AlterMirror{Name: "nope", Bootstrap: []string{"e:9092"}}, ErrNotFound)
+	x.mustFail(AlterMirror{Name: "m1"}, ErrInvalid)
+}
+
 func TestApplyDeleteMirror(t *testing.T) {
 	x := newFixture(t)
 	x.mustApply(DeleteMirror{Name: "m1"})

@@ -90,6 +90,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			daemonCommand(),
 			createCommand(),
+			alterCommand(),
 			addCommand(),
 			removeCommand(),
 			resumeCommand(),

@@ -63,6 +63,15 @@ func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition i
 
 func (f *fakeAPI) Ready(context.Context) error { return nil }
 
+func (f *fakeAPI) AlterMirror(_ context.Context, req daemon.CreateMirrorRequest) error {
+	return f.record("AlterMirror %s %v", req.Name, req.Properties)
+}
+
+func (f *fakeAPI) DescribeGroups(_ context.Context, mirror string) ([]daemon.GroupStatus, error) {
+	return []daemon.GroupStatus{{Mirror: "a", Group: "billing", Topic: "t1", Partition: 2, SourceCommitted: 40, DestinationCommitted: 38,
+		State: daemon.GroupConflict, Reason: "in use", SyncLagMs: 1500, Member: "m1"}}, f.record("DescribeGroups %s", mirror)
+}
+
 func (f *fakeAPI) Members(context.Context) ([]daemon.MemberStatus, error) {
 	return f.members, f.record("Members")
 }
@@ -143,6 +152,12 @@ func TestCommandsSucceed(t *testing.T) {
 			"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  OWNER  STATE   REASON\n" +
 				"east    orders  0          5              3                   2    -      FAILED  broker down\n",
 			"Describe mirror=east topic=orders"},
+		{"alter", []string{"alter", "--mirror", "east", "--mirror-config", props},
+			"altered mirror east\n", "AlterMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
+		{"describe groups", []string{"describe", "--groups", "--mirror", "east"},
+			"MIRROR  GROUP    TOPIC  PARTITION  SOURCE-COMMITTED  DESTINATION-COMMITTED  STATE     SYNC-LAG  REASON\n" +
+				"a       billing  t1     2          40                38                     conflict  1.5s      in use\n",
+			"DescribeGroups east"},
 		{"create json", []string{"--output", "json", "create", "--mirror", "east", "--mirror-config", props},
 			"{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
 		{"members", []string{"members"},

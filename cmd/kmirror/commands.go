@@ -66,6 +66,35 @@ func createCommand() *cli.Command {
 	}
 }
 
+func alterCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "alter",
+		Usage: "change a mirror's properties (group sync settings, bootstrap list of the same source cluster)",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the mirror (required)"),
+			&cli.StringFlag{Name: "mirror-config", Usage: "Kafka .properties `FILE` with all of the mirror's properties; it replaces the current ones (required)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror", "mirror-config"); err != nil {
+				return err
+			}
+			props, err := readProperties(c.String("mirror-config"))
+			if err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			name := c.String("mirror")
+			if err := client.AlterMirror(c.Context, daemon.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
+				return err
+			}
+			return report(c, result{Result: "altered", Mirror: name}, "altered mirror "+name)
+		},
+	}
+}
+
 func readProperties(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -221,10 +250,11 @@ func listCommand() *cli.Command {
 func describeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "describe",
-		Usage: "show offsets, lag and state per mirrored partition",
+		Usage: "show offsets, lag and state per mirrored partition (with --groups: the consumer group offset sync)",
 		Flags: []cli.Flag{
 			mirrorFlag("only this mirror `NAME`"),
 			&cli.StringFlag{Name: "topic", Usage: "only this `TOPIC`"},
+			&cli.BoolFlag{Name: "groups", Usage: "show each synced consumer group's committed offsets on both clusters instead"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c); err != nil {
@@ -233,6 +263,19 @@ func describeCommand() *cli.Command {
 			client, err := newClient(c)
 			if err != nil {
 				return err
+			}
+			if c.Bool("groups") {
+				if c.IsSet("topic") {
+					return usagef("describe: --groups shows every topic of the mirror; leave out --topic")
+				}
+				rows, err := client.DescribeGroups(c.Context, c.String("mirror"))
+				if err != nil {
+					return err
+				}
+				if jsonOutput(c) {
+					return writeJSON(c.App.Writer, rows)
+				}
+				return writeGroupTable(c.App.Writer, rows)
 			}
 			rows, err := client.Describe(c.Context, c.String("mirror"), c.String("topic"))
 			if err != nil {

@@ -46,6 +46,20 @@ func writePartitionTable(w io.Writer, partitions []daemon.PartitionStatus) error
 	return writeTable(w, rows)
 }
 
+// writeGroupTable prints the rows of `kmirror describe --groups`.
+func writeGroupTable(w io.Writer, groups []daemon.GroupStatus) error {
+	rows := [][]string{{"MIRROR", "GROUP", "TOPIC", "PARTITION", "SOURCE-COMMITTED", "DESTINATION-COMMITTED", "STATE", "SYNC-LAG", "REASON"}}
+	for _, g := range groups {
+		lag := "-"
+		if g.State != daemon.GroupSynced {
+			lag = strconv.FormatFloat(float64(g.SyncLagMs)/1000, 'f', 1, 64) + "s"
+		}
+		rows = append(rows, []string{g.Mirror, g.Group, g.Topic, strconv.Itoa(int(g.Partition)),
+			offset(g.SourceCommitted), offset(g.DestinationCommitted), g.State, lag, g.Reason})
+	}
+	return writeTable(w, rows)
+}
+
 // list joins values with commas, or "-" when there are none.
 func list(values []string) string {
 	if len(values) == 0 {

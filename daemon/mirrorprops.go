@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// Mirror properties (the --mirror-config file, Kafka .properties syntax).
+const (
+	propBootstrap      = "bootstrap.servers"
+	propClientID       = "client.id"
+	propSecurity       = "security.protocol"
+	propGroupsInclude  = "groups.include"
+	propGroupsExclude  = "groups.exclude"
+	propGroupsInterval = "groups.sync.interval"
+)
+
+// sourceProperties are the mirror properties this version understands.
+// Security settings (TLS, SASL) come with a later issue; until then a
+// property we do not act on is refused rather than ignored.
+var sourceProperties = map[string]bool{
+	propBootstrap: true, propClientID: true, propSecurity: true,
+	propGroupsInclude: true, propGroupsExclude: true, propGroupsInterval: true,
+}
+
+// defaultGroupSyncInterval is groups.sync.interval when not given.
+const defaultGroupSyncInterval = 5 * time.Second
+
+// minGroupSyncInterval bounds groups.sync.interval from below: every sync
+// lists the groups of both clusters.
+const minGroupSyncInterval = 100 * time.Millisecond
+
+// mirrorSettings are a mirror's properties, parsed and checked.
+type mirrorSettings struct {
+	Bootstrap []string
+	// GroupsInclude and GroupsExclude select the consumer groups whose
+	// offsets are synced (whole-name matches, Java regex syntax as
+	// MirrorMaker 2's groups and groups.exclude); Exclude is nil when not
+	// given.
+	GroupsInclude *regexp.Regexp
+	GroupsExclude *regexp.Regexp
+	// GroupSyncInterval is how often group offsets are synced.
+	GroupSyncInterval time.Duration
+}
+
+// syncsGroup reports whether the mirror syncs the group's offsets.
+func (s mirrorSettings) syncsGroup(group string) bool {
+	return s.GroupsInclude.MatchString(group) && (s.GroupsExclude == nil || !s.GroupsExclude.MatchString(group))
+}
+
+// parseMirrorSettings checks mirror properties; errors name the property
+// and what to write instead.
+func parseMirrorSettings(props map[string]string) (mirrorSettings, error) {
+	var unknown []string
+	for k := range props {
+		if !sourceProperties[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return mirrorSettings{}, fmt.Errorf("%w: unsupported mirror properties %s: this version supports %s, %s, %s=PLAINTEXT, %s, %s and %s",
+			ErrInvalid, strings.Join(unknown, ", "), propBootstrap, propClientID, propSecurity, propGroupsInclude, propGroupsExclude, propGroupsInterval)
+	}
+	if sp := props[propSecurity]; sp != "" && sp != "PLAINTEXT" {
+		return mirrorSettings{}, fmt.Errorf("%w: security.protocol=%s is not supported yet: use PLAINTEXT", ErrInvalid, sp)
+	}
+	s := mirrorSettings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval}
+	if len(s.Bootstrap) == 0 {
+		return mirrorSettings{}, fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", ErrInvalid)
+	}
+	for _, b := range s.Bootstrap {
+		if err := checkHostPort(b); err != nil {
+			return mirrorSettings{}, fmt.Errorf("%w: bootstrap.servers entry %q: %v: give host:port of a source broker's listener, e.g. kafka1:9092", ErrInvalid, b, err)
+		}
+	}
+	var err error
+	if s.GroupsInclude, err = groupRegexp(propGroupsInclude, props[propGroupsInclude], ".*"); err != nil {
+		return mirrorSettings{}, err
+	}
+	if v := strings.TrimSpace(props[propGroupsExclude]); v != "" {
+		if s.GroupsExclude, err = groupRegexp(propGroupsExclude, v, ""); err != nil {
+			return mirrorSettings{}, err
+		}
+	}
+	if v := strings.TrimSpace(props[propGroupsInterval]); v != "" {
+		d, err := parseInterval(v)
+		if err != nil || d < minGroupSyncInterval {
+			return mirrorSettings{}, fmt.Errorf("%w: %s=%s: give a duration of at least %s, as milliseconds (5000) or with a unit (5s, 1m)",
+				ErrInvalid, propGroupsInterval, v, minGroupSyncInterval)
+		}
+		s.GroupSyncInterval = d
+	}
+	return s, nil
+}
+
+// groupRegexp compiles a group filter as a whole-name match.
+func groupRegexp(prop, v, def string) (*regexp.Regexp, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		v = def
+	}
+	re, err := regexp.Compile("^(?:" + v + ")$")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s=%s is not a regular expression (%v): give one regex matched against the whole group name; "+
+			"combine several with |, e.g. orders-.*|billing", ErrInvalid, prop, v, err)
+	}
+	return re, nil
+}
+
+// parseInterval reads milliseconds ("5000") or a Go duration ("5s").
+func parseInterval(v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(n) * time.Millisecond, nil
+	}
+	return time.ParseDuration(v)
+}
+
+// AlterMirror replaces a mirror's properties: the group filters and sync
+// interval take effect at the next sync, a new bootstrap.servers or
+// client.id when the data path reconnects. The bootstrap list must reach
+// the same source cluster (its cluster ID is checked): a mirror never
+// changes the cluster it mirrors.
+func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error {
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return c.AlterMirror(ctx, req)
+	}
+	settings, err := parseMirrorSettings(req.Properties)
+	if err != nil {
+		return err
+	}
+	var mir *raftstore.Mirror
+	m.store.Read(func(s *raftstore.State) {
+		if x, ok := s.Mirrors[req.Name]; ok {
+			mir = x.Clone()
+		}
+	})
+	if mir == nil {
+		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, req.Name)
+	}
+	if !slices.Equal(settings.Bootstrap, mir.Bootstrap) {
+		src := fetch.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, nil)
+		defer src.Close()
+		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		defer cancel()
+		id, err := src.ClusterID(cctx)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if mir.SourceClusterID != "" && id != mir.SourceClusterID {
+			return fmt.Errorf("%w: bootstrap.servers %s reaches cluster %s, but mirror %s mirrors cluster %s: a mirror cannot move to "+
+				"another cluster; create a new mirror for it", ErrInvalid, strings.Join(settings.Bootstrap, ","), id, req.Name, mir.SourceClusterID)
+		}
+	}
+	return mapStoreErr(m.store.Apply(ctx, raftstore.AlterMirror{Name: req.Name, Bootstrap: settings.Bootstrap, Properties: req.Properties}))
+}

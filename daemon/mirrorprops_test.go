@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+func TestParseMirrorSettings(t *testing.T) {
+	s, err := parseMirrorSettings(map[string]string{"bootstrap.servers": "a:9092, b:9092"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bootstrap) != 2 || s.GroupSyncInterval != 5*time.Second || !s.syncsGroup("anything") {
+		t.Fatalf("defaults: %+v", s)
+	}
+	s, err = parseMirrorSettings(map[string]string{"bootstrap.servers": "a:9092", "groups.include": "orders-.*|billing",
+		"groups.exclude": "orders-test.*", "groups.sync.interval": "1500"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for group, want := range map[string]bool{"orders-1": true, "billing": true, "billing-2": false, "orders-test-1": false, "xorders-1": false} {
+		if got := s.syncsGroup(group); got != want {
+			t.Errorf("syncsGroup(%q) = %t, want %t (whole-name match, exclude wins)", group, got, want)
+		}
+	}
+	if s.GroupSyncInterval != 1500*time.Millisecond {
+		t.Errorf("groups.sync.interval=1500 gave %s, want 1.5s (milliseconds)", s.GroupSyncInterval)
+	}
+	for _, tc := range []struct {
+		props map[string]string
+		want  string
+	}{
+		{map[string]string{"bootstrap.servers": "a:9092", "groups.include": "("}, "groups.include=( is not a regular expression"},
+		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "10ms"}, "at least 100ms"},
+		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "soon"}, "groups.sync.interval=soon"},
+		{map[string]string{"bootstrap.servers": "a:9092", "sasl.mechanism": "PLAIN"}, "unsupported mirror properties sasl.mechanism"},
+		{map[string]string{"groups.include": ".*"}, "need bootstrap.servers"},
+	} {
+		_, err := parseMirrorSettings(tc.props)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want ErrInvalid with %q", tc.props, err, tc.want)
+		}
+	}
+}
+
+func TestGroupNameConflict(t *testing.T) {
+	for _, tc := range []struct {
+		g        kwire.GroupListing
+		exists   bool
+		conflict bool
+	}{
+		{kwire.GroupListing{}, false, false},
+		{kwire.GroupListing{ID: "g", ProtocolType: "consumer", State: "Empty", Type: "classic"}, true, false},
+		{kwire.GroupListing{ID: "g", ProtocolType: "", State: "Empty", Type: "classic"}, true, false},
+		{kwire.GroupListing{ID: "g", ProtocolType: "consumer", State: "Stable", Type: "consumer"}, true, false},
+		{kwire.GroupListing{ID: "g", ProtocolType: "connect", State: "Empty", Type: "classic"}, true, true},
+		{kwire.GroupListing{ID: "g", ProtocolType: "share", State: "Empty", Type: "share"}, true, true},
+		{kwire.GroupListing{ID: "g", State: "Empty", Type: "streams"}, true, true},
+	} {
+		reason := groupNameConflict("g", tc.g, tc.exists)
+		if (reason != "") != tc.conflict {
+			t.Errorf("%+v: conflict reason %q, want conflict %t", tc.g, reason, tc.conflict)
+		}
+		if tc.conflict && !strings.Contains(reason, "group-name conflict") {
+			t.Errorf("reason %q does not name the group-name conflict", reason)
+		}
+	}
+}
