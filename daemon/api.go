@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Sentinel errors of the admin API. The HTTP layer maps them to status codes
@@ -91,6 +92,12 @@ type API interface {
 	DeleteMirror(ctx context.Context, name string, force bool) error
 	AddTopics(ctx context.Context, req AddTopicsRequest) error
 	RemoveTopic(ctx context.Context, mirror, topic string) error
+	// SwitchoverTopic is a planned switchover: it keeps mirroring until
+	// the topic has no lag against the source's last stable offset and
+	// its groups are synced, then removes it as RemoveTopic does; it fails
+	// (ErrConflict, the topic still MIRRORING) if that does not happen
+	// within timeout.
+	SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error
 	ListMirrors(ctx context.Context) ([]MirrorSummary, error)
 	Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error)
 	// Translate returns the destination offset at which a consumer that
@@ -116,6 +123,12 @@ type API interface {
 	// may skip source records deleted before they were mirrored, counting
 	// them. It returns the partitions resumed.
 	ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error)
+	// PauseTopics pauses a topic (every MIRRORING topic of the mirror for
+	// topic ""): nothing is fetched, leases and positions stay.
+	// UnpauseTopics resumes PAUSED topics exactly where they stopped. Both
+	// return the topics they changed.
+	PauseTopics(ctx context.Context, mirror, topic string) ([]string, error)
+	UnpauseTopics(ctx context.Context, mirror, topic string) ([]string, error)
 	// AlterMirror replaces a mirror's properties (kmirror alter); the
 	// source must be the same cluster.
 	AlterMirror(ctx context.Context, req CreateMirrorRequest) error
@@ -138,6 +151,11 @@ type ResumeRequest struct {
 // ResumeResult answers a resume.
 type ResumeResult struct {
 	Resumed []int32 `json:"resumed"`
+}
+
+// PauseResult answers a pause or an unpause.
+type PauseResult struct {
+	Topics []string `json:"topics"`
 }
 
 // MemberStatus is one row of `kmirror members`.
@@ -174,6 +192,7 @@ type LiveStatus struct {
 	State             string `json:"state"`
 	Retrying          string `json:"retrying,omitempty"`
 	SourceEnd         int64  `json:"source_end"`
+	SourcePosition    int64  `json:"source_position"` // next source offset to mirror
 	DestinationOffset int64  `json:"destination_offset"`
 	Lag               int64  `json:"lag"`
 	DuplicateRecords  int64  `json:"duplicate_records,omitempty"`

@@ -93,6 +93,44 @@ func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
 	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
+// SwitchoverTopic implements API. The request may take the whole timeout
+// and then the stop: the client waits for that, whatever its own timeout.
+func (c *Client) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error {
+	path, err := apiPath("/v1/mirrors/{}/topics/{}", mirror, topic)
+	if err != nil {
+		return err
+	}
+	long := *c
+	long.http = &http.Client{Timeout: max(c.http.Timeout, timeout+removeWait+30*time.Second), Transport: c.http.Transport}
+	return long.do(ctx, http.MethodDelete, path, url.Values{"wait_for_sync": {timeout.String()}}, nil, nil)
+}
+
+// PauseTopics implements API.
+func (c *Client) PauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
+	return c.pause(ctx, "pause", mirror, topic)
+}
+
+// UnpauseTopics implements API.
+func (c *Client) UnpauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
+	return c.pause(ctx, "unpause", mirror, topic)
+}
+
+func (c *Client) pause(ctx context.Context, verb, mirror, topic string) ([]string, error) {
+	path, err := apiPath("/v1/mirrors/{}/"+verb, mirror)
+	if err != nil {
+		return nil, err
+	}
+	query := url.Values{}
+	if topic != "" {
+		query.Set("topic", topic)
+	}
+	var res PauseResult
+	if err := c.do(ctx, http.MethodPost, path, query, nil, &res); err != nil {
+		return nil, err
+	}
+	return res.Topics, nil
+}
+
 // ResumePartitions implements API.
 func (c *Client) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error) {
 	path, err := apiPath("/v1/mirrors/{}/topics/{}/resume", req.Mirror, req.Topic)

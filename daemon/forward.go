@@ -162,7 +162,7 @@ func (m *Member) LocalStatuses() []LiveStatus {
 	for _, st := range sts {
 		out = append(out, LiveStatus{
 			Mirror: st.Key.Mirror, Topic: st.Key.Topic, Partition: st.Key.Partition,
-			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd,
+			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd, SourcePosition: st.Position.SourceOffset,
 			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,
 			DuplicateRecords: st.DuplicateRecords, Duplicate: st.Duplicate, Waiting: st.Waiting,
 		})
@@ -222,6 +222,8 @@ type internalAPI interface {
 	ApplyInternal(ctx context.Context, entry []byte) error
 	LocalStatuses() []LiveStatus
 	localGroupRows() []GroupStatus
+	localSourceReach() []SourceReach
+	blockSource(mirror string, on bool)
 	probe() raftProbe
 	// testHooks reports whether test_hooks is on; SetRaftIsolated is
 	// served only then.
@@ -259,6 +261,27 @@ func (h *handler) applyInternal(r *http.Request) (int, any, error) {
 	}
 	return http.StatusOK, statusBody{"applied"}, nil
 }
+
+func (h *handler) localSources(*http.Request) (int, any, error) {
+	return http.StatusOK, h.internal.localSourceReach(), nil
+}
+
+// blockSourceRequest is the body of the block-source test hook.
+type blockSourceRequest struct {
+	Mirror string `json:"mirror"`
+	On     bool   `json:"on"`
+}
+
+func (h *handler) blockSource(r *http.Request) (int, any, error) {
+	var req blockSourceRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	h.internal.blockSource(req.Mirror, req.On)
+	return http.StatusOK, statusBody{"ok"}, nil
+}
+
+func (m *Member) blockSource(mirror string, on bool) { m.sources.setBlocked(mirror, on) }
 
 func (h *handler) localGroups(*http.Request) (int, any, error) {
 	return http.StatusOK, h.internal.localGroupRows(), nil

@@ -48,6 +48,10 @@ type GroupStatus struct {
 	SyncLagMs int64 `json:"sync_lag_ms"`
 	// Member is the kmirror member that syncs the partition.
 	Member string `json:"member"`
+	// SyncedAtMs is when the sync round that produced the row started
+	// (Unix ms): a planned switchover waits for a round that began after
+	// the topic caught up.
+	SyncedAtMs int64 `json:"synced_at_ms"`
 }
 
 type groupRowKey struct {
@@ -264,6 +268,7 @@ func (g *groupSync) replaceRows(mirror string, rows []GroupStatus, final bool) {
 // sync syncs every included group's committed offsets of keys and returns
 // a row per (group, partition) the source group has committed.
 func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorSettings, keys []fetch.Key, tr translator) ([]GroupStatus, error) {
+	started := time.Now().UnixMilli()
 	src := g.source(mir)
 	srcGroups, err := src.ListGroups(ctx)
 	if err != nil {
@@ -297,6 +302,9 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 		}
 		dg, exists := onDest[sg.ID]
 		rows = append(rows, g.syncGroup(ctx, mir.Name, sg.ID, dg, exists, committed, tr)...)
+	}
+	for i := range rows {
+		rows[i].SyncedAtMs = started
 	}
 	return rows, nil
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -81,6 +82,8 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 	mux.Handle("GET /v1/mirrors", h.wrap(h.listMirrors))
 	mux.Handle("DELETE /v1/mirrors/{name}", h.wrap(h.deleteMirror))
 	mux.Handle("PUT /v1/mirrors/{name}", h.wrap(h.alterMirror))
+	mux.Handle("POST /v1/mirrors/{name}/pause", h.wrap(h.pause(true)))
+	mux.Handle("POST /v1/mirrors/{name}/unpause", h.wrap(h.pause(false)))
 	mux.Handle("GET /v1/groups", h.wrap(h.describeGroups))
 	mux.Handle("POST /v1/mirrors/{name}/topics", h.wrap(h.addTopics))
 	mux.Handle("DELETE /v1/mirrors/{name}/topics/{topic}", h.wrap(h.removeTopic))
@@ -96,9 +99,11 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 		mux.Handle("POST /v1/internal/apply", h.wrap(h.applyInternal))
 		mux.Handle("GET /v1/internal/status", h.wrap(h.localStatuses))
 		mux.Handle("GET /v1/internal/groups", h.wrap(h.localGroups))
+		mux.Handle("GET /v1/internal/sources", h.wrap(h.localSources))
 		mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, h.internal.probe()) })
 		if h.internal.testHooks() {
 			mux.Handle("POST /v1/internal/test/raft-isolation", h.wrap(h.raftIsolation))
+			mux.Handle("POST /v1/internal/test/block-source", h.wrap(h.blockSource))
 		}
 	}
 	mux.HandleFunc("GET /healthz", h.healthz)
@@ -198,7 +203,21 @@ func (h *handler) addTopics(r *http.Request) (int, any, error) {
 }
 
 func (h *handler) removeTopic(r *http.Request) (int, any, error) {
-	if err := h.api.RemoveTopic(r.Context(), r.PathValue("name"), r.PathValue("topic")); err != nil {
+	q, err := queryParams(r, "wait_for_sync")
+	if err != nil {
+		return 0, nil, err
+	}
+	name, topic := r.PathValue("name"), r.PathValue("topic")
+	if w := q["wait_for_sync"]; w != "" {
+		d, perr := time.ParseDuration(w)
+		if perr != nil || d <= 0 {
+			return 0, nil, fmt.Errorf("%w: wait_for_sync=%s: give a positive duration such as 5m", ErrInvalid, w)
+		}
+		err = h.api.SwitchoverTopic(r.Context(), name, topic, d)
+	} else {
+		err = h.api.RemoveTopic(r.Context(), name, topic)
+	}
+	if err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, statusBody{"removed"}, nil
@@ -292,6 +311,24 @@ func (h *handler) alterMirror(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, statusBody{"altered"}, nil
+}
+
+func (h *handler) pause(pause bool) apiFunc {
+	return func(r *http.Request) (int, any, error) {
+		q, err := queryParams(r, "topic")
+		if err != nil {
+			return 0, nil, err
+		}
+		call := h.api.UnpauseTopics
+		if pause {
+			call = h.api.PauseTopics
+		}
+		topics, err := call(r.Context(), r.PathValue("name"), q["topic"])
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, PauseResult{Topics: topics}, nil
+	}
 }
 
 func (h *handler) describeGroups(r *http.Request) (int, any, error) {

@@ -99,6 +99,18 @@ func (f *fakeAPI) ResumePartitions(_ context.Context, req ResumeRequest) ([]int3
 	return req.Partitions, f.record("resume %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
 }
 
+func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) error {
+	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
+}
+
+func (f *fakeAPI) PauseTopics(_ context.Context, mirror, topic string) ([]string, error) {
+	return []string{"orders"}, f.record("PauseTopics %s %s", mirror, topic)
+}
+
+func (f *fakeAPI) UnpauseTopics(_ context.Context, mirror, topic string) ([]string, error) {
+	return []string{"orders"}, f.record("UnpauseTopics %s %s", mirror, topic)
+}
+
 func (f *fakeAPI) AlterMirror(_ context.Context, req CreateMirrorRequest) error {
 	return f.record("alter %s %v", req.Name, req.Properties)
 }
@@ -331,6 +343,9 @@ func TestClientRoundTrip(t *testing.T) {
 			return c.AddTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"t1"}, StartFrom: "latest", ReplicationFactor: 3})
 		}, "AddTopics a [t1] from=latest rf=3"},
 		{func() error { return c.RemoveTopic(ctx, "a", "t1") }, "RemoveTopic a t1"},
+		{func() error { _, err := c.PauseTopics(ctx, "a", "t1"); return err }, "PauseTopics a t1"},
+		{func() error { _, err := c.UnpauseTopics(ctx, "a", ""); return err }, "UnpauseTopics a "},
+		{func() error { return c.SwitchoverTopic(ctx, "a", "t1", 90*time.Second) }, "SwitchoverTopic a t1 1m30s"},
 		{func() error { return c.DeleteMirror(ctx, "a b/c", true) }, "DeleteMirror a b/c force=true"},
 		{func() error { return c.DeleteMirror(ctx, "a", false) }, "DeleteMirror a force=false"},
 		{func() error {
@@ -383,6 +398,12 @@ func TestClientErrors(t *testing.T) {
 		if err == nil || err.Error() != serverErr.Error() {
 			t.Errorf("client error %q, want the server's message %q", err, serverErr)
 		}
+	}
+
+	// A failed planned switchover comes back as the server's error.
+	c0 := newTestClient(t, &fakeAPI{err: fmt.Errorf("%w: not caught up", ErrConflict)})
+	if err := c0.SwitchoverTopic(ctx, "a", "t1", time.Minute); !errors.Is(err, ErrConflict) {
+		t.Errorf("SwitchoverTopic error %v, want ErrConflict", err)
 	}
 
 	// Exists and conflict share 409; the code keeps them apart.

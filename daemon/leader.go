@@ -91,6 +91,15 @@ func (m *Member) runLeader(ctx context.Context) {
 		m.topicLoop(ctx)
 	}()
 	defer func() { <-topicsDone }()
+	failoverDone := make(chan struct{})
+	go func() {
+		defer close(failoverDone)
+		for ctx.Err() == nil {
+			sleepCtx(ctx, sourceProbeInterval)
+			m.checkAutoFailover(ctx)
+		}
+	}()
+	defer func() { <-failoverDone }()
 	for {
 		m.leaderReconcile(ctx)
 		select {

@@ -53,7 +53,12 @@ type Member struct {
 	owner  ownerState
 	out    *outbox
 	groups *groupSync
-	lease  leaseState
+	// sources probes every mirror's source cluster (automatic failover).
+	sources *sourceProbe
+	// autoFailovers counts the automatic failovers this member decided
+	// as leader, per mirror.
+	autoFailovers counter
+	lease         leaseState
 
 	readyMu  sync.Mutex
 	readyAt  time.Time
@@ -97,6 +102,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	m.owner.init()
 	m.out = newOutbox(m)
 	m.groups = newGroupSync(m)
+	m.sources = newSourceProbe(m)
 	fail := func(err error) (*Member, error) {
 		m.cancel()
 		if m.srv != nil {
@@ -150,7 +156,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err := m.engine.Start(ectx); err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
-	full := NewHandler(m, m.log, newMetrics(m.engine, m.skippedRecords, m.groups).handler())
+	full := NewHandler(m, m.log, newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, &m.autoFailovers).handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.goLoop(m.leadershipLoop)
@@ -159,6 +165,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	m.goLoop(m.out.run)
 	m.goLoop(m.announce)
 	m.goLoop(m.groups.loop)
+	m.goLoop(m.sources.loop)
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
 	return m, nil

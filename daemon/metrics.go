@@ -33,14 +33,26 @@ type metrics struct {
 	groupRows   *prometheus.Desc
 	groupLag    *prometheus.Desc
 	groupConfls *prometheus.Desc
+	// probe and failovers feed the source reachability and automatic
+	// failover metrics (nil in tests).
+	probe       *sourceProbe
+	failovers   *counter
+	srcDown     *prometheus.Desc
+	autoFailovr *prometheus.Desc
 }
 
-func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync) *metrics {
+func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, failovers *counter) *metrics {
 	labels := []string{"mirror", "topic", "partition"}
 	m := &metrics{
-		engine:  engine,
-		skipped: skipped,
-		groups:  groups,
+		engine:    engine,
+		skipped:   skipped,
+		groups:    groups,
+		probe:     probe,
+		failovers: failovers,
+		srcDown: prometheus.NewDesc("kmirror_source_unreachable_seconds",
+			"How long the mirror's source cluster has not answered this member's probe (0 while it answers).", []string{"mirror"}, nil),
+		autoFailovr: prometheus.NewDesc("kmirror_automatic_failovers_total",
+			"Topics this member, as raft leader, failed over automatically (failover.auto.after.ms).", []string{"mirror"}, nil),
 		groupRows: prometheus.NewDesc("kmirror_group_partitions",
 			"Consumer group partitions this member syncs, by sync state (synced, pending, conflict).", []string{"mirror", "state"}, nil),
 		groupLag: prometheus.NewDesc("kmirror_group_sync_lag_seconds",
@@ -85,6 +97,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.groupRows
 	ch <- m.groupLag
 	ch <- m.groupConfls
+	ch <- m.srcDown
+	ch <- m.autoFailovr
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -105,6 +119,16 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.groups != nil {
 		m.collectGroups(ch)
+	}
+	if m.probe != nil {
+		for _, r := range m.probe.reach() {
+			ch <- prometheus.MustNewConstMetric(m.srcDown, prometheus.GaugeValue, float64(r.UnreachableMs)/1000, r.Mirror)
+		}
+	}
+	if m.failovers != nil {
+		for mirror, n := range m.failovers.snapshot() {
+			ch <- prometheus.MustNewConstMetric(m.autoFailovr, prometheus.CounterValue, float64(n), mirror)
+		}
 	}
 	if m.skipped != nil {
 		for k, n := range m.skipped() {

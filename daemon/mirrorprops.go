@@ -22,6 +22,7 @@ const (
 	propGroupsInclude  = "groups.include"
 	propGroupsExclude  = "groups.exclude"
 	propGroupsInterval = "groups.sync.interval"
+	propFailoverAuto   = "failover.auto.after.ms"
 )
 
 // sourceProperties are the mirror properties this version understands.
@@ -29,8 +30,12 @@ const (
 // property we do not act on is refused rather than ignored.
 var sourceProperties = map[string]bool{
 	propBootstrap: true, propClientID: true, propSecurity: true,
-	propGroupsInclude: true, propGroupsExclude: true, propGroupsInterval: true,
+	propGroupsInclude: true, propGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
 }
+
+// minFailoverAuto bounds failover.auto.after.ms from below: members probe
+// the source every second, so a shorter wait would act on one probe.
+const minFailoverAuto = 3 * time.Second
 
 // defaultGroupSyncInterval is groups.sync.interval when not given.
 const defaultGroupSyncInterval = 5 * time.Second
@@ -50,6 +55,9 @@ type mirrorSettings struct {
 	GroupsExclude *regexp.Regexp
 	// GroupSyncInterval is how often group offsets are synced.
 	GroupSyncInterval time.Duration
+	// FailoverAutoAfter is how long the source must not answer a majority
+	// of the members before the group fails the mirror over; 0 = never.
+	FailoverAutoAfter time.Duration
 }
 
 // syncsGroup reports whether the mirror syncs the group's offsets.
@@ -68,8 +76,9 @@ func parseMirrorSettings(props map[string]string) (mirrorSettings, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return mirrorSettings{}, fmt.Errorf("%w: unsupported mirror properties %s: this version supports %s, %s, %s=PLAINTEXT, %s, %s and %s",
-			ErrInvalid, strings.Join(unknown, ", "), propBootstrap, propClientID, propSecurity, propGroupsInclude, propGroupsExclude, propGroupsInterval)
+		return mirrorSettings{}, fmt.Errorf("%w: unsupported mirror properties %s: this version supports %s, %s, %s=PLAINTEXT, %s, %s, %s and %s",
+			ErrInvalid, strings.Join(unknown, ", "), propBootstrap, propClientID, propSecurity, propGroupsInclude, propGroupsExclude, propGroupsInterval,
+			propFailoverAuto)
 	}
 	if sp := props[propSecurity]; sp != "" && sp != "PLAINTEXT" {
 		return mirrorSettings{}, fmt.Errorf("%w: security.protocol=%s is not supported yet: use PLAINTEXT", ErrInvalid, sp)
@@ -99,6 +108,14 @@ func parseMirrorSettings(props map[string]string) (mirrorSettings, error) {
 				ErrInvalid, propGroupsInterval, v, minGroupSyncInterval)
 		}
 		s.GroupSyncInterval = d
+	}
+	if v := strings.TrimSpace(props[propFailoverAuto]); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || (n != 0 && time.Duration(n)*time.Millisecond < minFailoverAuto) || n < 0 {
+			return mirrorSettings{}, fmt.Errorf("%w: %s=%s: give milliseconds, at least %d, or 0 to turn automatic failover off",
+				ErrInvalid, propFailoverAuto, v, minFailoverAuto.Milliseconds())
+		}
+		s.FailoverAutoAfter = time.Duration(n) * time.Millisecond
 	}
 	return s, nil
 }

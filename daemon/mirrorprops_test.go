@@ -27,6 +27,12 @@ func TestParseMirrorSettings(t *testing.T) {
 			t.Errorf("syncsGroup(%q) = %t, want %t (whole-name match, exclude wins)", group, got, want)
 		}
 	}
+	if s.FailoverAutoAfter != 0 {
+		t.Errorf("automatic failover is on by default: %s", s.FailoverAutoAfter)
+	}
+	if s, err := parseMirrorSettings(map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
+		t.Errorf("failover.auto.after.ms=30000: %s, %v", s.FailoverAutoAfter, err)
+	}
 	if s.GroupSyncInterval != 1500*time.Millisecond {
 		t.Errorf("groups.sync.interval=1500 gave %s, want 1.5s (milliseconds)", s.GroupSyncInterval)
 	}
@@ -39,6 +45,8 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "soon"}, "groups.sync.interval=soon"},
 		{map[string]string{"bootstrap.servers": "a:9092", "sasl.mechanism": "PLAIN"}, "unsupported mirror properties sasl.mechanism"},
 		{map[string]string{"groups.include": ".*"}, "need bootstrap.servers"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "500"}, "at least 3000"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30s"}, "give milliseconds"},
 	} {
 		_, err := parseMirrorSettings(tc.props)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // ownerState tracks the partition jobs this member runs outside the
@@ -20,9 +23,32 @@ import (
 type ownerState struct {
 	mu   sync.Mutex
 	busy map[fetch.Key]string
+	// unverifiedSince is when a stop of the partition first failed to
+	// verify records past its checkpoint (fetch.UnverifiedError).
+	unverifiedSince map[fetch.Key]time.Time
 }
 
-func (o *ownerState) init() { o.busy = map[fetch.Key]string{} }
+func (o *ownerState) init() {
+	o.busy = map[fetch.Key]string{}
+	o.unverifiedSince = map[fetch.Key]time.Time{}
+}
+
+// unverifiedFor returns how long stops of k have failed to verify the
+// records past its checkpoint (0 the first time); ok false resets it.
+func (o *ownerState) unverifiedFor(k fetch.Key, ok bool) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !ok {
+		delete(o.unverifiedSince, k)
+		return 0
+	}
+	since, seen := o.unverifiedSince[k]
+	if !seen {
+		o.unverifiedSince[k] = time.Now()
+		return 0
+	}
+	return time.Since(since)
+}
 
 // start marks k busy with job and reports whether it was free.
 func (o *ownerState) start(k fetch.Key, job string) bool {
@@ -69,12 +95,12 @@ func (m *Member) ownerLoop() {
 
 // ownerJob is one thing the owner of a partition must do outside mirroring.
 type ownerJob struct {
-	kind   string // "handoff", "stop"
+	kind   string // "handoff", "stop", "pause"
 	spec   fetch.Spec
 	lease  raftstore.Lease
 	moveTo string // for handoff: the next owner
 	// For stop: what the last mirrored position records besides offsets.
-	clusterID, topicID string
+	clusterID, topicID, reason string
 }
 
 func (m *Member) ownerReconcile() {
@@ -85,6 +111,10 @@ func (m *Member) ownerReconcile() {
 	var jobs []ownerJob
 	sources := map[string]fetch.Source{}
 	owned := map[fetch.Key]bool{}
+	held := map[fetch.Key]bool{}
+	for _, k := range m.engine.Held() {
+		held[k] = true
+	}
 	me := m.cfg.NodeID
 	m.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
@@ -102,7 +132,9 @@ func (m *Member) ownerReconcile() {
 				lease := raftstore.Lease{Owner: me, Generation: p.Generation}
 				switch {
 				case t.State == raftstore.StateStopping || p.State == raftstore.StateStopping:
-					jobs = append(jobs, ownerJob{kind: "stop", spec: spec, lease: lease, clusterID: mir.SourceClusterID, topicID: t.SourceTopicID})
+					jobs = append(jobs, ownerJob{kind: "stop", spec: spec, lease: lease, clusterID: mir.SourceClusterID, topicID: t.SourceTopicID, reason: t.Reason})
+				case (t.State == raftstore.StatePaused || p.State == raftstore.StatePaused) && held[spec.Key]:
+					jobs = append(jobs, ownerJob{kind: "pause", spec: spec, lease: lease})
 				case t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed:
 				case p.State == raftstore.StateDiverged:
 					// Held stopped, with its position for describe; a
@@ -206,6 +238,11 @@ func partitionKey(k fetch.Key) raftstore.PartitionKey {
 	return raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}
 }
 
+// stopVerifyWait is how long a stop retries verifying records past a
+// partition's checkpoint against an unreachable source before it records
+// the last verified position.
+const stopVerifyWait = 30 * time.Second
+
 // finalGroupSyncTimeout bounds the group sync of a stopping partition: an
 // emergency failover, with the source gone, must not wait on it.
 const finalGroupSyncTimeout = 10 * time.Second
@@ -234,26 +271,70 @@ func (m *Member) runJob(j ownerJob) {
 		}
 		m.submitRetry(ctx, cmd)
 		m.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
+	case "pause":
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		defer cancel()
+		pos, err := m.engine.Release(ctx, k)
+		if err != nil {
+			m.log.Warn("pause drain failed; the partition resumes from its last checkpoint with a walk", zap.Stringer("partition", k), zap.Error(err))
+			return
+		}
+		m.log.Info("partition paused", zap.Stringer("partition", k), zap.Int64("source_offset", pos.SourceOffset),
+			zap.Int64("destination_offset", pos.DestinationOffset))
 	case "stop":
 		ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
 		defer cancel()
 		pos, err := m.engine.Stop(ctx, j.spec)
-		if err != nil {
+		var uv *fetch.UnverifiedError
+		switch {
+		case errors.As(err, &uv) && m.owner.unverifiedFor(k, true) >= stopVerifyWait:
+			// A failover must finish without the source: the last
+			// verified position is recorded, and the records after it
+			// are named.
+			pos = uv.Known
+			j.reason = strings.TrimPrefix(j.reason+"; ", "; ") + fmt.Sprintf("destination offsets %d..%d after the recorded position "+
+				"could not be verified against the source (%v): they are copies kmirror wrote whose acknowledgement was lost, "+
+				"not counted as mirrored", uv.Known.DestinationOffset, uv.End-1, uv.Err)
+			m.log.Warn("stopping at the last verified position", zap.Stringer("partition", k), zap.Error(err))
+		case err != nil:
 			m.log.Warn("stop partition failed; retrying", zap.Stringer("partition", k), zap.Error(err))
 			sleepCtx(m.ctx, time.Second)
 			return
 		}
+		m.owner.unverifiedFor(k, false)
 		gctx, gcancel := context.WithTimeout(ctx, finalGroupSyncTimeout)
 		m.groups.finalSync(gctx, j.spec)
 		gcancel()
 		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
 			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}
-		if err := m.engine.RecordStopped(ctx, k, rec); err != nil {
+		if err := m.engine.RecordStopped(ctx, k, m.lastMirrored(ctx, j, rec)); err != nil {
 			m.log.Warn("record last mirrored position failed; retrying", zap.Stringer("partition", k), zap.Error(err))
 			return
 		}
-		m.submitRetry(ctx, raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec})
+		stopped := raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec}
+		if uv != nil {
+			stopped.Reason = j.reason
+		}
+		m.submitRetry(ctx, stopped)
 	}
+}
+
+// lastMirrored is the state topic record of a stopped partition.
+func (m *Member) lastMirrored(ctx context.Context, j ownerJob, pos raftstore.Position) truncate.LastMirrored {
+	reason := j.reason
+	if reason == "" {
+		reason = "remove"
+	}
+	dstCluster, err := m.dest.ClusterID(ctx)
+	if err != nil {
+		m.log.Warn("destination cluster ID unknown for the last mirrored position", zap.Error(err))
+	}
+	k := j.spec.Key
+	return truncate.LastMirrored{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition,
+		SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset, SourceLeaderEpoch: pos.SourceLeaderEpoch,
+		SourceClusterID: pos.SourceClusterID, SourceTopicID: pos.SourceTopicID,
+		DestinationClusterID: dstCluster, DestinationTopicID: j.spec.DestTopicID,
+		StoppedAtMs: time.Now().UnixMilli(), Reason: reason}
 }
 
 // submitRetry submits cmd until it is applied, refused for good (a stale

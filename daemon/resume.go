@@ -10,8 +10,9 @@ import (
 	"github.com/kmirror/kmirror/raftstore"
 )
 
-// ResumePartitions restarts DIVERGED or FAILED partitions of a topic (all
-// of them when req.Partitions is empty) under a new lease generation: the
+// ResumePartitions resumes a PAUSED topic (UnpauseTopics), or restarts
+// DIVERGED or FAILED partitions of a topic (all of them when
+// req.Partitions is empty) under a new lease generation: the
 // owner walks source and destination again, so a cause that is gone is
 // verified, not assumed. With AcceptGap a partition whose source records
 // were deleted before they were mirrored skips them once and counts them.
@@ -44,6 +45,16 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 	}
 	if !found {
 		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, req.Mirror, req.Topic, req.Mirror)
+	}
+	if topicState == raftstore.StatePaused && len(req.Partitions) == 0 && !req.AcceptGap {
+		if _, err := m.UnpauseTopics(ctx, req.Mirror, req.Topic); err != nil {
+			return nil, err
+		}
+		all := make([]int32, len(states))
+		for i := range all {
+			all[i] = int32(i)
+		}
+		return all, nil
 	}
 	if topicState != raftstore.StateMirroring && topicState != raftstore.StateFailed {
 		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only partitions of a mirroring topic resume", ErrConflict, req.Topic, req.Mirror, topicState)

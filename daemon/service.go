@@ -570,6 +570,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 	}
 	live, silent := m.liveStatuses(ctx)
 	var out []PartitionStatus
+	var paused []int // rows of PAUSED partitions: their checkpoint is their position
 	mirrorFound := mirror == ""
 	m.store.Read(func(s *raftstore.State) {
 		if _, ok := s.Mirrors[mirror]; ok {
@@ -608,6 +609,8 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 					ps.Reason = fmt.Sprintf("owner %s did not answer: offsets unknown (if it is down, the leader moves its partitions after lease_ttl; see kmirror members)", p.Owner)
 				} else if p.LastMirrored != nil {
 					ps.SourceOffset, ps.DestinationOffset, ps.Lag = p.LastMirrored.SourceOffset, p.LastMirrored.DestinationOffset, 0
+				} else if ps.State == string(raftstore.StatePaused) {
+					paused = append(paused, len(out))
 				}
 				if ps.Reason == "" && len(t.DeferredConfigs) > 0 && i < len(t.DeferUntil) && p.State == raftstore.StateMirroring {
 					ps.Reason = fmt.Sprintf("destination topic kept cleanup.policy=delete until every partition is mirrored past the source's "+
@@ -624,6 +627,13 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 	})
 	if !mirrorFound {
 		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
+	}
+	for _, i := range paused {
+		ps := &out[i]
+		if pos, ok, err := m.engine.Checkpointed(ctx, fetch.Key{Mirror: ps.Mirror, Topic: ps.Topic, Partition: ps.Partition}); err == nil && ok {
+			ps.SourceOffset, ps.DestinationOffset = pos.SourceOffset, pos.DestinationOffset
+		}
+		ps.Reason = "paused by the operator: nothing is fetched; kmirror resume continues from here"
 	}
 	if topic != "" && len(out) == 0 {
 		return nil, fmt.Errorf("%w: topic %s is not mirrored%s", ErrNotFound, topic, inMirror(mirror))

@@ -66,6 +66,7 @@ type offsetStore struct {
 	checkpoints map[Key]checkpoint
 	segments    map[Key]map[int64][]byte // base -> segment record value
 	entries     map[Key]map[int64]int64  // legacy breakpoints: src -> dst
+	stopped     map[Key][]byte           // last mirrored positions (the state topic)
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
@@ -73,7 +74,7 @@ type offsetStore struct {
 
 func newOffsetStore(dest *cluster, topic string) *offsetStore {
 	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{},
-		segments: map[Key]map[int64][]byte{}, entries: map[Key]map[int64]int64{}}
+		segments: map[Key]map[int64][]byte{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{}}
 }
 
 // catchUp reads everything appended since the last call.
@@ -153,6 +154,12 @@ func (s *offsetStore) apply(r kwire.Record) {
 		return
 	}
 	switch kind {
+	case kindStopped:
+		if r.Value == nil {
+			delete(s.stopped, k)
+			return
+		}
+		s.stopped[k] = append([]byte(nil), r.Value...)
 	case kindCheckpoint:
 		if r.Value == nil {
 			delete(s.checkpoints, k)
@@ -235,6 +242,18 @@ func (s *offsetStore) load(k Key, start Entry) (checkpoint, bool, Translation, e
 	var xl Translation
 	xl.restoreSegments(segs, legacy, end)
 	return cp, ok, xl, nil
+}
+
+// segmentBases returns the bases of the translation segments kept for k.
+func (s *offsetStore) segmentBases(k Key) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int64, 0, len(s.segments[k]))
+	for base := range s.segments[k] {
+		out = append(out, base)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // forget writes tombstones for every record of a mirror's topic: its

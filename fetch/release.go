@@ -189,6 +189,13 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 		pid = ProducerID{ID: cp.PID, Epoch: cp.Epoch}
 	}
 	known := Position{SourceOffset: start.Src, DestinationOffset: start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+	// Nothing landed after the checkpoint: it is the exact position, and
+	// the source need not answer (an emergency failover with the source
+	// gone).
+	hw, err := e.dest.listOffset(ctx, k.Topic, k.Partition, Latest)
+	if err == nil && hw == start.Dst {
+		return known, nil
+	}
 	if src == nil {
 		return known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 	}
@@ -197,6 +204,9 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	if errors.As(err, &dv) {
 		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))
 		return known, nil
+	}
+	if err != nil && ctx.Err() == nil && hw > start.Dst {
+		return Position{}, &UnverifiedError{Key: k, Known: known, End: hw, Err: err}
 	}
 	if err != nil {
 		return Position{}, fmt.Errorf("settle position of %s: %w", k, err)
@@ -212,6 +222,25 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	}
 	return Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, nil
 }
+
+// UnverifiedError: the destination holds records past a partition's last
+// checkpoint (Known) up to End that could not be verified against the
+// source (Err: usually, the source does not answer). They are kmirror's
+// own batches whose acknowledgement was lost, but which source records
+// they copy cannot be known without the source.
+type UnverifiedError struct {
+	Key   Key
+	Known Position
+	End   int64
+	Err   error
+}
+
+func (e *UnverifiedError) Error() string {
+	return fmt.Sprintf("settle position of %s: destination offsets %d..%d past the last checkpoint cannot be verified against the source: %v",
+		e.Key, e.Known.DestinationOffset, e.End-1, e.Err)
+}
+
+func (e *UnverifiedError) Unwrap() error { return e.Err }
 
 // RecordStopped writes a stopped partition's last mirrored position to the
 // state topic, where the other side can read it with plain Kafka.

@@ -54,9 +54,32 @@ func TestOldBacklogDestinationKills(t *testing.T) {
 	}
 	wait()
 	rows := waitCaughtUp(t, m, "src", topic)
-	requireNoDuplicates(t, rows)
+	requireNoDuplicates(t, waitRetriesDone(t, m, "src", topic, rows))
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	requireConfirms(t, m, topic)
+}
+
+// waitRetriesDone describes the topic again until no partition shows a
+// "retrying: ..." reason (a checkpoint write or produce that met a broker
+// restart is retried at the next round), for at most 15 s, and returns
+// the rows.
+func waitRetriesDone(t *testing.T, m *member, mirror, topic string, rows []daemon.PartitionStatus) []daemon.PartitionStatus {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		retrying := false
+		for _, r := range rows {
+			retrying = retrying || strings.HasPrefix(r.Reason, "retrying: ")
+		}
+		if !retrying || time.Now().After(deadline) {
+			return rows
+		}
+		time.Sleep(200 * time.Millisecond)
+		var err error
+		if rows, err = m.client.Describe(context.Background(), mirror, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // requireConfirms fails unless the member verified at least one produce to

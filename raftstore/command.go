@@ -266,6 +266,9 @@ type PartitionStopped struct {
 	Key PartitionKey `json:"key"`
 	Lease
 	Position Position `json:"position"`
+	// Reason, when set, says what the recorded position leaves out (it
+	// replaces the topic's reason on the partition).
+	Reason string `json:"reason,omitempty"`
 }
 
 // RecordStopped records the final positions of a topic that stopped

@@ -326,14 +326,18 @@ func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 	}
 	pos := c.Position
 	p.LastMirrored = &pos
-	p.State, p.Reason = StateStopped, ""
+	// The topic's reason (an automatic failover says why) stays with it.
+	p.State, p.Reason = StateStopped, t.Reason
+	if c.Reason != "" {
+		p.Reason = c.Reason
+	}
 	p.Owner, p.Generation, p.MoveTo, p.Handoff = "", index, "", nil
 	for _, q := range t.Partitions {
 		if q.State != StateStopped {
 			return nil
 		}
 	}
-	t.State, t.Reason = StateStopped, ""
+	t.State = StateStopped
 	return nil
 }
 

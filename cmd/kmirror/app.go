@@ -93,6 +93,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			alterCommand(),
 			addCommand(),
 			removeCommand(),
+			pauseCommand(),
 			resumeCommand(),
 			listCommand(),
 			describeCommand(),

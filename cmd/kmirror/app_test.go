@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -62,6 +63,18 @@ func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition i
 }
 
 func (f *fakeAPI) Ready(context.Context) error { return nil }
+
+func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) error {
+	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
+}
+
+func (f *fakeAPI) PauseTopics(_ context.Context, mirror, topic string) ([]string, error) {
+	return []string{"orders"}, f.record("PauseTopics %s %s", mirror, topic)
+}
+
+func (f *fakeAPI) UnpauseTopics(_ context.Context, mirror, topic string) ([]string, error) {
+	return []string{"orders"}, f.record("UnpauseTopics %s %s", mirror, topic)
+}
 
 func (f *fakeAPI) AlterMirror(_ context.Context, req daemon.CreateMirrorRequest) error {
 	return f.record("AlterMirror %s %v", req.Name, req.Properties)
@@ -140,6 +153,14 @@ func TestCommandsSucceed(t *testing.T) {
 			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=0"},
 		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
+		{"remove wait-for-sync", []string{"remove", "--mirror", "east", "--topic", "orders", "--wait-for-sync"},
+			"removed orders from mirror east\n", "SwitchoverTopic east orders 5m0s"},
+		{"remove wait-for-sync timeout", []string{"remove", "--mirror", "east", "--topic", "orders", "--wait-for-sync=90s"},
+			"removed orders from mirror east\n", "SwitchoverTopic east orders 1m30s"},
+		{"pause", []string{"pause", "--mirror", "east", "--topic", "orders"},
+			"paused orders (mirror east); see kmirror describe\n", "PauseTopics east orders"},
+		{"pause mirror", []string{"pause", "--mirror", "east"}, "paused orders (mirror east); see kmirror describe\n", "PauseTopics east "},
+		{"resume mirror", []string{"resume", "--mirror", "east"}, "resumed orders (mirror east); see kmirror describe\n", "UnpauseTopics east "},
 		{"resume", []string{"resume", "--mirror", "east", "--topic", "orders", "--partition", "1,3", "--accept-gap"},
 			"resumed partitions 1,3 of orders (mirror east); see kmirror describe\n", "ResumePartitions east orders [1 3] true"},
 		{"delete", []string{"delete", "--mirror", "east", "--force"}, "deleted mirror east\n", "DeleteMirror east force=true"},

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -157,6 +159,10 @@ func removeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (required)"},
+			&cli.GenericFlag{Name: "wait-for-sync", Value: &waitForSync{},
+				Usage: "planned switchover: keep mirroring until the topic has no lag against the source's last stable offset (producers " +
+					"stopped) and its groups are synced, then stop; fail, stopping nothing, if that takes longer than `TIMEOUT` " +
+					"(--wait-for-sync alone: 5m). Without it: emergency failover, at once"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c, "mirror", "topic"); err != nil {
@@ -167,7 +173,12 @@ func removeCommand() *cli.Command {
 				return err
 			}
 			mirror, topic := c.String("mirror"), c.String("topic")
-			if err := client.RemoveTopic(c.Context, mirror, topic); err != nil {
+			if w := c.Generic("wait-for-sync").(*waitForSync); w.timeout > 0 {
+				err = client.SwitchoverTopic(c.Context, mirror, topic, w.timeout)
+			} else {
+				err = client.RemoveTopic(c.Context, mirror, topic)
+			}
+			if err != nil {
 				return err
 			}
 			return report(c, result{Result: "removed", Mirror: mirror, Topics: []string{topic}},
@@ -176,23 +187,61 @@ func removeCommand() *cli.Command {
 	}
 }
 
+// waitForSync is remove's --wait-for-sync[=TIMEOUT]: a flag with an
+// optional value (IsBoolFlag lets the flag package accept it bare).
+type waitForSync struct{ timeout time.Duration }
+
+// defaultSwitchoverTimeout is --wait-for-sync without a value.
+const defaultSwitchoverTimeout = 5 * time.Minute
+
+func (w *waitForSync) IsBoolFlag() bool { return true }
+
+func (w *waitForSync) String() string {
+	if w == nil || w.timeout == 0 {
+		return ""
+	}
+	return w.timeout.String()
+}
+
+func (w *waitForSync) Set(s string) error {
+	switch s {
+	case "true":
+		w.timeout = defaultSwitchoverTimeout
+	case "false":
+		w.timeout = 0
+	default:
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration such as 10m", s)
+		}
+		w.timeout = d
+	}
+	return nil
+}
+
 func resumeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "resume",
-		Usage: "restart DIVERGED or FAILED partitions of a topic once the cause is dealt with (they are verified again)",
+		Usage: "resume PAUSED topics, or restart DIVERGED or FAILED partitions of a topic once the cause is dealt with (they are verified again)",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
-			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` whose partitions to resume (required)"},
+			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to resume (default: every PAUSED topic of the mirror)"},
 			&cli.IntSliceFlag{Name: "partition", Usage: "`N` to resume; repeat or separate with commas (default: every DIVERGED or FAILED partition)"},
 			&cli.BoolFlag{Name: "accept-gap", Usage: "skip source records deleted before they were mirrored, once; they are counted as lost in describe and /metrics"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror", "topic"); err != nil {
+			if err := checkInvocation(c, "mirror"); err != nil {
 				return err
 			}
 			client, err := newClient(c)
 			if err != nil {
 				return err
+			}
+			if !c.IsSet("topic") {
+				if c.IsSet("partition") || c.Bool("accept-gap") {
+					return usagef("resume: --partition and --accept-gap need --topic")
+				}
+				return pauseAction(c, client.UnpauseTopics, "resumed")
 			}
 			req := daemon.ResumeRequest{Mirror: c.String("mirror"), Topic: c.String("topic"), AcceptGap: c.Bool("accept-gap")}
 			for _, p := range c.IntSlice("partition") {
@@ -221,6 +270,39 @@ func resumeCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+func pauseCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pause",
+		Usage: "pause mirroring a topic, or every topic of a mirror: nothing is fetched; kmirror resume continues exactly",
+		Flags: []cli.Flag{
+			mirrorFlag("`NAME` of the mirror (required)"),
+			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to pause (default: every MIRRORING topic of the mirror)"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := checkInvocation(c, "mirror"); err != nil {
+				return err
+			}
+			client, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			return pauseAction(c, client.PauseTopics, "paused")
+		},
+	}
+}
+
+// pauseAction pauses or resumes the --topic of the --mirror (all for
+// none) with call and reports the topics changed.
+func pauseAction(c *cli.Context, call func(ctx context.Context, mirror, topic string) ([]string, error), done string) error {
+	mirror := c.String("mirror")
+	topics, err := call(c.Context, mirror, c.String("topic"))
+	if err != nil {
+		return err
+	}
+	return report(c, result{Result: done, Mirror: mirror, Topics: topics},
+		fmt.Sprintf("%s %s (mirror %s); see kmirror describe", done, strings.Join(topics, ", "), mirror))
 }
 
 func listCommand() *cli.Command {

@@ -1,0 +1,295 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// Automatic failover (failover.auto.after.ms, off by default): every member
+// probes each mirror's source cluster; the raft leader asks every member
+// for its view and, once a majority of the group's members has not reached
+// the source for failover.auto.after.ms, stops the mirror's topics as
+// remove does, recording why. One member with a bad network is a minority,
+// so it never triggers a failover; nor does a leader that cannot ask the
+// others, since members that do not answer count as reaching the source.
+
+// sourceProbeInterval is how often a member checks each source cluster;
+// sourceProbeTimeout bounds one check.
+const (
+	sourceProbeInterval = time.Second
+	sourceProbeTimeout  = 3 * time.Second
+)
+
+// SourceReach is one member's view of a mirror's source cluster
+// (GET /v1/internal/sources).
+type SourceReach struct {
+	Mirror string `json:"mirror"`
+	// UnreachableMs is how long the source has not answered (0 while it
+	// answers), in ms; Error is the last failure.
+	UnreachableMs int64  `json:"unreachable_ms"`
+	Error         string `json:"error,omitempty"`
+}
+
+// sourceProbe is a member's probe of every mirror's source cluster.
+type sourceProbe struct {
+	m  *Member
+	mu sync.Mutex
+	// down is when each mirror's source last went from answering to not
+	// answering (absent: it answers); why is the failure.
+	down   map[string]time.Time
+	why    map[string]string
+	admins map[string]*groupSource
+	// blocked holds mirrors whose source this member pretends not to
+	// reach (test hook).
+	blocked map[string]bool
+}
+
+func newSourceProbe(m *Member) *sourceProbe {
+	return &sourceProbe{m: m, down: map[string]time.Time{}, why: map[string]string{}, admins: map[string]*groupSource{}, blocked: map[string]bool{}}
+}
+
+// loop probes every mirror's source each sourceProbeInterval.
+func (p *sourceProbe) loop() {
+	t := time.NewTicker(sourceProbeInterval)
+	defer t.Stop()
+	defer p.closeAdmins(nil)
+	for {
+		select {
+		case <-p.m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		mirrors := map[string]raftstore.Mirror{}
+		p.m.store.Read(func(s *raftstore.State) {
+			for n, mir := range s.Mirrors {
+				mirrors[n] = *mir.Clone()
+			}
+		})
+		p.closeAdmins(mirrors)
+		var wg sync.WaitGroup
+		for _, mir := range mirrors {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.probe(mir)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+func (p *sourceProbe) probe(mir raftstore.Mirror) {
+	ctx, cancel := context.WithTimeout(p.m.ctx, sourceProbeTimeout)
+	defer cancel()
+	p.mu.Lock()
+	blocked := p.blocked[mir.Name]
+	bs := strings.Join(mir.Bootstrap, ",")
+	src, ok := p.admins[mir.Name]
+	if !ok || src.bootstrap != bs {
+		if ok {
+			src.admin.Close()
+		}
+		src = &groupSource{admin: fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, p.m.cfg.Destination.ClientID, nil), bootstrap: bs}
+		p.admins[mir.Name] = src
+	}
+	p.mu.Unlock()
+	var err error
+	if blocked {
+		err = errors.New("source connections blocked by a test hook")
+	} else {
+		_, err = src.admin.ClusterID(ctx)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		if since, ok := p.down[mir.Name]; ok {
+			p.m.log.Info("source cluster answers again", zap.String("mirror", mir.Name), zap.Duration("after", time.Since(since)))
+		}
+		delete(p.down, mir.Name)
+		delete(p.why, mir.Name)
+		return
+	}
+	if _, ok := p.down[mir.Name]; !ok {
+		p.down[mir.Name] = time.Now()
+		p.m.log.Warn("source cluster does not answer", zap.String("mirror", mir.Name), zap.Error(err))
+	}
+	p.why[mir.Name] = err.Error()
+}
+
+func (p *sourceProbe) closeAdmins(keep map[string]raftstore.Mirror) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n, a := range p.admins {
+		if _, ok := keep[n]; !ok {
+			a.admin.Close()
+			delete(p.admins, n)
+			delete(p.down, n)
+			delete(p.why, n)
+		}
+	}
+}
+
+// reach returns this member's view of every mirror's source.
+func (p *sourceProbe) reach() []SourceReach {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]SourceReach, 0, len(p.admins))
+	for n := range p.admins {
+		r := SourceReach{Mirror: n}
+		if since, ok := p.down[n]; ok {
+			r.UnreachableMs, r.Error = max(time.Since(since).Milliseconds(), 1), p.why[n]
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Mirror < out[j].Mirror })
+	return out
+}
+
+// setBlocked is the test hook that makes this member's probe of a mirror's
+// source fail.
+func (p *sourceProbe) setBlocked(mirror string, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on {
+		p.blocked[mirror] = true
+	} else {
+		delete(p.blocked, mirror)
+	}
+}
+
+// localSourceReach serves /v1/internal/sources.
+func (m *Member) localSourceReach() []SourceReach { return m.sources.reach() }
+
+// checkAutoFailover is the leader's decision, once per round: for each
+// mirror with failover.auto.after.ms set and topics still mirroring, it
+// asks every member how long the source has not answered and fails the
+// mirror over when a majority of the members say longer than that.
+func (m *Member) checkAutoFailover(ctx context.Context) {
+	type candidate struct {
+		after  time.Duration
+		topics []string
+	}
+	cands := map[string]*candidate{}
+	var members []string
+	m.store.Read(func(s *raftstore.State) {
+		for id := range s.Members {
+			members = append(members, id)
+		}
+		for _, t := range s.Topics {
+			mir, ok := s.Mirrors[t.Mirror]
+			if !ok || (t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed && t.State != raftstore.StatePaused) {
+				continue
+			}
+			settings, err := parseMirrorSettings(mir.Properties)
+			if err != nil || settings.FailoverAutoAfter <= 0 {
+				continue
+			}
+			c := cands[t.Mirror]
+			if c == nil {
+				c = &candidate{after: settings.FailoverAutoAfter}
+				cands[t.Mirror] = c
+			}
+			c.topics = append(c.topics, t.Topic)
+		}
+	})
+	if len(cands) == 0 {
+		return
+	}
+	views := m.sourceViews(ctx, members)
+	for mirror, c := range cands {
+		var down []string
+		var why string
+		for id, view := range views {
+			for _, r := range view {
+				if r.Mirror == mirror && time.Duration(r.UnreachableMs)*time.Millisecond >= c.after {
+					down = append(down, id)
+					why = r.Error
+				}
+			}
+		}
+		if len(down) <= len(members)/2 {
+			continue
+		}
+		sort.Strings(down)
+		sort.Strings(c.topics)
+		reason := fmt.Sprintf("automatic failover: the source cluster of mirror %s did not answer members %s (a majority of %d) for %s "+
+			"(failover.auto.after.ms=%d); last error: %s", mirror, strings.Join(down, ", "), len(members), c.after,
+			c.after.Milliseconds(), why)
+		m.log.Warn("automatic failover", zap.String("mirror", mirror), zap.Strings("topics", c.topics), zap.String("reason", reason))
+		for _, topic := range c.topics {
+			if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping, Reason: reason}); err != nil {
+				m.log.Warn("automatic failover of a topic failed; retrying", zap.String("mirror", mirror), zap.String("topic", topic), zap.Error(err))
+				continue
+			}
+			m.autoFailovers.add(mirror)
+		}
+	}
+}
+
+// sourceViews asks every member (this one locally) for its source view;
+// a member that does not answer within 2 s is left out.
+func (m *Member) sourceViews(ctx context.Context, members []string) map[string][]SourceReach {
+	views := map[string][]SourceReach{m.cfg.NodeID: m.sources.reach()}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, id := range members {
+		if id == m.cfg.NodeID {
+			continue
+		}
+		c, err := m.memberClient(id)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var view []SourceReach
+			if err := c.do(cctx, http.MethodGet, "/v1/internal/sources", nil, nil, &view); err != nil {
+				return
+			}
+			mu.Lock()
+			views[id] = view
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return views
+}
+
+// counter counts per mirror, for /metrics.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (c *counter) add(mirror string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[mirror]++
+}
+
+func (c *counter) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}

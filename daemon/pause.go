@@ -1,0 +1,74 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// PauseTopics pauses a topic of a mirror, or every MIRRORING topic of it
+// when topic is "": each partition's owner drains what it fetched, writes
+// a final checkpoint and fetches nothing more; leases and positions stay,
+// and UnpauseTopics continues exactly from the checkpoint (verified by
+// the resume walk). It returns the topics paused.
+func (m *Member) PauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
+	return m.setPaused(ctx, mirror, topic, true)
+}
+
+// UnpauseTopics resumes PAUSED topics of a mirror (all of them when topic
+// is ""), and returns them.
+func (m *Member) UnpauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
+	return m.setPaused(ctx, mirror, topic, false)
+}
+
+func (m *Member) setPaused(ctx context.Context, mirror, topic string, pause bool) ([]string, error) {
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return nil, err
+		}
+		if pause {
+			return c.PauseTopics(ctx, mirror, topic)
+		}
+		return c.UnpauseTopics(ctx, mirror, topic)
+	}
+	from, to, verb := raftstore.StatePaused, raftstore.StateMirroring, "resume"
+	if pause {
+		from, to, verb = raftstore.StateMirroring, raftstore.StatePaused, "pause"
+	}
+	var topics []string
+	mirrorFound, topicState := false, raftstore.TopicState("")
+	m.store.Read(func(s *raftstore.State) {
+		_, mirrorFound = s.Mirrors[mirror]
+		for _, t := range s.Topics {
+			if t.Mirror != mirror || (topic != "" && t.Topic != topic) {
+				continue
+			}
+			topicState = t.State
+			if t.State == from || (pause && t.State == raftstore.StateFailed) {
+				topics = append(topics, t.Topic)
+			}
+		}
+	})
+	switch {
+	case !mirrorFound:
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
+	case topic != "" && topicState == "":
+		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
+	case topic != "" && len(topics) == 0:
+		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only a %s topic can %s", ErrConflict, topic, mirror, topicState, from, verb)
+	case len(topics) == 0:
+		return nil, fmt.Errorf("%w: mirror %s has no %s topic to %s", ErrConflict, mirror, from, verb)
+	}
+	sort.Strings(topics)
+	for _, t := range topics {
+		if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: t, State: to}); err != nil {
+			return nil, mapStoreErr(err)
+		}
+		m.log.Info("topic "+verb+"d by the operator", zap.String("mirror", mirror), zap.String("topic", t))
+	}
+	return topics, nil
+}

@@ -1,0 +1,372 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/integration/harness"
+	"github.com/kmirror/kmirror/truncate"
+)
+
+// Failover (issue 8 section 2): remove as an emergency failover and
+// remove --wait-for-sync as a planned switchover.
+
+// stateRecords reads __kmirror_state on cl with the Kafka console
+// consumer, a plain Kafka client, and returns the last mirrored position
+// of each partition of topic.
+func stateRecords(t *testing.T, cl *harness.Cluster, topic string) map[int32]truncate.LastMirrored {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := cl.Java(ctx, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", cl.Bootstrap(),
+		"--topic", truncate.StateTopic, "--from-beginning", "--timeout-ms", "5000",
+		"--property", "print.key=true", "--property", "key.separator=\t")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run() // exits non-zero on the timeout that ends it
+	got := map[int32]truncate.LastMirrored{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		key, value, ok := strings.Cut(line, "\t")
+		if !ok {
+			continue
+		}
+		rec, ok, err := truncate.ParseLastMirrored([]byte(key), []byte(value))
+		if err != nil {
+			t.Fatalf("state record %q: %v", line, err)
+		}
+		if ok && rec.Topic == topic {
+			got[rec.Partition] = rec
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("the console consumer found no %s record of %s in %s:\n%s\n%s", truncate.StateTopic, topic, out.String(), errb.String(), cl.Bootstrap())
+	}
+	return got
+}
+
+// requireStoppedAt checks describe and the state topic show every
+// partition STOPPED at the given source and destination ends.
+func requireStoppedAt(t *testing.T, m *member, mirror, topic string, srcEnd, dstEnd []int64) {
+	t.Helper()
+	rows, err := m.client.Describe(context.Background(), mirror, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State != "STOPPED" || r.SourceOffset != srcEnd[r.Partition] || r.DestinationOffset != dstEnd[r.Partition] {
+			t.Fatalf("describe after remove: %+v, want STOPPED at source %d, destination %d", r, srcEnd[r.Partition], dstEnd[r.Partition])
+		}
+	}
+	recs := stateRecords(t, env.dst, topic)
+	for p := range srcEnd {
+		rec, ok := recs[int32(p)]
+		if !ok || rec.SourceOffset != srcEnd[p] || rec.DestinationOffset != dstEnd[p] || rec.Mirror != mirror ||
+			rec.SourceClusterID == "" || rec.SourceTopicID == "" || rec.DestinationTopicID == "" || rec.DestinationClusterID != env.dst.ClusterID() {
+			t.Fatalf("%s record of partition %d: %+v (found %t), want source %d destination %d with cluster and topic IDs",
+				truncate.StateTopic, p, rec, ok, srcEnd[p], dstEnd[p])
+		}
+	}
+}
+
+// produceSteadily writes n records to topic on cl, one every 2 ms, until
+// stop (which waits for them) is called or n are written.
+func produceSteadily(t *testing.T, cl *harness.Cluster, topic string, n int) (stop func()) {
+	t.Helper()
+	prod := kgoClient(t, cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	done := make(chan struct{})
+	finished := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			select {
+			case <-done:
+				finished <- nil
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if err := prod.ProduceSync(context.Background(), &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint("steady-", i))}).FirstErr(); err != nil {
+				finished <- err
+				return
+			}
+		}
+		finished <- nil
+	}()
+	return func() {
+		close(done)
+		if err := <-finished; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPlannedSwitchover: remove --wait-for-sync refuses while producers
+// still write to the source, then, once they stopped, waits for the
+// groups and stops at the source's last stable offset; producers write to
+// the destination right after.
+func TestPlannedSwitchover(t *testing.T) {
+	m := groupMember(t, "switchover")
+	ctx := context.Background()
+	const topic, partitions = "so-topic", 2
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecords(t, topic, 2000, 100_000)()
+	addCaughtUp(t, m, "gs", topic)
+
+	stop := produceSteadily(t, env.src, topic, 4000)
+	out, errOut, code := cli(t, m, "remove", "--mirror", "gs", "--topic", topic, "--wait-for-sync=3s")
+	if code != 1 || !strings.Contains(errOut, "did not complete within 3s") || !strings.Contains(errOut, "still MIRRORING") ||
+		!strings.Contains(errOut, "stop the producers") {
+		t.Fatalf("switchover while producers write: exit %d\n%s%s\n%s", code, out, errOut, m.logTail())
+	}
+	if rows, err := m.client.Describe(ctx, "gs", topic); err != nil || rows[0].State != "MIRRORING" {
+		t.Fatalf("after the refused switchover: %+v, %v; want MIRRORING", rows, err)
+	}
+	stop()
+	before := consoleConsume(t, env.src, topic, "so-group", "consumer", 1500)
+	srcCommitted := committedByTool(t, env.src, "so-group", topic)
+	start := time.Now()
+	if out, errOut, code := cli(t, m, "remove", "--mirror", "gs", "--topic", topic, "--wait-for-sync=2m"); code != 0 {
+		t.Fatalf("planned switchover: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("planned switchover of %d partitions took %s", partitions, time.Since(start).Round(time.Millisecond))
+	srcEnd := endOffsets(t, kgoClient(t, env.src), topic, partitions, true)
+	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
+	requireStoppedAt(t, m, "gs", topic, srcEnd, dstEnd)
+	// The topic has no holes: the translation is the identity.
+	if got := committedByTool(t, env.dst, "so-group", topic); fmt.Sprint(got) != fmt.Sprint(srcCommitted) {
+		t.Fatalf("destination offsets of so-group %v after the switchover, want %v", got, srcCommitted)
+	}
+	// Producers move to the destination; the group continues there.
+	produceSync(t, kgoClient(t, env.dst, kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner())),
+		[]*kgo.Record{{Topic: topic, Partition: 0, Value: []byte("after switchover 0")}, {Topic: topic, Partition: 1, Value: []byte("after switchover 1")}})
+	src := readAll(t, env.src, topic, partitions, true)
+	total := len(src[0]) + len(src[1])
+	after := consoleConsume(t, env.dst, topic, "so-group", "consumer", total-1500+2)
+	// The records written after the switchover come last, once each.
+	var mirrored []consumed
+	lastOf := map[int32]string{}
+	for _, c := range after {
+		lastOf[c.partition] = c.line
+		if !strings.Contains(c.line, "after switchover") {
+			mirrored = append(mirrored, c)
+		}
+	}
+	for p := int32(0); p < partitions; p++ {
+		if !strings.HasSuffix(lastOf[p], fmt.Sprint("after switchover ", p)) {
+			t.Fatalf("the group's last record of partition %d on the destination is %q, want the one written after the switchover", p, lastOf[p])
+		}
+	}
+	requireExactUnion(t, src, before, mirrored)
+}
+
+// TestFailoverFinalGroupSync: an emergency remove syncs the groups once
+// more after the final checkpoint, so a commit made after the last
+// periodic sync reaches the destination.
+func TestFailoverFinalGroupSync(t *testing.T) {
+	m := startMember(t, "final-sync", memberOpts{})
+	ctx := context.Background()
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "fs", Properties: map[string]string{
+		"bootstrap.servers": env.src.Bootstrap(), "groups.sync.interval": "1h",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "fs-topic"
+	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src, kgo.ProducerLinger(0)), keyedRecords(topic, 0, 100))
+	addCaughtUp(t, m, "fs", topic)
+	time.Sleep(time.Second) // the first (immediate) sync round has passed
+	commitOn(t, env.src, "fs-group", topic, map[int32]int64{0: 40})
+	if got := committedByTool(t, env.dst, "fs-group", topic); len(got) != 0 {
+		t.Fatalf("the destination has offsets %v before remove: the test needs a commit only the final sync carries", got)
+	}
+	if err := m.client.RemoveTopic(ctx, "fs", topic); err != nil {
+		t.Fatal(err)
+	}
+	if got := committedByTool(t, env.dst, "fs-group", topic); got[0] != 40 {
+		t.Fatalf("destination offsets of fs-group after remove: %v, want 40 (the final group sync)", got)
+	}
+	rows, err := m.client.DescribeGroups(ctx, "fs")
+	if err != nil || len(rows) != 1 || rows[0].State != daemon.GroupSynced || rows[0].DestinationCommitted != 40 {
+		t.Fatalf("describe --groups after remove: %+v, %v; want the final sync's row", rows, err)
+	}
+}
+
+// TestFailoverSourceDown: the emergency case, with the source cluster
+// gone: remove still stops every partition at its last mirrored
+// position at once, and the destination is writable.
+func TestFailoverSourceDown(t *testing.T) {
+	ctx := context.Background()
+	src, err := harness.Start(ctx, harness.Options{Name: "fo-source", BrokerProps: brokerProps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	m := startMirrorMember(t, "fo-down", memberOpts{}, "fo", src)
+	const topic, partitions = "fo-topic", 3
+	if err := src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecordsTo(t, src, topic, 3000, 100_000)()
+	addCaughtUp(t, m, "fo", topic)
+	srcEnd := endOffsets(t, kgoClient(t, src), topic, partitions, true)
+	if err := src.StopBroker(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, errOut, code := cli(t, m, "remove", "--mirror", "fo", "--topic", topic); code != 0 {
+		t.Fatalf("remove with the source down: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("emergency failover with the source down took %s", time.Since(start).Round(time.Millisecond))
+	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
+	requireStoppedAt(t, m, "fo", topic, srcEnd, dstEnd)
+	produceSync(t, kgoClient(t, env.dst, kgo.ProducerLinger(0), kgo.DefaultProduceTopic(topic)), []*kgo.Record{{Value: []byte("after failover")}})
+}
+
+// blockSource is the test hook that makes one member's probe of a
+// mirror's source fail, as if that member alone had lost the source.
+func blockSource(t *testing.T, m *member, mirror string, on bool) {
+	t.Helper()
+	body := fmt.Sprintf(`{"mirror": %q, "on": %t}`, mirror, on)
+	resp, err := http.Post(m.url+"/v1/internal/test/block-source", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("block-source hook: status %d", resp.StatusCode)
+	}
+}
+
+// unreachableSeconds reads a member's kmirror_source_unreachable_seconds.
+func unreachableSeconds(t *testing.T, m *member, mirror string) float64 {
+	t.Helper()
+	prefix := fmt.Sprintf(`kmirror_source_unreachable_seconds{mirror=%q} `, mirror)
+	for _, line := range strings.Split(metricsText(t, m), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric line %q", line)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// TestAutomaticFailover: with failover.auto.after.ms set, one member that
+// loses the source (test hook) does not fail the mirror over, however
+// long; the source cluster stopping, seen by every member, does.
+func TestAutomaticFailover(t *testing.T) {
+	ctx := context.Background()
+	src, err := harness.Start(ctx, harness.Options{Name: "af-source", BrokerProps: brokerProps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	g := startGroup(t, "af", 3)
+	m := g.members[0]
+	m.src = src
+	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "af", Properties: map[string]string{
+		"bootstrap.servers": src.Bootstrap(), "failover.auto.after.ms": "4000",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions = "af-topic", 3
+	if err := src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecordsTo(t, src, topic, 3000, 100_000)()
+	addCaughtUp(t, m, "af", topic)
+
+	// One member loses the source for twice the threshold: no failover.
+	lone := g.members[2]
+	blockSource(t, lone, "af", true)
+	deadline := time.Now().Add(time.Minute)
+	for unreachableSeconds(t, lone, "af") < 8 {
+		if time.Now().After(deadline) {
+			t.Fatal("the blocked member's probe does not report the source unreachable")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, r := range waitAllStates(t, m, "af", topic, "MIRRORING", "", 5*time.Second) {
+		if r.State != "MIRRORING" {
+			t.Fatalf("one member without the source failed the mirror over: %+v", r)
+		}
+	}
+	blockSource(t, lone, "af", false)
+
+	// The source stops: every member loses it, and the group fails over.
+	srcEnd := endOffsets(t, kgoClient(t, src), topic, partitions, true)
+	if err := src.StopBroker(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	rows := waitAllStates(t, m, "af", topic, "STOPPED", "automatic failover", 2*time.Minute)
+	t.Logf("automatic failover done %s after the source stopped (failover.auto.after.ms=4000)", time.Since(stopped).Round(time.Millisecond))
+	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
+	for _, r := range rows {
+		if r.SourceOffset != srcEnd[r.Partition] || r.DestinationOffset != dstEnd[r.Partition] {
+			t.Fatalf("after the automatic failover: %+v, want source %d destination %d", r, srcEnd[r.Partition], dstEnd[r.Partition])
+		}
+	}
+	failovers := 0
+	for _, mm := range g.members {
+		if strings.Contains(metricsText(t, mm), `kmirror_automatic_failovers_total{mirror="af"} 1`) {
+			failovers++
+		}
+	}
+	if failovers != 1 {
+		t.Fatalf("%d members count the automatic failover in /metrics, want the leader alone", failovers)
+	}
+	produceSync(t, kgoClient(t, env.dst, kgo.ProducerLinger(0), kgo.DefaultProduceTopic(topic)), []*kgo.Record{{Value: []byte("after failover")}})
+}
+
+// TestPauseResume: a PAUSED topic keeps its lease and position and
+// fetches nothing; resume continues exactly (compared record by record).
+func TestPauseResume(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic, partitions = "paused", 2
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecords(t, topic, 1000, 100_000)()
+	addCaughtUp(t, m, "src", topic)
+	if out, errOut, code := cli(t, m, "pause", "--mirror", "src", "--topic", topic); code != 0 || !strings.Contains(out, "paused "+topic) {
+		t.Fatalf("kmirror pause: exit %d\n%s%s", code, out, errOut)
+	}
+	rows := waitAllStates(t, m, "src", topic, "PAUSED", "paused by the operator", 30*time.Second)
+	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
+	owners := map[int32]string{}
+	for _, r := range rows {
+		owners[r.Partition] = r.Owner
+		if r.Owner == "" || r.DestinationOffset != dstEnd[r.Partition] {
+			t.Fatalf("paused partition %+v: want its owner kept and its position at the destination end %d", r, dstEnd[r.Partition])
+		}
+	}
+	streamRecords(t, topic, 500, 100_000)()
+	time.Sleep(2 * time.Second) // a paused topic must not move: give it time to show if it does
+	if now := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false); fmt.Sprint(now) != fmt.Sprint(dstEnd) {
+		t.Fatalf("destination moved from %v to %v while the topic was PAUSED", dstEnd, now)
+	}
+	if out, errOut, code := cli(t, m, "resume", "--mirror", "src"); code != 0 || !strings.Contains(out, "resumed "+topic) {
+		t.Fatalf("kmirror resume --mirror: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, r := range waitCaughtUp(t, m, "src", topic) {
+		if r.Owner != owners[r.Partition] {
+			t.Fatalf("partition %d moved from %s to %s across the pause", r.Partition, owners[r.Partition], r.Owner)
+		}
+	}
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+}
