@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // Sentinel errors of the admin API. The HTTP layer maps them to status codes
@@ -42,6 +44,17 @@ type AddTopicsRequest struct {
 	// ReplicationFactor of the destination topic: 0 = the daemon's
 	// destination.replication_factor, -1 = the destination broker's default.
 	ReplicationFactor int16 `json:"replication_factor,omitempty"`
+	// DryRun returns the plan (PlanTopics) and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// Truncate lets a topic whose existing destination topic has records
+	// past the last mirrored position be rebuilt: those records go to a
+	// quarantine topic first (design.md section 8).
+	Truncate bool `json:"truncate,omitempty"`
+}
+
+// PlanResult answers an add with dry_run.
+type PlanResult struct {
+	Plans []truncate.Plan `json:"plans"`
 }
 
 // MirrorSummary is one row of `kmirror list`.
@@ -123,6 +136,10 @@ type API interface {
 	// may skip source records deleted before they were mirrored, counting
 	// them. It returns the partitions resumed.
 	ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error)
+	// PlanTopics is AddTopics' plan for each topic (add --dry-run): a new
+	// topic, or one whose destination topic exists and continues from its
+	// last mirrored position (with divergent records, if any).
+	PlanTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error)
 	// PauseTopics pauses a topic (every MIRRORING topic of the mirror for
 	// topic ""): nothing is fetched, leases and positions stay.
 	// UnpauseTopics resumes PAUSED topics exactly where they stopped. Both

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -70,12 +69,7 @@ func (p *sourceProbe) loop() {
 			return
 		case <-t.C:
 		}
-		mirrors := map[string]raftstore.Mirror{}
-		p.m.store.Read(func(s *raftstore.State) {
-			for n, mir := range s.Mirrors {
-				mirrors[n] = *mir.Clone()
-			}
-		})
+		mirrors := p.m.mirrorsSnapshot()
 		p.closeAdmins(mirrors)
 		var wg sync.WaitGroup
 		for _, mir := range mirrors {
@@ -206,7 +200,7 @@ func (m *Member) checkAutoFailover(ctx context.Context) {
 	if len(cands) == 0 {
 		return
 	}
-	views := m.sourceViews(ctx, members)
+	views := m.sourceViews(ctx)
 	for mirror, c := range cands {
 		var down []string
 		var why string
@@ -239,33 +233,9 @@ func (m *Member) checkAutoFailover(ctx context.Context) {
 
 // sourceViews asks every member (this one locally) for its source view;
 // a member that does not answer within 2 s is left out.
-func (m *Member) sourceViews(ctx context.Context, members []string) map[string][]SourceReach {
-	views := map[string][]SourceReach{m.cfg.NodeID: m.sources.reach()}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	for _, id := range members {
-		if id == m.cfg.NodeID {
-			continue
-		}
-		c, err := m.memberClient(id)
-		if err != nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var view []SourceReach
-			if err := c.do(cctx, http.MethodGet, "/v1/internal/sources", nil, nil, &view); err != nil {
-				return
-			}
-			mu.Lock()
-			views[id] = view
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+func (m *Member) sourceViews(ctx context.Context) map[string][]SourceReach {
+	views, _ := askOthers(ctx, m, 2*time.Second, (*Client).sourceReach)
+	views[m.cfg.NodeID] = m.sources.reach()
 	return views
 }
 

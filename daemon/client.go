@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // Client calls a member's admin API over HTTP. It implements API: error
@@ -81,7 +83,27 @@ func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) error {
 	if err != nil {
 		return err
 	}
+	if req.Truncate {
+		// A truncation copies records and deletes a topic: wait for it.
+		long := *c
+		long.http = &http.Client{Timeout: max(c.http.Timeout, truncateTimeout+time.Minute), Transport: c.http.Transport}
+		return long.do(ctx, http.MethodPost, path, nil, req, nil)
+	}
 	return c.do(ctx, http.MethodPost, path, nil, req, nil)
+}
+
+// PlanTopics implements API.
+func (c *Client) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+	path, err := apiPath("/v1/mirrors/{}/topics", req.Mirror)
+	if err != nil {
+		return nil, err
+	}
+	req.DryRun = true
+	var res PlanResult
+	if err := c.do(ctx, http.MethodPost, path, nil, req, &res); err != nil {
+		return nil, err
+	}
+	return res.Plans, nil
 }
 
 // RemoveTopic implements API.
@@ -410,6 +432,15 @@ func (c *Client) DrainMember(ctx context.Context, id string, drain bool) error {
 // applyInternal sends a raft command to the leader (member to member).
 func (c *Client) applyInternal(ctx context.Context, entry []byte) error {
 	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, internalApply{Entry: entry}, nil)
+}
+
+// sourceReach asks a member how long each mirror's source has not answered.
+func (c *Client) sourceReach(ctx context.Context) ([]SourceReach, error) {
+	var out []SourceReach
+	if err := c.do(ctx, http.MethodGet, "/v1/internal/sources", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // groupRows asks a member for the group sync rows of its partitions.

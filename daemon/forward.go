@@ -174,12 +174,26 @@ func (m *Member) LocalStatuses() []LiveStatus {
 // keyed by partition; members that do not answer within a few seconds are
 // left out (their partitions show without offsets) and named in silent.
 func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]LiveStatus, silent map[string]bool) {
-	out, silent = map[fetch.Key]LiveStatus{}, map[string]bool{}
+	out = map[fetch.Key]LiveStatus{}
 	add := func(sts []LiveStatus) {
 		for _, st := range sts {
 			out[fetch.Key{Mirror: st.Mirror, Topic: st.Topic, Partition: st.Partition}] = st
 		}
 	}
+	answers, silent := askOthers(ctx, m, 3*time.Second, (*Client).liveStatuses)
+	for _, sts := range answers {
+		add(sts)
+	}
+	// This member's own view last: it wins for partitions it runs.
+	add(m.LocalStatuses())
+	return out, silent
+}
+
+// askOthers asks every other member of the group at once, each within
+// timeout, and returns the answers by member ID; members that cannot be
+// reached or fail are named in failed.
+func askOthers[T any](ctx context.Context, m *Member, timeout time.Duration, ask func(*Client, context.Context) (T, error)) (answers map[string]T, failed map[string]bool) {
+	answers, failed = map[string]T{}, map[string]bool{}
 	var ids []string
 	m.store.Read(func(s *raftstore.State) {
 		for id := range s.Members {
@@ -190,31 +204,40 @@ func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]LiveStatus
 	})
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, id := range ids {
 		c, err := m.memberClient(id)
 		if err != nil {
-			silent[id] = true
+			failed[id] = true
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sts, err := c.liveStatuses(cctx)
+			v, err := ask(c, cctx)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				silent[id] = true
+				failed[id] = true
 				return
 			}
-			add(sts)
+			answers[id] = v
 		}()
 	}
 	wg.Wait()
-	// This member's own view last: it wins for partitions it runs.
-	add(m.LocalStatuses())
-	return out, silent
+	return answers, failed
+}
+
+// mirrorsSnapshot copies every mirror of the replicated state.
+func (m *Member) mirrorsSnapshot() map[string]raftstore.Mirror {
+	mirrors := map[string]raftstore.Mirror{}
+	m.store.Read(func(s *raftstore.State) {
+		for n, mir := range s.Mirrors {
+			mirrors[n] = *mir.Clone()
+		}
+	})
+	return mirrors
 }
 
 // internalAPI is what members serve each other under /v1/internal.

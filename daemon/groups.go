@@ -111,12 +111,7 @@ func (g *groupSync) loop() {
 			return
 		case <-t.C:
 		}
-		mirrors := map[string]raftstore.Mirror{}
-		g.m.store.Read(func(s *raftstore.State) {
-			for n, mir := range s.Mirrors {
-				mirrors[n] = *mir.Clone()
-			}
-		})
+		mirrors := g.m.mirrorsSnapshot()
 		g.closeSources(mirrors)
 		names := make([]string, 0, len(mirrors))
 		for n := range mirrors {
@@ -496,17 +491,11 @@ func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]GroupStat
 	if err := m.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	var ids []string
 	found := mirror == ""
 	owners := map[fetch.Key]string{}
 	m.store.Read(func(s *raftstore.State) {
 		_, ok := s.Mirrors[mirror]
 		found = found || ok
-		for id := range s.Members {
-			if id != m.cfg.NodeID {
-				ids = append(ids, id)
-			}
-		}
 		for _, t := range s.Topics {
 			for i, p := range t.Partitions {
 				owners[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}] = p.Owner
@@ -517,29 +506,13 @@ func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]GroupStat
 		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
 	}
 	all := m.groups.localRows()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	for _, id := range ids {
-		c, err := m.memberClient(id)
-		if err != nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rows, err := c.groupRows(cctx)
-			if err != nil {
-				m.log.Debug("member did not report its group sync", zap.String("member", id), zap.Error(err))
-				return
-			}
-			mu.Lock()
-			all = append(all, rows...)
-			mu.Unlock()
-		}()
+	answers, silent := askOthers(ctx, m, 3*time.Second, (*Client).groupRows)
+	for _, rows := range answers {
+		all = append(all, rows...)
 	}
-	wg.Wait()
+	if len(silent) > 0 {
+		m.log.Debug("members did not report their group sync", zap.Strings("members", sortedKeys(silent)))
+	}
 	// A partition that just moved may be reported by its old and new
 	// member: the one that owns it now wins.
 	best := map[groupRowKey]GroupStatus{}

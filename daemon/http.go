@@ -196,6 +196,13 @@ func (h *handler) addTopics(r *http.Request) (int, any, error) {
 		return 0, nil, fmt.Errorf("%w: mirror %q in the body does not match %q in the path: leave it out of the body", ErrInvalid, req.Mirror, name)
 	}
 	req.Mirror = name
+	if req.DryRun {
+		plans, err := h.api.PlanTopics(r.Context(), req)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, PlanResult{Plans: plans}, nil
+	}
 	if err := h.api.AddTopics(r.Context(), req); err != nil {
 		return 0, nil, err
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // fakeAPI records calls and answers with canned values; it tests the HTTP
@@ -101,6 +103,12 @@ func (f *fakeAPI) ResumePartitions(_ context.Context, req ResumeRequest) ([]int3
 
 func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) error {
 	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
+}
+
+func (f *fakeAPI) PlanTopics(_ context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+	return []truncate.Plan{{Mirror: req.Mirror, Topic: "orders", Kind: truncate.KindFailback, From: "east-old",
+			Partitions: []truncate.PartitionPlan{{Partition: 0, SourceOffset: 40, DestinationOffset: 50, DestinationEnd: 53, DivergentFrom: 50, Divergent: 3, Reason: "written after"}}}},
+		f.record("PlanTopics %s %v", req.Mirror, req.Topics)
 }
 
 func (f *fakeAPI) PauseTopics(_ context.Context, mirror, topic string) ([]string, error) {
@@ -270,7 +278,7 @@ func TestBadRequests(t *testing.T) {
 		{"unknown field", "POST", "/v1/mirrors", `{"name":"a","propertes":{}}`, 400,
 			`invalid request: request body has unknown field "propertes" (allowed: name, properties)`},
 		{"unknown field in add", "POST", "/v1/mirrors/a/topics", `{"topics":["t"],"startFrom":"latest"}`, 400,
-			`request body has unknown field "startFrom" (allowed: mirror, topics, start_from, replication_factor)`},
+			`request body has unknown field "startFrom" (allowed: mirror, topics, start_from, replication_factor, dry_run, truncate)`},
 		{"empty body", "POST", "/v1/mirrors", "", 400, "request body is empty"},
 		{"malformed", "POST", "/v1/mirrors", `{"name":`, 400, "invalid request: request body: unexpected EOF"},
 		{"wrong type", "POST", "/v1/mirrors", `{"name":1}`, 400, "request body: json: cannot unmarshal number"},
@@ -344,6 +352,13 @@ func TestClientRoundTrip(t *testing.T) {
 		}, "AddTopics a [t1] from=latest rf=3"},
 		{func() error { return c.RemoveTopic(ctx, "a", "t1") }, "RemoveTopic a t1"},
 		{func() error { _, err := c.PauseTopics(ctx, "a", "t1"); return err }, "PauseTopics a t1"},
+		{func() error {
+			plans, err := c.PlanTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"orders"}})
+			if err == nil && (len(plans) != 1 || plans[0].Partitions[0].Divergent != 3) {
+				err = fmt.Errorf("PlanTopics = %+v", plans)
+			}
+			return err
+		}, "PlanTopics a [orders]"},
 		{func() error { _, err := c.UnpauseTopics(ctx, "a", ""); return err }, "UnpauseTopics a "},
 		{func() error { return c.SwitchoverTopic(ctx, "a", "t1", 90*time.Second) }, "SwitchoverTopic a t1 1m30s"},
 		{func() error { return c.DeleteMirror(ctx, "a b/c", true) }, "DeleteMirror a b/c force=true"},

@@ -39,6 +39,7 @@ type metrics struct {
 	failovers   *counter
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
+	fetched     *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, failovers *counter) *metrics {
@@ -51,6 +52,8 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		failovers: failovers,
 		srcDown: prometheus.NewDesc("kmirror_source_unreachable_seconds",
 			"How long the mirror's source cluster has not answered this member's probe (0 while it answers).", []string{"mirror"}, nil),
+		fetched: prometheus.NewDesc("kmirror_source_fetched_bytes_total",
+			"Record bytes this member fetched from the mirror's source cluster (mirroring and resume walks).", []string{"mirror"}, nil),
 		autoFailovr: prometheus.NewDesc("kmirror_automatic_failovers_total",
 			"Topics this member, as raft leader, failed over automatically (failover.auto.after.ms).", []string{"mirror"}, nil),
 		groupRows: prometheus.NewDesc("kmirror_group_partitions",
@@ -99,10 +102,14 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.groupConfls
 	ch <- m.srcDown
 	ch <- m.autoFailovr
+	ch <- m.fetched
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.diverg, prometheus.CounterValue, float64(m.engine.Divergences()))
+	for mirror, n := range m.engine.FetchedBytes() {
+		ch <- prometheus.MustNewConstMetric(m.fetched, prometheus.CounterValue, float64(n), mirror)
+	}
 	for _, st := range m.engine.Statuses() {
 		l := []string{st.Key.Mirror, st.Key.Topic, itoa(st.Key.Partition)}
 		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.Lag), l...)

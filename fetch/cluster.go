@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go/protocol"
@@ -45,6 +46,8 @@ type cluster struct {
 	topics   map[string]bool
 	// grown is set when watch adds a topic the cached metadata lacks.
 	grown bool
+	// fetchedBytes counts record-set bytes fetched (data path and walks).
+	fetchedBytes atomic.Int64
 }
 
 const refreshGap = 200 * time.Millisecond

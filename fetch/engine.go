@@ -309,6 +309,19 @@ func (e *Engine) Statuses() []Status {
 	return out
 }
 
+// FetchedBytes returns, per mirror, the record bytes fetched from its
+// source cluster since the mirror's source was set on this member (the
+// data path and the resume walks).
+func (e *Engine) FetchedBytes() map[string]int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int64, len(e.sources))
+	for name, src := range e.sources {
+		out[name] = src.cl.fetchedBytes.Load()
+	}
+	return out
+}
+
 // Divergences counts the partitions this engine stopped as DIVERGED since
 // it started.
 func (e *Engine) Divergences() int64 {

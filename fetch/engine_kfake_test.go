@@ -622,3 +622,48 @@ func TestEngineAcceptGapWithoutGap(t *testing.T) {
 		t.Fatalf("gaps recorded %v, want one empty gap (the permission used up)", x.ctl.gaps)
 	}
 }
+
+// TestEngineSeedContinuesWithoutCopying: a partition seeded at a last
+// mirrored position (failback, re-add) starts there: the destination's
+// existing records are not copied again, only the source's later ones,
+// and the seeded translation maps group commits below that position
+// exactly; TranslateCommitted caps a commit past the mirrored position
+// at the destination end.
+func TestEngineSeedContinuesWithoutCopying(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 1)
+	// The destination already holds 30 records; they copy source records
+	// 0..9 and 15..34 (a hole at 10..14, as an aborted transaction
+	// leaves), and the source has 20 more records after them.
+	x.produce(x.dst, "t", 0, 30)
+	x.produce(x.src, "t", 0, 55)
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := x.e.Seed(ctx, k, Entry{Src: 35, Dst: 30}, []Entry{{Src: 0, Dst: 0}, {Src: 15, Dst: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	x.e.Assign([]Spec{{Key: k}})
+	deadline := time.Now().Add(20 * time.Second)
+	for x.dst.PartitionInfo("t", 0).HighWatermark != 50 || len(x.e.Statuses()) == 0 || x.e.Statuses()[0].Lag != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not caught up: destination at %d, %+v", x.dst.PartitionInfo("t", 0).HighWatermark, x.e.Statuses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	src, dst := x.records(x.src, "t", 1)[0], x.records(x.dst, "t", 1)[0]
+	for i := 30; i < 50; i++ {
+		if string(dst[i].Value) != string(src[i+5].Value) {
+			t.Fatalf("destination offset %d holds %q, want source offset %d's %q", i, dst[i].Value, i+5, src[i+5].Value)
+		}
+	}
+	for _, c := range []struct {
+		src, dst int64
+		capped   bool
+	}{{0, 0, false}, {9, 9, false}, {12, 10, false}, {15, 10, false}, {35, 30, false}, {54, 49, false}, {55, 50, false}, {90, 50, true}} {
+		d, capped, err := x.e.TranslateCommitted(k, c.src)
+		if err != nil || d != c.dst || capped != c.capped {
+			t.Fatalf("TranslateCommitted(%d) = %d, %t, %v; want %d, %t", c.src, d, capped, err, c.dst, c.capped)
+		}
+	}
+}

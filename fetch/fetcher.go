@@ -138,6 +138,9 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		}
 		backoff = e.cfg.RetryBackoff
 		sess.advance(want, res.SessionID)
+		for _, fp := range res.Partitions {
+			src.cl.fetchedBytes.Add(int64(len(fp.Records)))
+		}
 		if e.handleFetch(mirror, w.broker, want, res.Partitions) {
 			// A partition answered with an error: the broker answers such
 			// fetches at once, so pause instead of spinning.

@@ -79,6 +79,7 @@ func (r *partitionReader) fetch(ctx context.Context) (kwire.FetchedPartition, er
 	if len(res) != 1 {
 		return kwire.FetchedPartition{}, fmt.Errorf("fetch %s/%d: malformed response", r.topic, r.partition)
 	}
+	r.cl.fetchedBytes.Add(int64(len(res[0].Records)))
 	if res[0].Err != 0 {
 		kerr := &kwire.Error{Code: res[0].Err, Topic: r.topic, Partition: r.partition, Op: "fetch from " + r.cl.name}
 		if res[0].Err == kwire.CodeOffsetOutOfRange {

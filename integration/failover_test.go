@@ -370,3 +370,30 @@ func TestPauseResume(t *testing.T) {
 	}
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 }
+
+// TestFailoverTime100Partitions measures an emergency failover of a
+// 100-partition topic: from remove until the topic is STOPPED and a
+// producer's first record is acknowledged by the destination (printed for
+// the closing note, not asserted).
+func TestFailoverTime100Partitions(t *testing.T) {
+	m := sharedMirror(t)
+	ctx := context.Background()
+	const topic, partitions = "failover-100", 100
+	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecords(t, topic, 20_000, 100_000)()
+	addCaughtUp(t, m, "src", topic)
+	prod := kgoClient(t, env.dst, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	start := time.Now()
+	if err := m.client.RemoveTopic(ctx, "src", topic); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Since(start)
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("first write after failover")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover of %d partitions: STOPPED after %s, first destination write acknowledged after %s",
+		partitions, stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	waitAllStates(t, m, "src", topic, "STOPPED", "", time.Second)
+}

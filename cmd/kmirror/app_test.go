@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // fakeAPI stands in for a member behind the real HTTP handler.
@@ -66,6 +67,12 @@ func (f *fakeAPI) Ready(context.Context) error { return nil }
 
 func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) error {
 	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
+}
+
+func (f *fakeAPI) PlanTopics(_ context.Context, req daemon.AddTopicsRequest) ([]truncate.Plan, error) {
+	return []truncate.Plan{{Mirror: req.Mirror, Topic: "orders", Kind: truncate.KindFailback, From: "east-old",
+			Partitions: []truncate.PartitionPlan{{Partition: 0, SourceOffset: 40, DestinationOffset: 50, DestinationEnd: 53, DivergentFrom: 50, Divergent: 3, Reason: "written after"}}}},
+		f.record("PlanTopics %s %v", req.Mirror, req.Topics)
 }
 
 func (f *fakeAPI) PauseTopics(_ context.Context, mirror, topic string) ([]string, error) {
@@ -151,6 +158,11 @@ func TestCommandsSucceed(t *testing.T) {
 			"added orders, payments, refunds to mirror east\n", "AddTopics east [orders payments refunds] from=latest rf=3"},
 		{"add with defaults", []string{"add", "--mirror", "east", "--topic", "orders"},
 			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=0"},
+		{"add dry-run", []string{"add", "--mirror", "east", "--topic", "orders", "--dry-run"},
+			"TOPIC   PLAN                                                       PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  DESTINATION-END  DIVERGENT  REASON\n" +
+				"orders  failback from mirror east-old: refused without --truncate  0          40             50                  53               3          written after\n" +
+				"--truncate would copy the 3 divergent records of orders into orders.kmirror-diverged.N, delete orders and mirror it again from the source\n",
+			"PlanTopics east [orders]"},
 		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
 		{"remove wait-for-sync", []string{"remove", "--mirror", "east", "--topic", "orders", "--wait-for-sync"},

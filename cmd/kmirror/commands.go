@@ -120,6 +120,10 @@ func addCommand() *cli.Command {
 			&cli.StringFlag{Name: "start-from", Usage: "`POSITION` where new topics start: earliest or latest", Value: "earliest"},
 			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default",
 				DefaultText: "the daemon's destination.replication_factor"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print what adding each topic would do (new, or continued from its last mirrored position, " +
+				"with any divergent records) and change nothing"},
+			&cli.BoolFlag{Name: "truncate", Usage: "where the existing destination topic has records past the last mirrored position, " +
+				"copy them into TOPIC.kmirror-diverged.N, delete the topic and mirror it again from the source"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c, "mirror", "topic"); err != nil {
@@ -143,6 +147,20 @@ func addCommand() *cli.Command {
 				StartFrom:         startFrom,
 				ReplicationFactor: int16(rf),
 			}
+			if c.Bool("dry-run") {
+				if c.Bool("truncate") {
+					return usagef("add: --dry-run and --truncate do not go together: the dry run shows what --truncate would do")
+				}
+				plans, err := client.PlanTopics(c.Context, req)
+				if err != nil {
+					return err
+				}
+				if jsonOutput(c) {
+					return writeJSON(c.App.Writer, plans)
+				}
+				return writePlans(c.App.Writer, plans)
+			}
+			req.Truncate = c.Bool("truncate")
 			if err := client.AddTopics(c.Context, req); err != nil {
 				return err
 			}

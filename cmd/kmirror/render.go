@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // writeJSON prints v as indented JSON.
@@ -58,6 +60,38 @@ func writeGroupTable(w io.Writer, groups []daemon.GroupStatus) error {
 			offset(g.SourceCommitted), offset(g.DestinationCommitted), g.State, lag, g.Reason})
 	}
 	return writeTable(w, rows)
+}
+
+// writePlans prints add --dry-run: per topic what add does, and per
+// partition of a topic that continues, where and what diverged.
+func writePlans(w io.Writer, plans []truncate.Plan) error {
+	rows := [][]string{{"TOPIC", "PLAN", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "DESTINATION-END", "DIVERGENT", "REASON"}}
+	var notes []string
+	for _, p := range plans {
+		if p.Kind == truncate.KindNew {
+			rows = append(rows, []string{p.Topic, "new: create and mirror from the start", "-", "-", "-", "-", "-", ""})
+			continue
+		}
+		what := p.Kind + " from mirror " + p.From + ": continue"
+		if p.Divergent() {
+			what = p.Kind + " from mirror " + p.From + ": refused without --truncate"
+			notes = append(notes, fmt.Sprintf("--truncate would copy the %d divergent records of %s into %s.kmirror-diverged.N, delete %s "+
+				"and mirror it again from the source", p.DivergentRecords(), p.Topic, p.Topic, p.Topic))
+		}
+		for _, pp := range p.Partitions {
+			rows = append(rows, []string{p.Topic, what, strconv.Itoa(int(pp.Partition)), offset(pp.SourceOffset), offset(pp.DestinationOffset),
+				offset(pp.DestinationEnd), strconv.FormatInt(pp.Divergent, 10), pp.Reason})
+		}
+	}
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // list joins values with commas, or "-" when there are none.

@@ -1,0 +1,299 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+	"github.com/kmirror/kmirror/truncate"
+)
+
+// plannedTopic is a topic checked and resolved by AddTopics before anything
+// is created.
+type plannedTopic struct {
+	topic raftstore.MirrorTopic
+	// existing is set when the destination topic exists and kmirror
+	// wrote it (a stopped mirror's last positions name it): mirroring
+	// continues from there, or truncates (truncate.Find).
+	existing *truncate.Plan
+}
+
+// AddTopics starts mirroring topics. Every topic is checked first (source
+// topic exists; destination topic absent, or one kmirror wrote and whose
+// last mirrored position it finds); only then is anything created, so a
+// bad request leaves nothing half-done.
+func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return c.AddTopics(ctx, req)
+	}
+	req.DryRun = false
+	_, err := m.addTopics(ctx, req)
+	return err
+}
+
+// PlanTopics is add --dry-run: what AddTopics would do with each topic,
+// changing nothing.
+func (m *Member) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+	if c, err := m.toLeader(ctx); err != nil || c != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.PlanTopics(ctx, req)
+	}
+	req.DryRun = true
+	return m.addTopics(ctx, req)
+}
+
+func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+	if len(req.Topics) == 0 {
+		return nil, fmt.Errorf("%w: name at least one --topic", ErrInvalid)
+	}
+	which := fetch.Earliest
+	switch req.StartFrom {
+	case "", "earliest":
+	case "latest":
+		which = fetch.Latest
+	default:
+		return nil, fmt.Errorf("%w: start-from %q: use earliest or latest", ErrInvalid, req.StartFrom)
+	}
+	var mir raftstore.Mirror
+	found := false
+	taken, stopped := map[string]string{}, map[string]string{}
+	m.store.Read(func(s *raftstore.State) {
+		if p, ok := s.Mirrors[req.Mirror]; ok {
+			mir, found = *p, true
+		}
+		for _, t := range s.Topics {
+			if t.State == raftstore.StateStopped {
+				stopped[t.Topic] = t.Mirror
+				continue // removed: it may be added again (and start over)
+			}
+			taken[t.Topic] = t.Mirror
+		}
+	})
+	if !found {
+		return nil, fmt.Errorf("%w: mirror %s does not exist (create it with kmirror create)", ErrNotFound, req.Mirror)
+	}
+	seen := map[string]bool{}
+	for _, t := range req.Topics {
+		if seen[t] {
+			return nil, fmt.Errorf("%w: topic %s named twice", ErrInvalid, t)
+		}
+		seen[t] = true
+		if owner, ok := taken[t]; ok {
+			return nil, fmt.Errorf("%w: topic %s is already mirrored by mirror %s", ErrExists, t, owner)
+		}
+		if strings.HasPrefix(t, "__") {
+			return nil, fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", ErrInvalid, t)
+		}
+	}
+	src := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
+	defer src.Close()
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	var plan []plannedTopic
+	for _, t := range req.Topics {
+		p, err := m.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, p)
+	}
+	plans := make([]truncate.Plan, len(plan))
+	var refused []string
+	for i, p := range plan {
+		plans[i] = truncate.Plan{Mirror: req.Mirror, Topic: p.topic.Topic, Kind: truncate.KindNew}
+		if p.existing != nil {
+			plans[i] = *p.existing
+			if p.existing.Divergent() {
+				refused = append(refused, divergentText(p.existing))
+			}
+		}
+	}
+	if req.DryRun {
+		return plans, nil
+	}
+	if len(refused) > 0 && !req.Truncate {
+		return nil, fmt.Errorf("%w: %s. Nothing was added: kmirror add --dry-run shows the plan; kmirror add --truncate copies the divergent "+
+			"records into a quarantine topic TOPIC.kmirror-diverged.N, deletes the destination topic and mirrors it again from the source",
+			ErrConflict, strings.Join(refused, "; "))
+	}
+	for _, p := range plan {
+		if owner, ok := stopped[p.topic.Topic]; ok && owner == req.Mirror {
+			// Mirrored before and removed: its old checkpoints and
+			// translation must not be taken for the new start (a
+			// continued one is seeded below from what was read).
+			if err := m.engine.ForgetTopic(cctx, req.Mirror, p.topic.Topic); err != nil {
+				return nil, fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", ErrUnavailable, p.topic.Topic, err)
+			}
+		}
+	}
+	for i, p := range plan {
+		var err error
+		switch {
+		case p.existing != nil && p.existing.Divergent():
+			err = m.truncateAndAdd(ctx, src, mir, p, req.ReplicationFactor)
+		case p.existing != nil:
+			err = m.continueTopic(ctx, p)
+		default:
+			err = m.createTopic(ctx, p, req.ReplicationFactor)
+		}
+		if err != nil {
+			if i > 0 {
+				return nil, fmt.Errorf("%v (topics %s were added before this failure)", err, topicNames(plan[:i]))
+			}
+			return nil, err
+		}
+	}
+	return plans, nil
+}
+
+func topicNames(plan []plannedTopic) string {
+	names := make([]string, len(plan))
+	for i, p := range plan {
+		names[i] = p.topic.Topic
+	}
+	return strings.Join(names, ", ")
+}
+
+func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
+	if !validName.MatchString(topic) || topic == "." || topic == ".." {
+		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", ErrInvalid, topic)
+	}
+	srcTopic, err := src.Topic(ctx, topic)
+	n := srcTopic.Partitions
+	if errors.Is(err, fetch.ErrTopicNotFound) {
+		return plannedTopic{}, fmt.Errorf("%w: source topic %s does not exist on the source cluster of mirror %s (%s)",
+			ErrNotFound, topic, mir.Name, strings.Join(mir.Bootstrap, ","))
+	}
+	if err != nil {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if _, err := m.dest.Partitions(ctx, topic); err == nil {
+		existing, err := m.findExisting(ctx, src, mir, topic)
+		if err != nil {
+			return plannedTopic{}, fmt.Errorf("%w: looking for the last mirrored position of %s: %v", ErrUnavailable, topic, err)
+		}
+		if existing != nil {
+			return m.existingTopic(mir, srcTopic, existing), nil
+		}
+	}
+	if _, err := m.dest.Partitions(ctx, topic); err == nil && removed {
+		return plannedTopic{}, fmt.Errorf("%w: destination topic %s was mirrored by mirror %s, but its last mirrored position does not "+
+			"match the source topic any more (was the source topic recreated?): to mirror the topic again from the start, delete it on "+
+			"the destination cluster first", ErrConflict, topic, mir.Name)
+	} else if err == nil {
+		return plannedTopic{}, fmt.Errorf("%w: destination topic %s already exists and no last mirrored position of it was found "+
+			"(neither in the destination's nor in the source's %s for these clusters and topic IDs): it was not written by kmirror; "+
+			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic, truncate.StateTopic)
+	} else if !errors.Is(err, fetch.ErrTopicNotFound) {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	offsets, err := src.Offsets(ctx, topic, n, which)
+	if err != nil {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	configs, err := src.TopicConfigs(ctx, topic)
+	if err != nil {
+		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	create, deferred := fetch.DeferCompaction(configs)
+	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: topic, State: raftstore.StatePending,
+		SourceTopicID: srcTopic.ID, DestinationConfigs: create, Partitions: make([]raftstore.PartitionInfo, n)}
+	if deferred != nil {
+		if mt.DeferUntil, err = src.HighWatermarks(ctx, topic, n); err != nil {
+			return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		mt.DeferredConfigs = deferred
+	}
+	for i := range mt.Partitions {
+		mt.Partitions[i] = raftstore.PartitionInfo{State: raftstore.StatePending, StartOffset: offsets[i]}
+	}
+	return plannedTopic{topic: mt}, nil
+}
+
+// createTopic records the topic PENDING, creates the destination topic and
+// moves it to MIRRORING; if creation fails, the record is removed again.
+// A leader that stops in between leaves the topic PENDING, and the next
+// leader finishes it (finishPending) with the same configs and
+// replication factor, which the record carries.
+func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
+	t := p.topic
+	key := raftstore.TopicKey(t.Mirror, t.Topic)
+	m.creatingMu.Lock()
+	m.creating[key] = true
+	m.creatingMu.Unlock()
+	defer func() {
+		m.creatingMu.Lock()
+		delete(m.creating, key)
+		m.creatingMu.Unlock()
+	}()
+	if rf == 0 {
+		rf = m.cfg.Destination.ReplicationFactor
+	}
+	t.ReplicationFactor = rf
+	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
+		return mapStoreErr(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	destID, err := m.createDestination(cctx, t)
+	if err != nil {
+		if rerr := m.store.Apply(ctx, raftstore.RemoveTopic{Mirror: t.Mirror, Topic: t.Topic}); rerr != nil {
+			m.log.Error("undo add topic", zap.String("topic", t.Topic), zap.Error(rerr))
+		}
+		return destinationError(t.Topic, err)
+	}
+	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
+		State: raftstore.StateMirroring, DestTopicID: destID}))
+}
+
+// createDestination creates the destination topic of t with its recorded
+// configs and replication factor and returns its topic ID.
+func (m *Member) createDestination(ctx context.Context, t raftstore.MirrorTopic) (string, error) {
+	configs := t.DestinationConfigs
+	if len(configs) == 0 {
+		configs = fetch.MirrorTopicConfigs // recorded by an older build
+	}
+	rf := t.ReplicationFactor
+	if rf == 0 {
+		rf = m.cfg.Destination.ReplicationFactor
+	}
+	if err := m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), rf, configs); err != nil {
+		return "", err
+	}
+	tm, err := m.dest.Topic(ctx, t.Topic)
+	if err != nil {
+		return "", err
+	}
+	return tm.ID, nil
+}
+
+// destinationError maps a failed destination topic creation to the API's
+// errors: a request the broker refuses as given (bad name, replication
+// factor above the broker count, a config it refuses) is the caller's to
+// fix (400); a topic someone created meanwhile is a conflict (409); the
+// rest is the destination being unavailable (502).
+func destinationError(topic string, err error) error {
+	switch {
+	case fetch.IsRequestError(err):
+		return fmt.Errorf("%w: the destination cluster refused to create topic %s: %v", ErrInvalid, topic, err)
+	case fetch.IsTopicExists(err):
+		return fmt.Errorf("%w: destination topic %s already exists (created by someone else meanwhile): %v; "+
+			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// pendingRetry is how often the leader retries creating the destination
+// topic of a PENDING topic whose creation failed.
+const pendingRetry = 10 * time.Second

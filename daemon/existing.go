@@ -1,0 +1,125 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+	"github.com/kmirror/kmirror/truncate"
+)
+
+// Adding a topic whose destination topic exists: a topic removed earlier
+// in the same direction, or failback (design.md section 8). The plan comes
+// from truncate.Find; here it is carried out.
+
+// findExisting looks for the last mirrored position of topic (see
+// truncate.Find); nil when there is none.
+func (m *Member) findExisting(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string) (*truncate.Plan, error) {
+	dstID, err := m.dest.ClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srcID := mir.SourceClusterID
+	if srcID == "" {
+		if srcID, err = src.ClusterID(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return truncate.Find(ctx, mir.Name, topic, truncate.Side{Admin: src, ClusterID: srcID}, truncate.Side{Admin: m.dest, ClusterID: dstID})
+}
+
+// existingTopic is the planned record of a topic that continues into its
+// existing destination topic: MIRRORING at once, nothing to create.
+func (m *Member) existingTopic(mir raftstore.Mirror, srcTopic fetch.TopicMeta, plan *truncate.Plan) plannedTopic {
+	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: plan.Topic, State: raftstore.StatePending, SourceTopicID: srcTopic.ID,
+		Partitions: make([]raftstore.PartitionInfo, len(plan.Partitions))}
+	for i, pp := range plan.Partitions {
+		start := pp.SourceOffset
+		if len(pp.Translation) > 0 {
+			start = min(start, pp.Translation[0].Src)
+		}
+		mt.Partitions[i] = raftstore.PartitionInfo{State: raftstore.StatePending, StartOffset: start}
+	}
+	return plannedTopic{topic: mt, existing: plan}
+}
+
+// divergentText names a divergent plan's records for an error.
+func divergentText(p *truncate.Plan) string {
+	var parts []string
+	for _, pp := range p.Partitions {
+		if pp.Divergent > 0 {
+			parts = append(parts, fmt.Sprintf("partition %d: %d (offsets %d..%d)", pp.Partition, pp.Divergent, pp.DivergentFrom, pp.DestinationEnd-1))
+		}
+	}
+	return fmt.Sprintf("destination topic %s has %d records past the last mirrored position of mirror %s (%s; %s): they would be hidden "+
+		"under the mirrored ones", p.Topic, p.DivergentRecords(), p.From, p.Kind, strings.Join(parts, ", "))
+}
+
+// continueTopic seeds every partition's checkpoint and translation at the
+// last mirrored position and records the topic: mirroring continues from
+// there, copying only new records.
+func (m *Member) continueTopic(ctx context.Context, p plannedTopic) error {
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	for _, pp := range p.existing.Partitions {
+		k := fetch.Key{Mirror: p.topic.Mirror, Topic: p.topic.Topic, Partition: pp.Partition}
+		if err := m.engine.Seed(cctx, k, fetch.Entry{Src: pp.SourceOffset, Dst: pp.DestinationOffset}, pp.Translation); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	tm, err := m.dest.Topic(cctx, p.topic.Topic)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	m.log.Info("topic continues from its last mirrored position", zap.String("mirror", p.topic.Mirror), zap.String("topic", p.topic.Topic),
+		zap.String("kind", p.existing.Kind), zap.String("from", p.existing.From))
+	t := p.topic
+	t.DestTopicID = tm.ID
+	key := raftstore.TopicKey(t.Mirror, t.Topic)
+	m.creatingMu.Lock()
+	m.creating[key] = true
+	m.creatingMu.Unlock()
+	defer func() {
+		m.creatingMu.Lock()
+		delete(m.creating, key)
+		m.creatingMu.Unlock()
+	}()
+	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
+		return mapStoreErr(err)
+	}
+	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
+		State: raftstore.StateMirroring, DestTopicID: tm.ID}))
+}
+
+// truncateAndAdd quarantines the divergent records of an existing
+// destination topic, deletes the topic, and adds it afresh.
+func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) error {
+	if rf == 0 {
+		rf = m.cfg.Destination.ReplicationFactor
+	}
+	tctx, cancel := context.WithTimeout(ctx, truncateTimeout)
+	defer cancel()
+	res, err := truncate.Truncate(tctx, m.dest, p.existing, rf)
+	if err != nil {
+		return fmt.Errorf("%w: truncate %s: %v", ErrUnavailable, p.topic.Topic, err)
+	}
+	m.log.Warn("destination topic truncated: divergent records quarantined, topic deleted for its rebuild", zap.String("mirror", mir.Name),
+		zap.String("topic", p.topic.Topic), zap.String("quarantine", res.Quarantine), zap.Int64s("copied", res.Copied))
+	if err := m.engine.ForgetTopic(tctx, mir.Name, p.topic.Topic); err != nil {
+		return fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", ErrUnavailable, p.topic.Topic, err)
+	}
+	fresh, err := m.planTopic(tctx, src, mir, p.topic.Topic, fetch.Earliest, false)
+	if err != nil {
+		return err
+	}
+	return m.createTopic(ctx, fresh, rf)
+}
+
+// truncateTimeout bounds a truncation: the quarantine copy of the
+// divergent records and the topic's deletion.
+const truncateTimeout = 10 * time.Minute
