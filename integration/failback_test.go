@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/daemon"
 	"github.com/kmirror/kmirror/integration/harness"
@@ -308,4 +309,103 @@ func TestReAddStoppedTopic(t *testing.T) {
 	requireSameRecords(t, late, readAll(t, env.dst, topic+".kmirror-diverged.1", partitions, true))
 	waitCaughtUp(t, m, "ra2", topic)
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+}
+
+// TestFailbackAfterUncleanElection: A's leader took records that were
+// mirrored to B, then A lost them in an unclean leader election and its
+// new leader wrote as many other records at the same offsets. A's log ends
+// exactly at the last mirrored position, so offsets alone call the
+// failback clean: the recorded leader epoch of the last mirrored batch,
+// checked against A's epoch history (OffsetForLeaderEpoch), finds the
+// replaced records divergent, and --truncate quarantines them.
+func TestFailbackAfterUncleanElection(t *testing.T) {
+	ctx := context.Background()
+	a2, err := harness.Start(ctx, harness.Options{Name: "fb-unclean", Brokers: 2, BrokerProps: map[string]string{
+		"unclean.leader.election.enable": "true",
+		"replica.lag.time.max.ms":        "3000",
+		"broker.session.timeout.ms":      "3000",
+		"broker.heartbeat.interval.ms":   "500",
+		"default.replication.factor":     "2",
+		"min.insync.replicas":            "1",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a2.Close() })
+	const topic = "fb-unclean"
+	if err := a2.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	mB := sideMember(t, "fu-beside-b", env.dst, a2, "fuab")
+	produceSync(t, kgoClient(t, a2), keyedRecords(topic, 0, 10))
+	addCaughtUp(t, mB, "fuab", topic)
+	leader := partitionLeader(t, a2, topic)
+	li, fi := int(leader-1), int(2-leader) // brokers are nodes 1 and 2
+	if err := a2.StopBroker(ctx, fi); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, a2), keyedRecords(topic, 10, 20)) // on the leader only
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rows, err := mB.client.Describe(ctx, "fuab", topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rows[0]; r.DestinationOffset == 30 && r.Lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not mirrored to 30 with the follower down: %+v", rows)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := mB.client.RemoveTopic(ctx, "fuab", topic); err != nil {
+		t.Fatal(err)
+	}
+
+	// A loses offsets 10..29 and writes 20 others there.
+	if err := a2.KillBroker(li); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.StartBroker(ctx, fi); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(90 * time.Second)
+	for partitionLeader(t, a2, topic) != int32(fi+1) {
+		req := kmsg.NewPtrElectLeadersRequest()
+		req.ElectionType, req.TimeoutMillis = 1, 10000 // UNCLEAN
+		rt := kmsg.NewElectLeadersRequestTopic()
+		rt.Topic, rt.Partitions = topic, []int32{0}
+		req.Topics = append(req.Topics, rt)
+		adminRequest(t, a2, req) // refused until the old leader is fenced: retried
+		if time.Now().After(deadline) {
+			t.Fatalf("the out-of-sync follower never became leader of %s", topic)
+		}
+		time.Sleep(time.Second)
+	}
+	produceSync(t, kgoClient(t, a2), keyedRecords(topic, 1000, 20))
+	if err := a2.StartBroker(ctx, li); err != nil { // back as a follower: it truncates to the new leader
+		t.Fatal(err)
+	}
+	replaced := recordsFrom(readAll(t, a2, topic, 1, true), []int64{10})
+	if end := endOffsets(t, kgoClient(t, a2), topic, 1, false)[0]; end != 30 || len(replaced[0]) != 20 {
+		t.Fatalf("A's log ends at %d with %d records from offset 10; the test needs 30 and 20", end, len(replaced[0]))
+	}
+	produceTo(t, env.dst, topic, 1, 5, "b1")
+
+	mA := sideMember(t, "fu-beside-a", a2, env.dst, "fuba")
+	_, errOut, code := cli(t, mA, "add", "--mirror", "fuba", "--topic", topic)
+	if code != 1 || !strings.Contains(errOut, "partition 0: 20 (offsets 10..29)") {
+		t.Fatalf("failback onto records an unclean election replaced: exit %d\n%s", code, errOut)
+	}
+	out, _, code := cli(t, mA, "add", "--mirror", "fuba", "--topic", topic, "--dry-run")
+	if code != 0 || !strings.Contains(out, "unclean leader election") {
+		t.Fatalf("add --dry-run does not name the unclean election: exit %d\n%s", code, out)
+	}
+	if out, errOut, code := cli(t, mA, "add", "--mirror", "fuba", "--topic", topic, "--truncate"); code != 0 {
+		t.Fatalf("add --truncate: exit %d\n%s%s", code, out, errOut)
+	}
+	requireSameRecords(t, replaced, readAll(t, a2, topic+".kmirror-diverged.1", 1, true))
+	waitCaughtUp(t, mA, "fuba", topic)
+	requireSameRecords(t, readAll(t, env.dst, topic, 1, true), readAll(t, a2, topic, 1, true))
 }

@@ -303,6 +303,7 @@ func commitOn(t *testing.T, cl *harness.Cluster, group, topic string, offsets ma
 	for p, o := range offsets {
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = p, o, -1
+		rp.Metadata = kmsg.StringPtr(fmt.Sprintf("meta-%d", o))
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = append(req.Topics, rt)
@@ -492,6 +493,10 @@ func TestGroupSyncLag(t *testing.T) {
 			req.Topics = append(req.Topics, rt)
 			resp, err := req.RequestWith(ctx, dc)
 			if err == nil && len(resp.Topics) == 1 && len(resp.Topics[0].Partitions) == 1 && resp.Topics[0].Partitions[0].Offset == int64(i*5) {
+				// The consumer's metadata string is kept.
+				if md := resp.Topics[0].Partitions[0].Metadata; md == nil || *md != fmt.Sprintf("meta-%d", i*5) {
+					t.Fatalf("destination commit %d carries metadata %v, want the source's meta-%d", i*5, md, i*5)
+				}
 				break
 			}
 			if time.Since(start) > time.Minute {

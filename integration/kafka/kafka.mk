@@ -11,7 +11,7 @@ KAFKA_MK_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 KAFKA_VERSION ?=
 # JVM clusters need the cores: one package at a time, never cached results,
 # and a timeout above go test's 10-minute default.
-INTEGRATION_TIMEOUT ?= 20m
+INTEGRATION_TIMEOUT ?= 35m
 
 .PHONY: kafka test-integration
 
