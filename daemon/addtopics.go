@@ -28,16 +28,17 @@ type plannedTopic struct {
 // topic exists; destination topic absent, or one kmirror wrote and whose
 // last mirrored position it finds); only then is anything created, so a
 // bad request leaves nothing half-done.
-func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) error {
+func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult, error) {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
-			return err
+			return AddResult{}, err
 		}
 		return c.AddTopics(ctx, req)
 	}
 	req.DryRun = false
-	_, err := m.addTopics(ctx, req)
-	return err
+	res := AddResult{Status: "added"}
+	_, err := m.addTopics(ctx, req, &res)
+	return res, err
 }
 
 // PlanTopics is add --dry-run: what AddTopics would do with each topic,
@@ -50,10 +51,10 @@ func (m *Member) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]trunca
 		return c.PlanTopics(ctx, req)
 	}
 	req.DryRun = true
-	return m.addTopics(ctx, req)
+	return m.addTopics(ctx, req, nil)
 }
 
-func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddResult) ([]truncate.Plan, error) {
 	if len(req.Topics) == 0 {
 		return nil, fmt.Errorf("%w: name at least one --topic", ErrInvalid)
 	}
@@ -83,41 +84,54 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest) ([]truncat
 	if !found {
 		return nil, fmt.Errorf("%w: mirror %s does not exist (create it with kmirror create)", ErrNotFound, req.Mirror)
 	}
-	seen := map[string]bool{}
-	for _, t := range req.Topics {
-		if seen[t] {
-			return nil, fmt.Errorf("%w: topic %s named twice", ErrInvalid, t)
+	// Every topic is checked; a dry run reports each topic's refusal in
+	// its plan, a real add stops at the first.
+	var plan []plannedTopic
+	var plans []truncate.Plan
+	var refused []string
+	refuse := func(topic string, err error) error {
+		if !req.DryRun {
+			return err
 		}
-		seen[t] = true
-		if owner, ok := taken[t]; ok {
-			return nil, fmt.Errorf("%w: topic %s is already mirrored by mirror %s", ErrExists, t, owner)
-		}
-		if strings.HasPrefix(t, "__") {
-			return nil, fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", ErrInvalid, t)
-		}
+		plans = append(plans, truncate.Plan{Mirror: req.Mirror, Topic: topic, Kind: truncate.KindRefused, Reason: err.Error()})
+		return nil
 	}
 	src := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
 	defer src.Close()
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	var plan []plannedTopic
+	seen := map[string]bool{}
 	for _, t := range req.Topics {
-		p, err := m.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
+		var err error
+		owner, isTaken := taken[t]
+		switch {
+		case seen[t]:
+			err = fmt.Errorf("%w: topic %s named twice", ErrInvalid, t)
+		case isTaken:
+			err = fmt.Errorf("%w: topic %s is already mirrored by mirror %s", ErrExists, t, owner)
+		case strings.HasPrefix(t, "__"):
+			err = fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", ErrInvalid, t)
+		}
+		seen[t] = true
+		var p plannedTopic
+		if err == nil {
+			p, err = m.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
+		}
 		if err != nil {
-			return nil, err
+			if rerr := refuse(t, err); rerr != nil {
+				return nil, rerr
+			}
+			continue
 		}
 		plan = append(plan, p)
-	}
-	plans := make([]truncate.Plan, len(plan))
-	var refused []string
-	for i, p := range plan {
-		plans[i] = truncate.Plan{Mirror: req.Mirror, Topic: p.topic.Topic, Kind: truncate.KindNew}
+		pl := truncate.Plan{Mirror: req.Mirror, Topic: t, Kind: truncate.KindNew}
 		if p.existing != nil {
-			plans[i] = *p.existing
+			pl = *p.existing
 			if p.existing.Divergent() {
 				refused = append(refused, divergentText(p.existing))
 			}
 		}
+		plans = append(plans, pl)
 	}
 	if req.DryRun {
 		return plans, nil
@@ -141,7 +155,11 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest) ([]truncat
 		var err error
 		switch {
 		case p.existing != nil && p.existing.Divergent():
-			err = m.truncateAndAdd(ctx, src, mir, p, req.ReplicationFactor)
+			var tr truncate.Result
+			tr, err = m.truncateAndAdd(ctx, src, mir, p, req.ReplicationFactor)
+			if tr.Quarantine != "" {
+				res.Truncated = append(res.Truncated, tr)
+			}
 		case p.existing != nil:
 			err = m.continueTopic(ctx, p)
 		default:

@@ -52,6 +52,12 @@ type AddTopicsRequest struct {
 	Truncate bool `json:"truncate,omitempty"`
 }
 
+// AddResult answers an add: "added", and what --truncate did.
+type AddResult struct {
+	Status    string            `json:"status"`
+	Truncated []truncate.Result `json:"truncated,omitempty"`
+}
+
 // PlanResult answers an add with dry_run.
 type PlanResult struct {
 	Plans []truncate.Plan `json:"plans"`
@@ -62,6 +68,9 @@ type MirrorSummary struct {
 	Name      string   `json:"name"`
 	Topics    []string `json:"topics"`
 	Bootstrap []string `json:"bootstrap"`
+	// Properties are the mirror's properties as given to create or alter
+	// (alter replaces them all: start from these).
+	Properties map[string]string `json:"properties,omitempty"`
 	// State summarises the topics that are not STOPPED: MIRRORING when all
 	// of them mirror, otherwise the worst (DIVERGED > FAILED > STOPPING >
 	// PENDING > PAUSED); STOPPED when every topic is; EMPTY with none.
@@ -103,7 +112,7 @@ type Translation struct {
 type API interface {
 	CreateMirror(ctx context.Context, req CreateMirrorRequest) error
 	DeleteMirror(ctx context.Context, name string, force bool) error
-	AddTopics(ctx context.Context, req AddTopicsRequest) error
+	AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult, error)
 	RemoveTopic(ctx context.Context, mirror, topic string) error
 	// SwitchoverTopic is a planned switchover: it keeps mirroring until
 	// the topic has no lag against the source's last stable offset and

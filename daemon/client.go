@@ -78,18 +78,21 @@ func (c *Client) DeleteMirror(ctx context.Context, name string, force bool) erro
 }
 
 // AddTopics implements API.
-func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) error {
+func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult, error) {
 	path, err := apiPath("/v1/mirrors/{}/topics", req.Mirror)
 	if err != nil {
-		return err
+		return AddResult{}, err
 	}
+	cl := c
 	if req.Truncate {
 		// A truncation copies records and deletes a topic: wait for it.
 		long := *c
 		long.http = &http.Client{Timeout: max(c.http.Timeout, truncateTimeout+time.Minute), Transport: c.http.Transport}
-		return long.do(ctx, http.MethodPost, path, nil, req, nil)
+		cl = &long
 	}
-	return c.do(ctx, http.MethodPost, path, nil, req, nil)
+	var res AddResult
+	err = cl.do(ctx, http.MethodPost, path, nil, req, &res)
+	return res, err
 }
 
 // PlanTopics implements API.

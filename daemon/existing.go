@@ -53,7 +53,7 @@ func divergentText(p *truncate.Plan) string {
 	var parts []string
 	for _, pp := range p.Partitions {
 		if pp.Divergent > 0 {
-			parts = append(parts, fmt.Sprintf("partition %d: %d (offsets %d..%d)", pp.Partition, pp.Divergent, pp.DivergentFrom, pp.DestinationEnd-1))
+			parts = append(parts, fmt.Sprintf("partition %d: %d (%s)", pp.Partition, pp.Divergent, truncate.OffsetRange(pp.DivergentFrom, pp.DestinationEnd)))
 		}
 	}
 	return fmt.Sprintf("destination topic %s has %d records past the last mirrored position of mirror %s (%s; %s): they would be hidden "+
@@ -68,7 +68,7 @@ func (m *Member) continueTopic(ctx context.Context, p plannedTopic) error {
 	defer cancel()
 	for _, pp := range p.existing.Partitions {
 		k := fetch.Key{Mirror: p.topic.Mirror, Topic: p.topic.Topic, Partition: pp.Partition}
-		if err := m.engine.Seed(cctx, k, fetch.Entry{Src: pp.SourceOffset, Dst: pp.DestinationOffset}, pp.Translation); err != nil {
+		if err := m.engine.Seed(cctx, k, fetch.Entry{Src: pp.SourceOffset, Dst: pp.DestinationOffset}, pp.SourceLeaderEpoch, pp.Translation); err != nil {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
@@ -98,7 +98,7 @@ func (m *Member) continueTopic(ctx context.Context, p plannedTopic) error {
 
 // truncateAndAdd quarantines the divergent records of an existing
 // destination topic, deletes the topic, and adds it afresh.
-func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) error {
+func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) (truncate.Result, error) {
 	if rf == 0 {
 		rf = m.cfg.Destination.ReplicationFactor
 	}
@@ -106,18 +106,18 @@ func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir rafts
 	defer cancel()
 	res, err := truncate.Truncate(tctx, m.dest, p.existing, rf)
 	if err != nil {
-		return fmt.Errorf("%w: truncate %s: %v", ErrUnavailable, p.topic.Topic, err)
+		return res, fmt.Errorf("%w: truncate %s: %v", ErrUnavailable, p.topic.Topic, err)
 	}
 	m.log.Warn("destination topic truncated: divergent records quarantined, topic deleted for its rebuild", zap.String("mirror", mir.Name),
 		zap.String("topic", p.topic.Topic), zap.String("quarantine", res.Quarantine), zap.Int64s("copied", res.Copied))
 	if err := m.engine.ForgetTopic(tctx, mir.Name, p.topic.Topic); err != nil {
-		return fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", ErrUnavailable, p.topic.Topic, err)
+		return res, fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", ErrUnavailable, p.topic.Topic, err)
 	}
 	fresh, err := m.planTopic(tctx, src, mir, p.topic.Topic, fetch.Earliest, false)
 	if err != nil {
-		return err
+		return res, err
 	}
-	return m.createTopic(ctx, fresh, rf)
+	return res, m.createTopic(ctx, fresh, rf)
 }
 
 // truncateTimeout bounds a truncation: the quarantine copy of the

@@ -80,7 +80,7 @@ type groupSync struct {
 	conflicts map[string]int64 // per mirror: rows that went into conflict
 	sources   map[string]*groupSource
 	due       map[string]time.Time
-	warned    map[string]string // per mirror: the last error logged
+	warned    map[string]string // per mirror (or mirror/group): the last error logged
 }
 
 type seenCommit struct {
@@ -154,12 +154,15 @@ func (g *groupSync) closeSources(keep map[string]raftstore.Mirror) {
 	}
 }
 
-func (g *groupSync) warn(mirror, msg string, err error) {
-	if g.warned[mirror] == err.Error() {
-		return
+// warn logs err once per key (a mirror, or mirror/group) until it changes.
+func (g *groupSync) warn(key, msg string, err error) {
+	g.mu.Lock()
+	same := g.warned[key] == err.Error()
+	g.warned[key] = err.Error()
+	g.mu.Unlock()
+	if !same {
+		g.m.log.Warn(msg, zap.String("mirror", key), zap.Error(err))
 	}
-	g.warned[mirror] = err.Error()
-	g.m.log.Warn(msg, zap.String("mirror", mirror), zap.Error(err))
 }
 
 // source returns the admin connection to a mirror's source cluster.
@@ -195,7 +198,9 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 		g.warn(mir.Name, "group offset sync failed; retrying", err)
 		rows = g.staleRows(mir.Name, keys, err)
 	} else {
+		g.mu.Lock()
 		delete(g.warned, mir.Name)
+		g.mu.Unlock()
 	}
 	g.replaceRows(mir.Name, rows, false)
 }
@@ -213,6 +218,21 @@ func (g *groupSync) staleRows(mirror string, keys []fetch.Key, err error) []Grou
 	for k, r := range g.rows {
 		if k.Mirror == mirror && held[fetch.Key{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}] {
 			r.State, r.Reason = GroupPending, "not refreshed: "+err.Error()
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// keptRows keeps a group's last rows as pending, with why they could not
+// be refreshed.
+func (g *groupSync) keptRows(mirror, group string, err error) []GroupStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []GroupStatus
+	for k, r := range g.rows {
+		if k.Mirror == mirror && k.Group == group {
+			r.State, r.Reason = GroupPending, "source committed offsets not readable: "+err.Error()
 			out = append(out, r)
 		}
 	}
@@ -290,7 +310,14 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 		seen[sg.ID] = true
 		committed, err := src.CommittedOffsets(ctx, sg.ID, parts)
 		if err != nil {
-			return nil, err
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			// One group's failure (a missing ACL, a coordinator moving)
+			// must not hold up the others: its rows wait for the next round.
+			g.warn(mir.Name+"/"+sg.ID, "committed offsets of a source group not readable; retrying next round", err)
+			rows = append(rows, g.keptRows(mir.Name, sg.ID, err)...)
+			continue
 		}
 		if len(committed) == 0 {
 			continue
@@ -446,24 +473,51 @@ func (g *groupSync) finalSync(ctx context.Context, spec fetch.Spec) {
 	rows, err := g.sync(ctx, mir, settings, []fetch.Key{k}, xl)
 	if err != nil {
 		g.m.log.Warn("final group sync failed: the destination keeps the last periodic sync", zap.Stringer("partition", k), zap.Error(err))
+		g.freeze(k, "final sync at the stop failed (the destination keeps the last periodic sync): "+err.Error())
 		return
 	}
 	g.replaceRows(k.Mirror, rows, true)
 	g.m.log.Info("final group sync done", zap.Stringer("partition", k), zap.Int("groups", len(rows)))
 }
 
-// localRows returns this member's rows.
-func (g *groupSync) localRows() []GroupStatus {
+// freeze keeps the rows of a stopped partition whose final sync failed
+// (a source gone at failover) as its final rows, with why.
+func (g *groupSync) freeze(k fetch.Key, why string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for rk, r := range g.rows {
+		if rk.Mirror == k.Mirror && rk.Topic == k.Topic && rk.Partition == k.Partition {
+			if r.State != GroupSynced {
+				r.Reason = why + "; before it: " + r.Reason
+			}
+			g.final[rk] = r
+			delete(g.rows, rk)
+			delete(g.since, rk)
+		}
+	}
+}
+
+// liveRows returns the rows of the partitions this member syncs now
+// (not the final rows of stopped ones), for /metrics.
+func (g *groupSync) liveRows() []GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	out := make([]GroupStatus, 0, len(g.rows)+len(g.final))
+	out := make([]GroupStatus, 0, len(g.rows))
 	for k, r := range g.rows {
 		if s, ok := g.since[k]; ok && r.State != GroupSynced {
 			r.SyncLagMs = now.Sub(s.at).Milliseconds()
 		}
 		out = append(out, r)
 	}
+	return out
+}
+
+// localRows returns this member's rows.
+func (g *groupSync) localRows() []GroupStatus {
+	out := g.liveRows()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for _, r := range g.final {
 		out = append(out, r)
 	}

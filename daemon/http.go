@@ -203,10 +203,11 @@ func (h *handler) addTopics(r *http.Request) (int, any, error) {
 		}
 		return http.StatusOK, PlanResult{Plans: plans}, nil
 	}
-	if err := h.api.AddTopics(r.Context(), req); err != nil {
+	res, err := h.api.AddTopics(r.Context(), req)
+	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{"added"}, nil
+	return http.StatusOK, res, nil
 }
 
 func (h *handler) removeTopic(r *http.Request) (int, any, error) {

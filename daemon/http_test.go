@@ -55,8 +55,8 @@ func (f *fakeAPI) DeleteMirror(_ context.Context, name string, force bool) error
 	return f.record("DeleteMirror %s force=%t", name, force)
 }
 
-func (f *fakeAPI) AddTopics(_ context.Context, req AddTopicsRequest) error {
-	return f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
+func (f *fakeAPI) AddTopics(_ context.Context, req AddTopicsRequest) (AddResult, error) {
+	return AddResult{Status: "added"}, f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
 }
 
 func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
@@ -348,7 +348,8 @@ func TestClientRoundTrip(t *testing.T) {
 			return c.CreateMirror(ctx, CreateMirrorRequest{Name: "a", Properties: map[string]string{"bootstrap.servers": "a1:9092"}})
 		}, "CreateMirror a map[bootstrap.servers:a1:9092]"},
 		{func() error {
-			return c.AddTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"t1"}, StartFrom: "latest", ReplicationFactor: 3})
+			_, err := c.AddTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"t1"}, StartFrom: "latest", ReplicationFactor: 3})
+			return err
 		}, "AddTopics a [t1] from=latest rf=3"},
 		{func() error { return c.RemoveTopic(ctx, "a", "t1") }, "RemoveTopic a t1"},
 		{func() error { _, err := c.PauseTopics(ctx, "a", "t1"); return err }, "PauseTopics a t1"},

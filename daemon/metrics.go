@@ -150,7 +150,7 @@ func (m *metrics) collectGroups(ch chan<- prometheus.Metric) {
 	type mirrorState struct{ mirror, state string }
 	counts := map[mirrorState]int{}
 	lag := map[string]int64{}
-	for _, r := range m.groups.localRows() {
+	for _, r := range m.groups.liveRows() {
 		counts[mirrorState{r.Mirror, r.State}]++
 		lag[r.Mirror] = max(lag[r.Mirror], r.SyncLagMs)
 	}

@@ -126,12 +126,15 @@ func groupRegexp(prop, v, def string) (*regexp.Regexp, error) {
 	if v == "" {
 		v = def
 	}
-	re, err := regexp.Compile("^(?:" + v + ")$")
+	_, err := regexp.Compile(v) // the operator's own text, for the error
+	if err == nil {
+		_, err = regexp.Compile("^(?:" + v + ")$")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s=%s is not a regular expression (%v): give one regex matched against the whole group name; "+
 			"combine several with |, e.g. orders-.*|billing", ErrInvalid, prop, v, err)
 	}
-	return re, nil
+	return regexp.MustCompile("^(?:" + v + ")$"), nil
 }
 
 // parseInterval reads milliseconds ("5000") or a Go duration ("5s").

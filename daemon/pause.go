@@ -14,7 +14,8 @@ import (
 // when topic is "": each partition's owner drains what it fetched, writes
 // a final checkpoint and fetches nothing more; leases and positions stay,
 // and UnpauseTopics continues exactly from the checkpoint (verified by
-// the resume walk). It returns the topics paused.
+// the resume walk). It returns the topics paused; a topic already PAUSED
+// counts as done, and a mirror with nothing to pause returns none.
 func (m *Member) PauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
 	return m.setPaused(ctx, mirror, topic, true)
 }
@@ -58,10 +59,12 @@ func (m *Member) setPaused(ctx context.Context, mirror, topic string, pause bool
 		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
 	case topic != "" && topicState == "":
 		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
+	case topic != "" && topicState == to:
+		return []string{topic}, nil // already done: running it twice is fine
 	case topic != "" && len(topics) == 0:
 		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only a %s topic can %s", ErrConflict, topic, mirror, topicState, from, verb)
 	case len(topics) == 0:
-		return nil, fmt.Errorf("%w: mirror %s has no %s topic to %s", ErrConflict, mirror, from, verb)
+		return nil, nil
 	}
 	sort.Strings(topics)
 	for _, t := range topics {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"regexp"
@@ -297,7 +298,7 @@ func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	var out []MirrorSummary
 	m.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
-			sum := MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Topics: []string{}}
+			sum := MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: maps.Clone(mir.Properties), Topics: []string{}}
 			var states []raftstore.TopicState
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {

@@ -57,6 +57,14 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
 			"remove it without --wait-for-sync for an emergency failover", ErrConflict, topic, mirror, state)
 	}
+	settings, err := parseMirrorSettings(mir.Properties)
+	if err != nil {
+		return err
+	}
+	if least := switchoverQuiet + settings.GroupSyncInterval + switchoverPoll; timeout < least {
+		return fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
+			"groups.sync.interval=%s): give --wait-for-sync=%s or more", ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
+	}
 	src := fetch.NewAdmin("source cluster of mirror "+mirror, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
 	defer src.Close()
 	w := switchoverWait{m: m, src: src, mirror: mirror, topic: topic, partitions: partitions}
@@ -79,7 +87,8 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 	}
 	m.log.Info("planned switchover: caught up with the source and groups synced; stopping", zap.String("mirror", mirror),
 		zap.String("topic", topic), zap.Int64s("source_last_stable_offsets", w.lastStable))
-	if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
+	if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping,
+		Reason: "planned switchover (remove --wait-for-sync)"}); err != nil {
 		return mapStoreErr(err)
 	}
 	if err := m.waitStopped(ctx, mirror, topic); err != nil {

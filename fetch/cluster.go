@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -223,7 +224,9 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 	addrs := append([]string(nil), c.bootstrap...)
 	if c.md != nil {
 		for _, a := range c.md.Brokers {
-			addrs = append(addrs, a)
+			if !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
 		}
 	}
 	var errs []string

@@ -43,7 +43,7 @@ func (e *Engine) confirm(p *partition, gen int, why string) {
 			return
 		}
 		k := p.key()
-		start := Entry{Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset}
+		start, startEpoch := Entry{Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset}, p.pos.SourceLeaderEpoch
 		pid, own := p.producer, p.own.clone()
 		own[pid] = p.nextSeq
 		xl := p.xl.tail()
@@ -52,7 +52,7 @@ func (e *Engine) confirm(p *partition, gen int, why string) {
 		var w walkResult
 		err := fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 		if src != nil {
-			w, err = e.walk(e.ctx, src.cl, k, start, pid, own, &xl, -1)
+			w, err = e.walk(e.ctx, src.cl, k, start, startEpoch, pid, own, &xl, -1)
 		}
 		if e.ctx.Err() != nil {
 			return

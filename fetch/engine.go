@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -618,6 +619,12 @@ func (e *Engine) checkTopicID(ctx context.Context, cl *cluster, p *partition, si
 	return nil
 }
 
+// Reasons routeFailed shows while a side's leader cannot be looked up.
+const (
+	sourceLeaderUnknown      = "source leader unknown: "
+	destinationLeaderUnknown = "destination leader unknown: "
+)
+
 // routeFailed handles a failed leader lookup of p on one side (nil err:
 // none): a recreated topic stops p DIVERGED; a topic missing for longer
 // than topicGoneWait makes p FAILED with that reason (retried with
@@ -632,6 +639,12 @@ func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) 
 	}
 	if err == nil {
 		*missing = time.Time{}
+		if side == "source" && strings.HasPrefix(p.fetchErr, sourceLeaderUnknown) {
+			p.fetchErr = ""
+		}
+		if side == "destination" && strings.HasPrefix(p.produceErr, destinationLeaderUnknown) {
+			p.produceErr = ""
+		}
 		return false
 	}
 	if !p.active() {
@@ -655,6 +668,13 @@ func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) 
 		p.fetchErr = fmt.Sprintf("%s topic %s not found for %s", side, p.key().Topic, time.Since(*missing).Round(time.Second))
 	default:
 		e.log.Debug(side+" leader unknown", zap.Stringer("partition", p.key()), zap.Error(err))
+		if side == "source" {
+			// Shown instead of the last fetch error, which may name a
+			// broker that is gone.
+			p.fetchErr = sourceLeaderUnknown + err.Error()
+		} else {
+			p.produceErr = destinationLeaderUnknown + err.Error()
+		}
 	}
 	return true
 }

@@ -640,7 +640,7 @@ func TestEngineSeedContinuesWithoutCopying(t *testing.T) {
 	k := Key{Mirror: "m", Topic: "t", Partition: 0}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := x.e.Seed(ctx, k, Entry{Src: 35, Dst: 30}, []Entry{{Src: 0, Dst: 0}, {Src: 15, Dst: 10}}); err != nil {
+	if err := x.e.Seed(ctx, k, Entry{Src: 35, Dst: 30}, -1, []Entry{{Src: 0, Dst: 0}, {Src: 15, Dst: 10}}); err != nil {
 		t.Fatal(err)
 	}
 	x.e.Assign([]Spec{{Key: k}})
@@ -665,5 +665,38 @@ func TestEngineSeedContinuesWithoutCopying(t *testing.T) {
 		if err != nil || d != c.dst || capped != c.capped {
 			t.Fatalf("TranslateCommitted(%d) = %d, %t, %v; want %d, %t", c.src, d, capped, err, c.dst, c.capped)
 		}
+	}
+}
+
+// TestResumeWithoutWalkKeepsLeaderEpoch: a partition that resumes at its
+// checkpoint with nothing to walk keeps the checkpoint's source leader
+// epoch as that of its last mirrored batch. A default of 0 made the next
+// source leader change look like an unclean truncation (epoch 0 ended
+// long before the mirrored position).
+func TestResumeWithoutWalkKeepsLeaderEpoch(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 1)
+	x.produce(x.src, "t", 0, 10)
+	x.produce(x.dst, "t", 0, 10)
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := x.e.Seed(ctx, k, Entry{Src: 10, Dst: 10}, 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	x.e.Assign([]Spec{{Key: k}})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sts := x.e.Statuses()
+		if len(sts) == 1 && sts[0].State == Mirroring {
+			if got := sts[0].Position.SourceLeaderEpoch; got != 7 {
+				t.Fatalf("resumed with source leader epoch %d, want the checkpoint's 7", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not mirroring: %+v", sts)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

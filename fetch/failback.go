@@ -50,10 +50,12 @@ func (a *Admin) TranslationOf(ctx context.Context, topic string, k Key) (entries
 // under this key: mirroring starts at source offset at.Src into
 // destination offset at.Dst, with a fresh producer identity (the resume
 // walk verifies the destination from there), and entries as its
-// translation below that point. Failback and the re-add of a stopped
+// translation below that point; leaderEpoch is the source leader epoch
+// of the last batch before it (-1 unknown), from which a later source
+// leader change is checked for truncation. Failback and the re-add of a stopped
 // topic seed their partitions this way, so the existing records are not
 // copied again. Earlier records of the key are replaced.
-func (e *Engine) Seed(ctx context.Context, k Key, at Entry, entries []Entry) error {
+func (e *Engine) Seed(ctx context.Context, k Key, at Entry, leaderEpoch int32, entries []Entry) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	if err := e.store.catchUp(ctx); err != nil {
@@ -78,8 +80,14 @@ func (e *Engine) Seed(ctx context.Context, k Key, at Entry, entries []Entry) err
 			dropped = append(dropped, base)
 		}
 	}
-	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: at.Src, Dst: at.Dst, PID: -1, LeaderEpoch: -1}}
-	if err := e.store.write(ctx, []update{up}); err != nil {
+	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: at.Src, Dst: at.Dst, PID: -1, LeaderEpoch: leaderEpoch}}
+	err := e.store.write(ctx, []update{up})
+	if err != nil && ctx.Err() == nil {
+		// The write connection may have been broken by a broker
+		// restart: it is dialled again for the second attempt.
+		err = e.store.write(ctx, []update{up})
+	}
+	if err != nil {
 		return fmt.Errorf("seed checkpoint of %s: %w", k, err)
 	}
 	return nil

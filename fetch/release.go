@@ -199,7 +199,11 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	if src == nil {
 		return known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 	}
-	w, err := e.walk(ctx, src.cl, k, start, pid, ownSeqs{pid: cp.Seq}, &xl, -1)
+	startEpoch := int32(-1)
+	if hasCP {
+		startEpoch = cp.LeaderEpoch
+	}
+	w, err := e.walk(ctx, src.cl, k, start, startEpoch, pid, ownSeqs{pid: cp.Seq}, &xl, -1)
 	var dv *Divergence
 	if errors.As(err, &dv) {
 		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))

@@ -83,13 +83,13 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		}
 		e.mu.Unlock()
 	}
-	start := Entry{Src: spec.StartOffset}
+	start, startEpoch := Entry{Src: spec.StartOffset}, int32(-1)
 	// Every identity the partition wrote with since the checkpoint is
 	// kmirror's own: a late copy carrying one of them is a duplicate, not
 	// a foreign write (an identity renewed after OUT_OF_ORDER_SEQUENCE).
 	own := ownSeqs{pid: 0}
 	if hasCP {
-		start = Entry{Src: cp.Src, Dst: cp.Dst}
+		start, startEpoch = Entry{Src: cp.Src, Dst: cp.Dst}, cp.LeaderEpoch
 		if cp.PID >= 0 {
 			own[ProducerID{ID: cp.PID, Epoch: cp.Epoch}] = cp.Seq
 		}
@@ -105,7 +105,7 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	if spec.AcceptGap {
 		gapBelow = spec.AcceptGapBelow
 	}
-	w, err := e.walk(ctx, src.cl, k, start, pid, own, &xl, gapBelow)
+	w, err := e.walk(ctx, src.cl, k, start, startEpoch, pid, own, &xl, gapBelow)
 	if err != nil {
 		return err
 	}
@@ -392,8 +392,11 @@ const uncommittedPoll = 100 * time.Millisecond
 // before that identity's next one is kmirror's own duplicate: stepped over
 // and returned in duplicates. Any other record that does not match the
 // source is a Divergence.
-func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, pid ProducerID, own ownSeqs, xl *Translation, gapBelow int64) (res walkResult, err error) {
-	res = walkResult{end: start, own: own.clone()}
+func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, startEpoch int32, pid ProducerID, own ownSeqs, xl *Translation, gapBelow int64) (res walkResult, err error) {
+	// A walk that reads nothing ends at start, whose epoch is the one of
+	// the batch before it (-1 unknown): never 0 by default, which would
+	// make a later source leader change look like a truncation.
+	res = walkResult{end: start, epoch: startEpoch, own: own.clone()}
 	defer func() { res.nextSeq = res.own[pid] }()
 	defer func() {
 		var oor *outOfRange

@@ -113,7 +113,7 @@ func TestBadInput(t *testing.T) {
 		{Mirror: "badm", Topics: []string{"bad name!"}},
 		{Mirror: "badm", Topics: []string{"bad-good"}, ReplicationFactor: 3},
 	} {
-		if err := m.client.AddTopics(ctx, req); !errors.Is(err, daemon.ErrInvalid) {
+		if _, err := m.client.AddTopics(ctx, req); !errors.Is(err, daemon.ErrInvalid) {
 			t.Fatalf("add %+v: %v, want an invalid-request error", req, err)
 		}
 	}

@@ -97,7 +97,7 @@ func TestCrashResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := streamRecords(t, topic, 300_000, 12_000)
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "crashsrc", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "crashsrc", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	seed := time.Now().UnixNano()

@@ -66,7 +66,7 @@ func TestForeignWriteDiverges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk"}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk"}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, "foreign-live", 1000, 100_000)()

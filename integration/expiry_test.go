@@ -37,7 +37,7 @@ func TestOldBacklogDestinationKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamAged(t, env.src, topic, 40_000, 100_000, backlogAge)()
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	wait := streamAged(t, env.src, topic, 120_000, 8_000, backlogAge)
@@ -154,7 +154,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		}
 		const drops = 4
 		proxy.DropProduceResponses("lost-*", drops, 2500*time.Millisecond)
-		if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{"lost-one", "lost-eight"}}); err != nil {
+		if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{"lost-one", "lost-eight"}}); err != nil {
 			t.Fatal(err)
 		}
 		waits := []func(){streamAged(t, env.src, "lost-one", 20_000, 4_000, backlogAge),
@@ -221,7 +221,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		// found without another batch being sent, named and counted.
 		at1, n1 := lateCopy(func() {
 			streamAged(t, env.src, topic, 1000, 100_000, backlogAge)()
-			if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
+			if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
 				t.Fatal(err)
 			}
 		}, nothing)

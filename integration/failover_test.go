@@ -347,6 +347,9 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("kmirror pause: exit %d\n%s%s", code, out, errOut)
 	}
 	rows := waitAllStates(t, m, "src", topic, "PAUSED", "paused by the operator", 30*time.Second)
+	if out, errOut, code := cli(t, m, "pause", "--mirror", "src", "--topic", topic); code != 0 {
+		t.Fatalf("pausing a PAUSED topic again: exit %d\n%s%s", code, out, errOut)
+	}
 	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
 	owners := map[int32]string{}
 	for _, r := range rows {

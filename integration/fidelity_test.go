@@ -90,7 +90,7 @@ func TestFidelity(t *testing.T) {
 				kgo.ProducerBatchCompression(cc.codec), kgo.ProducerBatchMaxBytes(4<<20),
 				kgo.ProducerLinger(5*time.Millisecond))
 			produceSync(t, prod, fidelityRecords(partitions, 0))
-			if err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+			if _, err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 				t.Fatal(err)
 			}
 			produceSync(t, prod, fidelityRecords(partitions, 1))
@@ -121,7 +121,7 @@ func TestSmallMemoryBudget(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		produceSync(t, prod, fidelityRecords(partitions, round))
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "smallsrc", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "smallsrc", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, topic, 20_000, 50_000)()

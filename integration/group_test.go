@@ -104,7 +104,7 @@ func mirrorStreams(t *testing.T, m *member, name string, topics []string, partit
 		}
 		waits = append(waits, streamRecords(t, topic, perTopic, rate))
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: name, Topics: topics}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: name, Topics: topics}); err != nil {
 		t.Fatalf("add %v through %s: %v", topics, memberID(m), err)
 	}
 	return func() {

@@ -288,7 +288,7 @@ func TestHazardEffectiveConfigs(t *testing.T) {
 	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("small"), Value: []byte("before")}})
 	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("big"), Value: big}})
 	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("small"), Value: []byte("after")}})
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := topicConfig(t, env.dst, topic, "max.message.bytes"); got != "6291456" {
@@ -426,7 +426,7 @@ func TestHazardOpenTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	r := waitAllStates(t, m, "src", topic, "MIRRORING", "waiting for an open source transaction", time.Minute)[0]
@@ -607,7 +607,7 @@ func startMirrorMember(t *testing.T, name string, o memberOpts, mirror string, s
 // lag 0.
 func addCaughtUp(t *testing.T, m *member, mirror, topic string) []daemon.PartitionStatus {
 	t.Helper()
-	if err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	return waitCaughtUp(t, m, mirror, topic)

@@ -35,7 +35,7 @@ func TestDestinationLeaderChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic, oldTopic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic, oldTopic}}); err != nil {
 		t.Fatal(err)
 	}
 	wait := streamRecords(t, topic, 120_000, 6_000)
@@ -98,7 +98,7 @@ func TestSourceLeaderChanges(t *testing.T) {
 	if err := src3.CreateTopic(ctx, topic, partitions, 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "s3", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "s3", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	wait := streamRecordsTo(t, src3, topic, 100_000, 6_000)

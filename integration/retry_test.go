@@ -20,7 +20,7 @@ func TestRetriableErrorIsShown(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, topic, 500, 100_000)()

@@ -28,7 +28,7 @@ func TestSourceTransactions(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -28,7 +28,7 @@ func TestVolume(t *testing.T) {
 	// Some backlog before mirroring starts, the rest while it runs.
 	prod := kgoClient(t, env.src, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	produceVolume(t, prod, names, 0, records/4)
-	if err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: names}); err != nil {
+	if _, err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: names}); err != nil {
 		t.Fatal(err)
 	}
 	produceVolume(t, prod, names, records/4, records)

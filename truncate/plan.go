@@ -17,6 +17,8 @@ const (
 	// KindNew: the destination topic does not exist; it is created and
 	// mirrored from the start.
 	KindNew = "new"
+	// KindRefused: add --dry-run found the topic cannot be added (Reason).
+	KindRefused = "refused"
 	// KindReAdd: the topic was mirrored in the same direction before and
 	// removed (STOPPED); the destination topic is the one kmirror wrote.
 	KindReAdd = "re-add"
@@ -40,6 +42,10 @@ type PartitionPlan struct {
 	// records below SourceOffset.
 	SourceOffset      int64 `json:"source_offset"`
 	DestinationOffset int64 `json:"destination_offset"`
+	// SourceLeaderEpoch is the source leader epoch of the last mirrored
+	// batch when the source is the same as before (re-add); -1 for a
+	// failback, whose source never had these records in its own epochs.
+	SourceLeaderEpoch int32 `json:"source_leader_epoch"`
 	// DestinationEnd is the destination partition's high watermark;
 	// DivergentFrom the first destination offset that is not a copy of
 	// the source: records in [DivergentFrom, DestinationEnd) were written
@@ -64,7 +70,9 @@ type Plan struct {
 	Topic  string `json:"topic"`
 	Kind   string `json:"kind"`
 	// From names the stopped mirror the positions come from.
-	From       string          `json:"from"`
+	From string `json:"from,omitempty"`
+	// Reason says why a KindRefused topic cannot be added.
+	Reason     string          `json:"reason,omitempty"`
 	Partitions []PartitionPlan `json:"partitions"`
 }
 
@@ -197,7 +205,7 @@ func planFrom(ctx context.Context, mirror, topic, kind string, recs map[int32]La
 			return nil, err
 		}
 		pp := PartitionPlan{Partition: p, SourceOffset: rec.SourceOffset, DestinationOffset: rec.DestinationOffset,
-			DestinationEnd: ends[p], DivergentFrom: rec.DestinationOffset, Translation: entries}
+			SourceLeaderEpoch: rec.SourceLeaderEpoch, DestinationEnd: ends[p], DivergentFrom: rec.DestinationOffset, Translation: entries}
 		// The side that was the old mirror's source may have lost
 		// mirrored records in an unclean leader election: ask it where the
 		// epoch of the last mirrored batch ends.
@@ -205,6 +213,7 @@ func planFrom(ctx context.Context, mirror, topic, kind string, recs map[int32]La
 		if swap {
 			oldSource = dst.Admin
 			pp.SourceOffset, pp.DestinationOffset, pp.DivergentFrom = rec.DestinationOffset, rec.SourceOffset, rec.SourceOffset
+			pp.SourceLeaderEpoch = -1
 			pp.Translation = swapped(entries)
 		}
 		if rec.SourceLeaderEpoch >= 0 {
@@ -228,7 +237,7 @@ func planFrom(ctx context.Context, mirror, topic, kind string, recs map[int32]La
 		}
 		pp.Divergent = max(pp.DestinationEnd-pp.DivergentFrom, 0)
 		if pp.Divergent > 0 && pp.Reason == "" {
-			pp.Reason = fmt.Sprintf("destination offsets %d..%d were written after the last mirrored position", pp.DivergentFrom, pp.DestinationEnd-1)
+			pp.Reason = fmt.Sprintf("destination %s written after the last mirrored position", OffsetRange(pp.DivergentFrom, pp.DestinationEnd))
 		}
 		plan.Partitions = append(plan.Partitions, pp)
 	}
@@ -258,4 +267,12 @@ func translate(entries []fetch.Entry, o, endSrc, endDst int64) int64 {
 		return endDst
 	}
 	return d
+}
+
+// OffsetRange names offsets [from, to): "offset 7" or "offsets 7..9".
+func OffsetRange(from, to int64) string {
+	if to-from == 1 {
+		return fmt.Sprintf("offset %d", from)
+	}
+	return fmt.Sprintf("offsets %d..%d", from, to-1)
 }

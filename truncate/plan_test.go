@@ -40,6 +40,9 @@ func TestPlanDivergentCounts(t *testing.T) {
 	if (&Plan{Partitions: []PartitionPlan{{}}}).Divergent() {
 		t.Fatal("a clean plan reports divergence")
 	}
+	if a, b := OffsetRange(7, 8), OffsetRange(7, 10); a != "offset 7" || b != "offsets 7..9" {
+		t.Fatalf("OffsetRange: %q, %q", a, b)
+	}
 	if got := newest(map[int32]LastMirrored{0: {StoppedAtMs: 5}, 1: {StoppedAtMs: 9}}); got != 9 {
 		t.Fatalf("newest = %d, want 9", got)
 	}

@@ -121,6 +121,10 @@ func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
 				return usagef("%s: --%s is a global option: put it before the command, as in kmirror --%s ... %s", c.Command.Name, global, global, c.Command.Name)
 			}
 		}
+		if strings.Contains(err.Error(), "for -wait-for-sync") {
+			return usagef("%s: --wait-for-sync takes a duration after '=', as in --wait-for-sync=10m (run 'kmirror %s --help')",
+				c.Command.Name, c.Command.Name)
+		}
 		return usagef("%s: %v (run 'kmirror %s --help')", c.Command.Name, err, c.Command.Name)
 	}
 	return usagef("%v (run 'kmirror --help')", err)
@@ -131,6 +135,9 @@ func onUsageError(c *cli.Context, err error, isSubcommand bool) error {
 func checkInvocation(c *cli.Context, required ...string) error {
 	name := c.Command.Name
 	if c.Args().Present() {
+		if name == "remove" && c.IsSet("wait-for-sync") {
+			return usagef("%s: unexpected argument %q: give the timeout with '=', as in --wait-for-sync=%s", name, c.Args().First(), c.Args().First())
+		}
 		return usagef("%s: unexpected argument %q: values go in flags (run 'kmirror %s --help')", name, c.Args().First(), name)
 	}
 	var missing []string

@@ -43,8 +43,12 @@ func (f *fakeAPI) DeleteMirror(_ context.Context, name string, force bool) error
 	return f.record("DeleteMirror %s force=%t", name, force)
 }
 
-func (f *fakeAPI) AddTopics(_ context.Context, req daemon.AddTopicsRequest) error {
-	return f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
+func (f *fakeAPI) AddTopics(_ context.Context, req daemon.AddTopicsRequest) (daemon.AddResult, error) {
+	res := daemon.AddResult{Status: "added"}
+	if req.Truncate {
+		res.Truncated = []truncate.Result{{Quarantine: "orders.kmirror-diverged.1", Copied: []int64{3, 0}}}
+	}
+	return res, f.record("AddTopics %s %v from=%s rf=%d truncate=%t", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor, req.Truncate)
 }
 
 func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
@@ -155,9 +159,12 @@ func TestCommandsSucceed(t *testing.T) {
 		{"create", []string{"create", "--mirror", "east", "--mirror-config", props},
 			"created mirror east\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
 		{"add", []string{"add", "--mirror", "east", "--topic", "orders", "--topic", "payments,refunds", "--start-from", "latest", "--replication-factor", "3"},
-			"added orders, payments, refunds to mirror east\n", "AddTopics east [orders payments refunds] from=latest rf=3"},
+			"added orders, payments, refunds to mirror east\n", "AddTopics east [orders payments refunds] from=latest rf=3 truncate=false"},
 		{"add with defaults", []string{"add", "--mirror", "east", "--topic", "orders"},
-			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=0"},
+			"added orders to mirror east\n", "AddTopics east [orders] from=earliest rf=0 truncate=false"},
+		{"add truncate", []string{"add", "--mirror", "east", "--topic", "orders", "--truncate"},
+			"added orders to mirror east\nquarantined 3 divergent records of orders into orders.kmirror-diverged.1; orders was deleted and is mirrored again from the source\n",
+			"AddTopics east [orders] from=earliest rf=0 truncate=true"},
 		{"add dry-run", []string{"add", "--mirror", "east", "--topic", "orders", "--dry-run"},
 			"TOPIC   PLAN                                                       PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  DESTINATION-END  DIVERGENT  REASON\n" +
 				"orders  failback from mirror east-old: refused without --truncate  0          40             50                  53               3          written after\n" +
@@ -272,6 +279,10 @@ func TestCommandsFail(t *testing.T) {
 			`add: --start-from "middle": use earliest or latest`},
 		{"bad replication factor", nil, []string{"add", "--mirror", "east", "--topic", "t", "--replication-factor", "0"}, 2,
 			"add: --replication-factor 0: use -1 (destination default) or 1 to 32767"},
+		{"wait-for-sync with a space", nil, []string{"remove", "--mirror", "east", "--topic", "t", "--wait-for-sync", "5s"}, 2,
+			`remove: unexpected argument "5s": give the timeout with '=', as in --wait-for-sync=5s`},
+		{"bad wait-for-sync", nil, []string{"remove", "--mirror", "east", "--topic", "t", "--wait-for-sync=abc"}, 2,
+			"remove: --wait-for-sync takes a duration after '=', as in --wait-for-sync=10m (run 'kmirror remove --help')"},
 		{"positional argument", nil, []string{"describe", "east"}, 2,
 			`describe: unexpected argument "east": values go in flags (run 'kmirror describe --help')`},
 		{"unknown command", nil, []string{"mirror"}, 2, `unknown command "mirror": run 'kmirror --help' for the list`},

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // result is the --output json reply of commands that change something.
@@ -161,11 +162,28 @@ func addCommand() *cli.Command {
 				return writePlans(c.App.Writer, plans)
 			}
 			req.Truncate = c.Bool("truncate")
-			if err := client.AddTopics(c.Context, req); err != nil {
+			res, err := client.AddTopics(c.Context, req)
+			if err != nil {
 				return err
 			}
-			return report(c, result{Result: "added", Mirror: req.Mirror, Topics: req.Topics},
-				fmt.Sprintf("added %s to mirror %s", strings.Join(req.Topics, ", "), req.Mirror))
+			if jsonOutput(c) {
+				return writeJSON(c.App.Writer, struct {
+					result
+					Truncated []truncate.Result `json:"truncated,omitempty"`
+				}{result{Result: "added", Mirror: req.Mirror, Topics: req.Topics}, res.Truncated})
+			}
+			lines := []string{fmt.Sprintf("added %s to mirror %s", strings.Join(req.Topics, ", "), req.Mirror)}
+			for _, tr := range res.Truncated {
+				var n int64
+				for _, c := range tr.Copied {
+					n += c
+				}
+				topic := strings.TrimSuffix(tr.Quarantine[:strings.LastIndex(tr.Quarantine, ".")], ".kmirror-diverged")
+				lines = append(lines, fmt.Sprintf("quarantined %d divergent records of %s into %s; %s was deleted and is mirrored again from the source",
+					n, topic, tr.Quarantine, topic))
+			}
+			_, err = fmt.Fprintln(c.App.Writer, strings.Join(lines, "\n"))
+			return err
 		},
 	}
 }
@@ -179,8 +197,8 @@ func removeCommand() *cli.Command {
 			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (required)"},
 			&cli.GenericFlag{Name: "wait-for-sync", Value: &waitForSync{},
 				Usage: "planned switchover: keep mirroring until the topic has no lag against the source's last stable offset (producers " +
-					"stopped) and its groups are synced, then stop; fail, stopping nothing, if that takes longer than `TIMEOUT` " +
-					"(--wait-for-sync alone: 5m). Without it: emergency failover, at once"},
+					"stopped) and its groups are synced, then stop; fail, stopping nothing, if that takes longer than the timeout: " +
+					"--wait-for-sync=10m (with '='; alone: 5m). Without it: emergency failover, at once"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c, "mirror", "topic"); err != nil {
@@ -319,8 +337,11 @@ func pauseAction(c *cli.Context, call func(ctx context.Context, mirror, topic st
 	if err != nil {
 		return err
 	}
-	return report(c, result{Result: done, Mirror: mirror, Topics: topics},
-		fmt.Sprintf("%s %s (mirror %s); see kmirror describe", done, strings.Join(topics, ", "), mirror))
+	line := fmt.Sprintf("%s %s (mirror %s); see kmirror describe", done, strings.Join(topics, ", "), mirror)
+	if len(topics) == 0 {
+		line = fmt.Sprintf("mirror %s has no topic left to change: nothing %s", mirror, done)
+	}
+	return report(c, result{Result: done, Mirror: mirror, Topics: topics}, line)
 }
 
 func listCommand() *cli.Command {

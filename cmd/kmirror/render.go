@@ -68,8 +68,12 @@ func writePlans(w io.Writer, plans []truncate.Plan) error {
 	rows := [][]string{{"TOPIC", "PLAN", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "DESTINATION-END", "DIVERGENT", "REASON"}}
 	var notes []string
 	for _, p := range plans {
-		if p.Kind == truncate.KindNew {
+		switch p.Kind {
+		case truncate.KindNew:
 			rows = append(rows, []string{p.Topic, "new: create and mirror from the start", "-", "-", "-", "-", "-", ""})
+			continue
+		case truncate.KindRefused:
+			rows = append(rows, []string{p.Topic, "refused", "-", "-", "-", "-", "-", p.Reason})
 			continue
 		}
 		what := p.Kind + " from mirror " + p.From + ": continue"

@@ -56,7 +56,7 @@ func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 		return mirrorResult{}, err
 	}
 	start := time.Now()
-	err = c.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: mirrorName, Topics: []string{backlogTopic}, StartFrom: "earliest"})
+	_, err = c.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: mirrorName, Topics: []string{backlogTopic}, StartFrom: "earliest"})
 	if err != nil {
 		return mirrorResult{}, fmt.Errorf("add topic %s: %w", backlogTopic, err)
 	}
