@@ -58,7 +58,8 @@ func newSourceProbe(m *Member) *sourceProbe {
 	return &sourceProbe{m: m, down: map[string]time.Time{}, why: map[string]string{}, admins: map[string]*groupSource{}, blocked: map[string]bool{}}
 }
 
-// loop probes every mirror's source each sourceProbeInterval.
+// loop probes the source of every mirror with a topic not STOPPED each
+// sourceProbeInterval.
 func (p *sourceProbe) loop() {
 	t := time.NewTicker(sourceProbeInterval)
 	defer t.Stop()
@@ -69,7 +70,22 @@ func (p *sourceProbe) loop() {
 			return
 		case <-t.C:
 		}
+		// Only mirrors with a topic still mirrored are probed: after a
+		// failover the source's absence is no news (and no alert).
 		mirrors := p.m.mirrorsSnapshot()
+		p.m.store.Read(func(s *raftstore.State) {
+			active := map[string]bool{}
+			for _, t := range s.Topics {
+				if t.State != raftstore.StateStopped {
+					active[t.Mirror] = true
+				}
+			}
+			for n := range mirrors {
+				if !active[n] {
+					delete(mirrors, n)
+				}
+			}
+		})
 		p.closeAdmins(mirrors)
 		var wg sync.WaitGroup
 		for _, mir := range mirrors {

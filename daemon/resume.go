@@ -67,7 +67,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 			}
 		}
 		if len(want) == 0 {
-			return nil, fmt.Errorf("%w: no partition of %s is DIVERGED or FAILED: nothing to resume", ErrConflict, req.Topic)
+			return nil, nil // nothing to do: running resume twice is fine
 		}
 	}
 	for _, p := range want {

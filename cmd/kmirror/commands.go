@@ -302,6 +302,10 @@ func resumeCommand() *cli.Command {
 					Partitions []int32 `json:"partitions"`
 				}{"resumed", req.Mirror, req.Topic, resumed})
 			}
+			if len(resumed) == 0 {
+				_, err = fmt.Fprintf(c.App.Writer, "nothing to resume: %s (mirror %s) has no PAUSED, DIVERGED or FAILED partition\n", req.Topic, req.Mirror)
+				return err
+			}
 			_, err = fmt.Fprintf(c.App.Writer, "resumed partitions %s of %s (mirror %s); see kmirror describe\n", strings.Join(parts, ","), req.Topic, req.Mirror)
 			return err
 		},
