@@ -196,7 +196,13 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 	}
 	if err != nil {
 		g.warn(mir.Name, "group offset sync failed; retrying", err)
-		rows = g.staleRows(mir.Name, keys, err)
+		held := map[fetch.Key]bool{}
+		for _, k := range keys {
+			held[k] = true
+		}
+		rows = g.pendingRows(func(k groupRowKey) bool {
+			return k.Mirror == mir.Name && held[fetch.Key{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}]
+		}, "not refreshed: "+err.Error())
 	} else {
 		g.mu.Lock()
 		delete(g.warned, mir.Name)
@@ -205,34 +211,15 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 	g.replaceRows(mir.Name, rows, false)
 }
 
-// staleRows keeps the last rows of keys as pending, with why they could
-// not be refreshed.
-func (g *groupSync) staleRows(mirror string, keys []fetch.Key, err error) []GroupStatus {
-	held := map[fetch.Key]bool{}
-	for _, k := range keys {
-		held[k] = true
-	}
+// pendingRows keeps the last rows that match as pending, with why they
+// could not be refreshed.
+func (g *groupSync) pendingRows(match func(groupRowKey) bool, why string) []GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []GroupStatus
 	for k, r := range g.rows {
-		if k.Mirror == mirror && held[fetch.Key{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}] {
-			r.State, r.Reason = GroupPending, "not refreshed: "+err.Error()
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// keptRows keeps a group's last rows as pending, with why they could not
-// be refreshed.
-func (g *groupSync) keptRows(mirror, group string, err error) []GroupStatus {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []GroupStatus
-	for k, r := range g.rows {
-		if k.Mirror == mirror && k.Group == group {
-			r.State, r.Reason = GroupPending, "source committed offsets not readable: "+err.Error()
+		if match(k) {
+			r.State, r.Reason = GroupPending, why
 			out = append(out, r)
 		}
 	}
@@ -316,7 +303,8 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 			// One group's failure (a missing ACL, a coordinator moving)
 			// must not hold up the others: its rows wait for the next round.
 			g.warn(mir.Name+"/"+sg.ID, "committed offsets of a source group not readable; retrying next round", err)
-			rows = append(rows, g.keptRows(mir.Name, sg.ID, err)...)
+			rows = append(rows, g.pendingRows(func(k groupRowKey) bool { return k.Mirror == mir.Name && k.Group == sg.ID },
+				"source committed offsets not readable: "+err.Error())...)
 			continue
 		}
 		if len(committed) == 0 {
