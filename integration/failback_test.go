@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/daemon"
 	"github.com/kmirror/kmirror/integration/harness"
@@ -330,18 +329,7 @@ func TestReAddStoppedTopic(t *testing.T) {
 // replaced records divergent, and --truncate quarantines them.
 func TestFailbackAfterUncleanElection(t *testing.T) {
 	ctx := context.Background()
-	a2, err := harness.Start(ctx, harness.Options{Name: "fb-unclean", Brokers: 2, BrokerProps: map[string]string{
-		"unclean.leader.election.enable": "true",
-		"replica.lag.time.max.ms":        "3000",
-		"broker.session.timeout.ms":      "3000",
-		"broker.heartbeat.interval.ms":   "500",
-		"default.replication.factor":     "2",
-		"min.insync.replicas":            "1",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a2.Close() })
+	a2 := startUncleanCluster(t, "fb-unclean")
 	const topic = "fb-unclean"
 	if err := a2.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
 		t.Fatal(err)
@@ -380,19 +368,7 @@ func TestFailbackAfterUncleanElection(t *testing.T) {
 	if err := a2.StartBroker(ctx, fi); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(90 * time.Second)
-	for partitionLeader(t, a2, topic) != int32(fi+1) {
-		req := kmsg.NewPtrElectLeadersRequest()
-		req.ElectionType, req.TimeoutMillis = 1, 10000 // UNCLEAN
-		rt := kmsg.NewElectLeadersRequestTopic()
-		rt.Topic, rt.Partitions = topic, []int32{0}
-		req.Topics = append(req.Topics, rt)
-		adminRequest(t, a2, req) // refused until the old leader is fenced: retried
-		if time.Now().After(deadline) {
-			t.Fatalf("the out-of-sync follower never became leader of %s", topic)
-		}
-		time.Sleep(time.Second)
-	}
+	electUnclean(t, a2, topic, int32(fi+1))
 	produceSync(t, kgoClient(t, a2), keyedRecords(topic, 1000, 20))
 	if err := a2.StartBroker(ctx, li); err != nil { // back as a follower: it truncates to the new leader
 		t.Fatal(err)

@@ -640,18 +640,7 @@ func partitionLeader(t *testing.T, cl *harness.Cluster, topic string) int32 {
 // the records the new leader takes at those offsets.
 func TestHazardUncleanLeaderElection(t *testing.T) {
 	ctx := context.Background()
-	src2, err := harness.Start(ctx, harness.Options{Name: "source-unclean", Brokers: 2, BrokerProps: map[string]string{
-		"unclean.leader.election.enable": "true",
-		"replica.lag.time.max.ms":        "3000",
-		"broker.session.timeout.ms":      "3000",
-		"broker.heartbeat.interval.ms":   "500",
-		"default.replication.factor":     "2",
-		"min.insync.replicas":            "1",
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src2.Close() })
+	src2 := startUncleanCluster(t, "source-unclean")
 	m := startMirrorMember(t, "hz-unclean", memberOpts{}, "hzunclean", src2)
 	const topic = "hz-unclean"
 	if err := src2.CreateTopic(ctx, topic, 1, 2, nil); err != nil {
@@ -701,19 +690,7 @@ func TestHazardUncleanLeaderElection(t *testing.T) {
 	if err := src2.StartBroker(ctx, fi); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(90 * time.Second)
-	for partitionLeader(t, src2, topic) != int32(fi+1) {
-		req := kmsg.NewPtrElectLeadersRequest()
-		req.ElectionType, req.TimeoutMillis = 1, 10000 // UNCLEAN
-		rt := kmsg.NewElectLeadersRequestTopic()
-		rt.Topic, rt.Partitions = topic, []int32{0}
-		req.Topics = append(req.Topics, rt)
-		adminRequest(t, src2, req) // refused until the old leader is fenced: retried
-		if time.Now().After(deadline) {
-			t.Fatalf("the out-of-sync follower never became leader of %s", topic)
-		}
-		time.Sleep(time.Second)
-	}
+	electUnclean(t, src2, topic, int32(fi+1))
 	// The new leader takes offsets 10..34 with other records: past what
 	// was mirrored, so only the epoch check can tell them from new data.
 	produceSync(t, kgoClient(t, src2), keyedRecords(topic, 1000, 25))
@@ -722,6 +699,45 @@ func TestHazardUncleanLeaderElection(t *testing.T) {
 		t.Fatalf("reason %q does not name the cause", r.Reason)
 	}
 	requireSameRecords(t, mirrored, readAll(t, env.dst, topic, 1, true))
+}
+
+// startUncleanCluster starts a 2-broker cluster that allows unclean
+// leader elections, with fast failure detection.
+func startUncleanCluster(t *testing.T, name string) *harness.Cluster {
+	t.Helper()
+	cl, err := harness.Start(context.Background(), harness.Options{Name: name, Brokers: 2, BrokerProps: map[string]string{
+		"unclean.leader.election.enable": "true",
+		"replica.lag.time.max.ms":        "3000",
+		"broker.session.timeout.ms":      "3000",
+		"broker.heartbeat.interval.ms":   "500",
+		"default.replication.factor":     "2",
+		"min.insync.replicas":            "1",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// electUnclean makes node the leader of partition 0 of topic by an
+// unclean election (ElectLeaders UNCLEAN), retried until the old leader
+// is fenced, for at most 90 s.
+func electUnclean(t *testing.T, cl *harness.Cluster, topic string, node int32) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for partitionLeader(t, cl, topic) != node {
+		req := kmsg.NewPtrElectLeadersRequest()
+		req.ElectionType, req.TimeoutMillis = 1, 10000 // UNCLEAN
+		rt := kmsg.NewElectLeadersRequestTopic()
+		rt.Topic, rt.Partitions = topic, []int32{0}
+		req.Topics = append(req.Topics, rt)
+		adminRequest(t, cl, req) // refused until the old leader is fenced: retried
+		if time.Now().After(deadline) {
+			t.Fatalf("the out-of-sync follower never became leader of %s", topic)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // TestHazardDestinationTopicRecreated: the destination topic of an idle
