@@ -96,7 +96,7 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddRe
 		plans = append(plans, truncate.Plan{Mirror: req.Mirror, Topic: topic, Kind: truncate.KindRefused, Reason: err.Error()})
 		return nil
 	}
-	src := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
+	src := m.newSourceAdmin(mir)
 	defer src.Close()
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -104,13 +103,13 @@ func (p *sourceProbe) probe(mir raftstore.Mirror) {
 	defer cancel()
 	p.mu.Lock()
 	blocked := p.blocked[mir.Name]
-	bs := strings.Join(mir.Bootstrap, ",")
+	bs := sourceKey(mir)
 	src, ok := p.admins[mir.Name]
-	if !ok || src.bootstrap != bs {
+	if !ok || src.key != bs {
 		if ok {
 			src.admin.Close()
 		}
-		src = &groupSource{admin: fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, p.m.cfg.Destination.ClientID, nil), bootstrap: bs}
+		src = &groupSource{admin: p.m.newSourceAdmin(mir), key: bs}
 		p.admins[mir.Name] = src
 	}
 	p.mu.Unlock()
@@ -201,7 +200,7 @@ func (m *Member) checkAutoFailover(ctx context.Context) {
 			if !ok || (t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed && t.State != raftstore.StatePaused) {
 				continue
 			}
-			settings, err := parseMirrorSettings(mir.Properties)
+			settings, err := parseMirrorSettings(mir.Name, mir.Properties)
 			if err != nil || settings.FailoverAutoAfter <= 0 {
 				continue
 			}

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,10 +10,12 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kmirror/kmirror/fetch/ksec"
 	"gopkg.in/yaml.v3"
 )
 
@@ -82,6 +83,30 @@ type DestinationConfig struct {
 	ClientID string `yaml:"client_id"`
 	// ReplicationFactor of the topics kmirror creates; -1 = broker default.
 	ReplicationFactor int16 `yaml:"replication_factor"`
+	// Security holds the Java client's security properties under their own
+	// names (security.protocol, ssl.*, sasl.*; see package ksec), as keys
+	// of the destination section.
+	Security map[string]string `yaml:",inline"`
+}
+
+// SecuritySettings checks the destination's security properties; an
+// unknown key is an error naming it and the keys allowed.
+func (d DestinationConfig) SecuritySettings() (ksec.Settings, error) {
+	var unknown []string
+	for k := range d.Security {
+		if !ksec.IsKey(k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		for i, k := range unknown {
+			unknown[i] = fmt.Sprintf("%q", "destination."+k)
+		}
+		return ksec.Settings{}, fmt.Errorf("unknown field %s (allowed here: bootstrap_servers, client_id, replication_factor and the Kafka client's security properties %s)",
+			strings.Join(unknown, ", "), strings.Join(ksec.Keys(), ", "))
+	}
+	return ksec.Parse(d.Security, "destination")
 }
 
 // Defaults that DefaultConfig fills in.
@@ -169,6 +194,9 @@ func parseConfig(data []byte) (Config, error) {
 		return Config{}, errors.New("holds more than one YAML document: keep only one")
 	}
 	cfg.ApplyDefaults()
+	if err := unknownDestinationKeys(data, cfg.Destination); err != nil {
+		return Config{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -203,6 +231,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Destination.ClientID == "" && c.NodeID != "" {
 		errs.add("destination.client_id", "required (the Kafka client.id kmirror uses on the destination; defaults to kmirror-<node_id>)")
+	}
+	if _, err := c.Destination.SecuritySettings(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if rf := c.Destination.ReplicationFactor; rf != -1 && rf < 1 {
 		errs.add("destination.replication_factor", "%d is not allowed: use -1 (broker default) or 1 or more", rf)
@@ -460,7 +491,9 @@ func configField(keys []string) (string, reflect.Type) {
 func yamlKeys(t reflect.Type) []string {
 	keys := make([]string, 0, t.NumField())
 	for i := 0; i < t.NumField(); i++ {
-		keys = append(keys, yamlName(t.Field(i)))
+		if name := yamlName(t.Field(i)); name != "" {
+			keys = append(keys, name)
+		}
 	}
 	return keys
 }
@@ -555,78 +588,29 @@ func (b ByteSize) String() string {
 	return fmt.Sprintf("%dB", int64(b))
 }
 
-// ParseProperties reads a Kafka-style .properties file: "key=value" or
-// "key: value" lines, with keys and values trimmed; blank lines and lines
-// starting with # or ! are skipped; a line ending in a backslash continues on
-// the next one (as in the sasl.jaas.config examples of the Kafka docs).
-// Other backslash escapes are kept as written. Malformed lines and duplicate
-// keys are errors naming the line.
-func ParseProperties(r io.Reader) (map[string]string, error) {
-	props := make(map[string]string)
-	firstLine := make(map[string]int)
-	scanner := bufio.NewScanner(r)
-	scanner.Buffer(make([]byte, 64*1024), 1024*1024)
-	lineNo, start := 0, 0
-	var logical strings.Builder
-	for scanner.Scan() {
-		lineNo++
-		text := strings.TrimSpace(scanner.Text())
-		if logical.Len() == 0 {
-			if text == "" || text[0] == '#' || text[0] == '!' {
-				continue
-			}
-			start = lineNo
-		}
-		if continues(text) {
-			logical.WriteString(text[:len(text)-1])
+// unknownDestinationKeys reports the keys of the destination section that
+// are neither its own fields nor security properties with their line, as
+// yaml.v3 reports unknown fields elsewhere (the section's inline map takes
+// any key).
+func unknownDestinationKeys(data []byte, d DestinationConfig) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil || len(root.Content) == 0 {
+		return nil
+	}
+	var errs problems
+	doc := root.Content[0]
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value != "destination" || doc.Content[i+1].Kind != yaml.MappingNode {
 			continue
 		}
-		logical.WriteString(text)
-		if err := addProperty(props, firstLine, logical.String(), start); err != nil {
-			return nil, err
-		}
-		logical.Reset()
-	}
-	if err := scanner.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("line %d: longer than 1 MiB", lineNo+1)
-		}
-		return nil, fmt.Errorf("line %d: %w", lineNo+1, err)
-	}
-	if logical.Len() > 0 {
-		if err := addProperty(props, firstLine, logical.String(), start); err != nil {
-			return nil, err
+		sec := doc.Content[i+1]
+		for j := 0; j+1 < len(sec.Content); j += 2 {
+			k := sec.Content[j]
+			if _, ok := d.Security[k.Value]; ok && !ksec.IsKey(k.Value) {
+				errs = append(errs, fmt.Sprintf("line %d: unknown field %q (allowed here: bootstrap_servers, client_id, replication_factor and the Kafka client's security properties %s)",
+					k.Line, "destination."+k.Value, strings.Join(ksec.Keys(), ", ")))
+			}
 		}
 	}
-	return props, nil
-}
-
-// continues reports whether a line ends in an odd number of backslashes,
-// that is in a backslash that is not itself escaped.
-func continues(line string) bool {
-	n := 0
-	for n < len(line) && line[len(line)-1-n] == '\\' {
-		n++
-	}
-	return n%2 == 1
-}
-
-func addProperty(props map[string]string, firstLine map[string]int, text string, line int) error {
-	sep := strings.IndexAny(text, "=:")
-	if sep < 0 {
-		return fmt.Errorf("line %d: %q is not key=value or key: value", line, text)
-	}
-	key, value := strings.TrimSpace(text[:sep]), strings.TrimSpace(text[sep+1:])
-	if key == "" {
-		return fmt.Errorf("line %d: %q has no key before %q", line, text, string(text[sep]))
-	}
-	if strings.ContainsAny(key, " \t") {
-		return fmt.Errorf("line %d: key %q contains whitespace", line, key)
-	}
-	if first, ok := firstLine[key]; ok {
-		return fmt.Errorf("line %d: duplicate key %q (first set on line %d): keep one", line, key, first)
-	}
-	firstLine[key] = line
-	props[key] = value
-	return nil
+	return errs.err()
 }

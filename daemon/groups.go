@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -89,8 +88,8 @@ type seenCommit struct {
 }
 
 type groupSource struct {
-	admin     *fetch.Admin
-	bootstrap string
+	admin *fetch.Admin
+	key   string // sourceKey the admin was made for
 }
 
 func newGroupSync(m *Member) *groupSync {
@@ -120,7 +119,7 @@ func (g *groupSync) loop() {
 		sort.Strings(names)
 		for _, n := range names {
 			mir := mirrors[n]
-			settings, err := parseMirrorSettings(mir.Properties)
+			settings, err := parseMirrorSettings(mir.Name, mir.Properties)
 			if err != nil {
 				g.warn(n, "mirror properties cannot be used for group sync", err)
 				continue
@@ -169,14 +168,14 @@ func (g *groupSync) warn(key, msg string, err error) {
 func (g *groupSync) source(mir raftstore.Mirror) *fetch.Admin {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	bs := strings.Join(mir.Bootstrap, ",")
-	if src, ok := g.sources[mir.Name]; ok && src.bootstrap == bs {
+	bs := sourceKey(mir)
+	if src, ok := g.sources[mir.Name]; ok && src.key == bs {
 		return src.admin
 	} else if ok {
 		src.admin.Close()
 	}
-	a := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, g.m.cfg.Destination.ClientID, nil)
-	g.sources[mir.Name] = &groupSource{admin: a, bootstrap: bs}
+	a := g.m.newSourceAdmin(mir)
+	g.sources[mir.Name] = &groupSource{admin: a, key: bs}
 	return a
 }
 
@@ -449,7 +448,7 @@ func (g *groupSync) finalSync(ctx context.Context, spec fetch.Spec) {
 	if !found {
 		return
 	}
-	settings, err := parseMirrorSettings(mir.Properties)
+	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
 	if err != nil {
 		return
 	}

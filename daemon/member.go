@@ -90,13 +90,23 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err != nil {
 		return nil, err
 	}
+	destSettings, err := cfg.Destination.SecuritySettings()
+	if err != nil {
+		return nil, err
+	}
+	// Read the files now, so a missing certificate stops the start with
+	// its name rather than failing every connection later.
+	if _, err := destSettings.Resolve(); err != nil {
+		return nil, err
+	}
+	destSecurity := securityOf(destSettings)
 	m := &Member{
 		creating:     map[string]bool{},
 		pendingTried: map[string]time.Time{},
 		cfg:          cfg,
 		log:          log,
 		hadState:     hadState,
-		dest:         fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, nil),
+		dest:         fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.owner.init()
@@ -144,12 +154,13 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 		return fail(err)
 	}
 	m.engine = fetch.New(fetch.Config{
-		ClientID:       cfg.Destination.ClientID,
-		Destination:    cfg.Destination.BootstrapServers,
-		MemoryBudget:   int64(cfg.MemoryBudget),
-		Checkpoint:     cfg.CheckpointInterval,
-		InternalRF:     cfg.Destination.ReplicationFactor,
-		ProduceTimeout: cfg.ProduceTimeout,
+		ClientID:            cfg.Destination.ClientID,
+		Destination:         cfg.Destination.BootstrapServers,
+		DestinationSecurity: destSecurity,
+		MemoryBudget:        int64(cfg.MemoryBudget),
+		Checkpoint:          cfg.CheckpointInterval,
+		InternalRF:          cfg.Destination.ReplicationFactor,
+		ProduceTimeout:      cfg.ProduceTimeout,
 	}, &control{m: m}, log)
 	ectx, ecancel := context.WithTimeout(ctx, 60*time.Second)
 	defer ecancel()

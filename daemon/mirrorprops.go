@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/ksec"
+	"github.com/kmirror/kmirror/fetch/kwire"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -18,18 +21,17 @@ import (
 const (
 	propBootstrap      = "bootstrap.servers"
 	propClientID       = "client.id"
-	propSecurity       = "security.protocol"
 	propGroupsInclude  = "groups.include"
 	propGroupsExclude  = "groups.exclude"
 	propGroupsInterval = "groups.sync.interval"
 	propFailoverAuto   = "failover.auto.after.ms"
 )
 
-// sourceProperties are the mirror properties this version understands.
-// Security settings (TLS, SASL) come with a later issue; until then a
-// property we do not act on is refused rather than ignored.
+// sourceProperties are the mirror properties this version understands
+// besides the security ones (ksec.IsKey); a property kmirror does not act
+// on is refused rather than ignored.
 var sourceProperties = map[string]bool{
-	propBootstrap: true, propClientID: true, propSecurity: true,
+	propBootstrap: true, propClientID: true,
 	propGroupsInclude: true, propGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
 }
 
@@ -58,6 +60,9 @@ type mirrorSettings struct {
 	// FailoverAutoAfter is how long the source must not answer a majority
 	// of the members before the group fails the mirror over; 0 = never.
 	FailoverAutoAfter time.Duration
+	// Security is how to reach the source: TLS, SASL (security.protocol,
+	// ssl.*, sasl.*).
+	Security ksec.Settings
 }
 
 // syncsGroup reports whether the mirror syncs the group's offsets.
@@ -67,23 +72,24 @@ func (s mirrorSettings) syncsGroup(group string) bool {
 
 // parseMirrorSettings checks mirror properties; errors name the property
 // and what to write instead.
-func parseMirrorSettings(props map[string]string) (mirrorSettings, error) {
+func parseMirrorSettings(name string, props map[string]string) (mirrorSettings, error) {
 	var unknown []string
 	for k := range props {
-		if !sourceProperties[k] {
+		if !sourceProperties[k] && !ksec.IsKey(k) {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return mirrorSettings{}, fmt.Errorf("%w: unsupported mirror properties %s: this version supports %s, %s, %s=PLAINTEXT, %s, %s, %s and %s",
-			ErrInvalid, strings.Join(unknown, ", "), propBootstrap, propClientID, propSecurity, propGroupsInclude, propGroupsExclude, propGroupsInterval,
-			propFailoverAuto)
+		return mirrorSettings{}, fmt.Errorf("%w: unsupported mirror properties %s: this version supports %s, %s, %s, %s, %s, %s and the security properties %s",
+			ErrInvalid, strings.Join(unknown, ", "), propBootstrap, propClientID, propGroupsInclude, propGroupsExclude, propGroupsInterval,
+			propFailoverAuto, strings.Join(ksec.Keys(), ", "))
 	}
-	if sp := props[propSecurity]; sp != "" && sp != "PLAINTEXT" {
-		return mirrorSettings{}, fmt.Errorf("%w: security.protocol=%s is not supported yet: use PLAINTEXT", ErrInvalid, sp)
+	sec, err := ksec.Parse(props, "mirror "+name)
+	if err != nil {
+		return mirrorSettings{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	s := mirrorSettings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval}
+	s := mirrorSettings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval, Security: sec}
 	if len(s.Bootstrap) == 0 {
 		return mirrorSettings{}, fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", ErrInvalid)
 	}
@@ -92,7 +98,6 @@ func parseMirrorSettings(props map[string]string) (mirrorSettings, error) {
 			return mirrorSettings{}, fmt.Errorf("%w: bootstrap.servers entry %q: %v: give host:port of a source broker's listener, e.g. kafka1:9092", ErrInvalid, b, err)
 		}
 	}
-	var err error
 	if s.GroupsInclude, err = groupRegexp(propGroupsInclude, props[propGroupsInclude], ".*"); err != nil {
 		return mirrorSettings{}, err
 	}
@@ -146,10 +151,11 @@ func parseInterval(v string) (time.Duration, error) {
 }
 
 // AlterMirror replaces a mirror's properties: the group filters and sync
-// interval take effect at the next sync, a new bootstrap.servers or
-// client.id when the data path reconnects. The bootstrap list must reach
-// the same source cluster (its cluster ID is checked): a mirror never
-// changes the cluster it mirrors.
+// interval take effect at the next sync, a new bootstrap.servers, client.id
+// or security setting when the data path reconnects (at once for new
+// security settings). New connection settings must reach the same source
+// cluster (its cluster ID is checked, with the new credentials): a mirror
+// never changes the cluster it mirrors.
 func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
@@ -157,7 +163,7 @@ func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error
 		}
 		return c.AlterMirror(ctx, req)
 	}
-	settings, err := parseMirrorSettings(req.Properties)
+	settings, err := parseMirrorSettings(req.Name, req.Properties)
 	if err != nil {
 		return err
 	}
@@ -170,14 +176,10 @@ func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error
 	if mir == nil {
 		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, req.Name)
 	}
-	if !slices.Equal(settings.Bootstrap, mir.Bootstrap) {
-		src := fetch.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, nil)
-		defer src.Close()
-		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
-		defer cancel()
-		id, err := src.ClusterID(cctx)
+	if _, oldKey := mirrorSecurity(*mir); !slices.Equal(settings.Bootstrap, mir.Bootstrap) || settings.Security.Key() != oldKey {
+		id, err := m.checkSource(ctx, settings)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return err
 		}
 		if mir.SourceClusterID != "" && id != mir.SourceClusterID {
 			return fmt.Errorf("%w: bootstrap.servers %s reaches cluster %s, but mirror %s mirrors cluster %s: a mirror cannot move to "+
@@ -185,4 +187,26 @@ func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error
 		}
 	}
 	return mapStoreErr(m.store.Apply(ctx, raftstore.AlterMirror{Name: req.Name, Bootstrap: settings.Bootstrap, Properties: req.Properties}))
+}
+
+// checkSource connects to a source cluster with new settings (reading
+// their files here, on the member that handles the request) and returns
+// its cluster ID. Credential and certificate failures are ErrInvalid: the
+// settings are wrong; an unreachable cluster is ErrUnavailable.
+func (m *Member) checkSource(ctx context.Context, settings mirrorSettings) (string, error) {
+	if _, err := settings.Security.Resolve(); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	src := fetch.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, securityOf(settings.Security))
+	defer src.Close()
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	id, err := src.ClusterID(cctx)
+	switch {
+	case errors.Is(err, kwire.ErrAuthentication):
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	case err != nil:
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return id, nil
 }

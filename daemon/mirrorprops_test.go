@@ -10,14 +10,14 @@ import (
 )
 
 func TestParseMirrorSettings(t *testing.T) {
-	s, err := parseMirrorSettings(map[string]string{"bootstrap.servers": "a:9092, b:9092"})
+	s, err := parseMirrorSettings("m1", map[string]string{"bootstrap.servers": "a:9092, b:9092"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(s.Bootstrap) != 2 || s.GroupSyncInterval != 5*time.Second || !s.syncsGroup("anything") {
 		t.Fatalf("defaults: %+v", s)
 	}
-	s, err = parseMirrorSettings(map[string]string{"bootstrap.servers": "a:9092", "groups.include": "orders-.*|billing",
+	s, err = parseMirrorSettings("m1", map[string]string{"bootstrap.servers": "a:9092", "groups.include": "orders-.*|billing",
 		"groups.exclude": "orders-test.*", "groups.sync.interval": "1500"})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func TestParseMirrorSettings(t *testing.T) {
 	if s.FailoverAutoAfter != 0 {
 		t.Errorf("automatic failover is on by default: %s", s.FailoverAutoAfter)
 	}
-	if s, err := parseMirrorSettings(map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
+	if s, err := parseMirrorSettings("m1", map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
 		t.Errorf("failover.auto.after.ms=30000: %s, %v", s.FailoverAutoAfter, err)
 	}
 	if s.GroupSyncInterval != 1500*time.Millisecond {
@@ -43,12 +43,12 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.include": "("}, "groups.include=( is not a regular expression"},
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "10ms"}, "at least 100ms"},
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "soon"}, "groups.sync.interval=soon"},
-		{map[string]string{"bootstrap.servers": "a:9092", "sasl.mechanism": "PLAIN"}, "unsupported mirror properties sasl.mechanism"},
+		{map[string]string{"bootstrap.servers": "a:9092", "sasl.mechanism": "PLAIN"}, "sasl.mechanism is set but security.protocol=PLAINTEXT does not use SASL"},
 		{map[string]string{"groups.include": ".*"}, "need bootstrap.servers"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "500"}, "at least 3000"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30s"}, "give milliseconds"},
 	} {
-		_, err := parseMirrorSettings(tc.props)
+		_, err := parseMirrorSettings("m1", tc.props)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want ErrInvalid with %q", tc.props, err, tc.want)
 		}

@@ -126,7 +126,7 @@ func (m *Member) ownerReconcile() {
 				if p.Owner != me || p.State == raftstore.StateStopped {
 					continue
 				}
-				sources[t.Mirror] = fetch.Source{Bootstrap: mir.Bootstrap}
+				sources[t.Mirror] = sourceOf(*mir)
 				spec := specOf(t, int32(i), p)
 				owned[spec.Key] = true
 				lease := raftstore.Lease{Owner: me, Generation: p.Generation}

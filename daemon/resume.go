@@ -82,7 +82,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 	if req.AcceptGap {
 		// Partitions not stopped by a gap accept none beyond the
 		// source's log start of this moment.
-		src := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
+		src := m.newSourceAdmin(mir)
 		defer src.Close()
 		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 		defer cancel()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"regexp"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/ksec"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -38,7 +38,7 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 	if !validName.MatchString(req.Name) {
 		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", ErrInvalid, req.Name)
 	}
-	settings, err := parseMirrorSettings(req.Properties)
+	settings, err := parseMirrorSettings(req.Name, req.Properties)
 	if err != nil {
 		return err
 	}
@@ -48,13 +48,9 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 	if exists {
 		return fmt.Errorf("%w: mirror %s already exists: delete it first or pick another name", ErrExists, req.Name)
 	}
-	src := fetch.NewAdmin("source cluster", bootstrap, m.cfg.Destination.ClientID, nil)
-	defer src.Close()
-	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
-	clusterID, err := src.ClusterID(cctx)
+	clusterID, err := m.checkSource(ctx, settings)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return err
 	}
 	err = m.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{
 		Name: req.Name, Bootstrap: bootstrap, Properties: req.Properties, SourceClusterID: clusterID,
@@ -298,7 +294,7 @@ func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	var out []MirrorSummary
 	m.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
-			sum := MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: maps.Clone(mir.Properties), Topics: []string{}}
+			sum := MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{}}
 			var states []raftstore.TopicState
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {

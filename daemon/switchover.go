@@ -57,7 +57,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
 			"remove it without --wait-for-sync for an emergency failover", ErrConflict, topic, mirror, state)
 	}
-	settings, err := parseMirrorSettings(mir.Properties)
+	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
 			"groups.sync.interval=%s): give --wait-for-sync=%s or more", ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
 	}
-	src := fetch.NewAdmin("source cluster of mirror "+mirror, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
+	src := m.newSourceAdmin(*mir)
 	defer src.Close()
 	w := switchoverWait{m: m, src: src, mirror: mirror, topic: topic, partitions: partitions}
 	deadline := time.Now().Add(timeout)

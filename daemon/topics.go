@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,7 +22,7 @@ const topicCheckInterval = 3 * time.Second
 // admin connection per mirror's source cluster, kept between rounds.
 type topicWatch struct {
 	admins map[string]*fetch.Admin
-	boot   map[string][]string
+	boot   map[string]string // sourceKey the admin was made for
 	// reported holds the divergences already applied, so a refused or
 	// repeated one is not logged every round.
 	reported map[string]bool
@@ -40,15 +39,15 @@ func (w *topicWatch) close() {
 // bootstrap list changed.
 func (w *topicWatch) source(m *Member, mir raftstore.Mirror) *fetch.Admin {
 	if w.admins == nil {
-		w.admins, w.boot, w.reported = map[string]*fetch.Admin{}, map[string][]string{}, map[string]bool{}
+		w.admins, w.boot, w.reported = map[string]*fetch.Admin{}, map[string]string{}, map[string]bool{}
 	}
-	if a, ok := w.admins[mir.Name]; ok && slices.Equal(w.boot[mir.Name], mir.Bootstrap) {
+	if a, ok := w.admins[mir.Name]; ok && w.boot[mir.Name] == sourceKey(mir) {
 		return a
 	} else if ok {
 		a.Close()
 	}
-	a := fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, nil)
-	w.admins[mir.Name], w.boot[mir.Name] = a, slices.Clone(mir.Bootstrap)
+	a := m.newSourceAdmin(mir)
+	w.admins[mir.Name], w.boot[mir.Name] = a, sourceKey(mir)
 	return a
 }
 

@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -33,8 +32,9 @@ type Admin struct {
 
 // NewAdmin returns an Admin for the cluster at bootstrap; name is how
 // errors call the cluster ("source cluster of mirror m1").
-func NewAdmin(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *Admin {
-	return &Admin{cl: newCluster(name, bootstrap, clientID, tlsConfig)}
+// security secures its connections (nil: PLAINTEXT).
+func NewAdmin(name string, bootstrap []string, clientID string, security Security) *Admin {
+	return &Admin{cl: newCluster(name, bootstrap, clientID, security)}
 }
 
 // Close releases connections.

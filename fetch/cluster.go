@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,7 +26,7 @@ type cluster struct {
 	name      string // for messages: "source cluster of mirror m1", "destination cluster"
 	bootstrap []string
 	clientID  string
-	tls       *tls.Config
+	security  Security
 
 	// ctrlLock guards ctrl, md and fetched. It is held across network
 	// exchanges, so it is a channel: a caller gives up waiting for it when
@@ -64,8 +63,8 @@ func exchangeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, exchangeTimeout)
 }
 
-func newCluster(name string, bootstrap []string, clientID string, tlsConfig *tls.Config) *cluster {
-	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, tls: tlsConfig, topics: map[string]bool{},
+func newCluster(name string, bootstrap []string, clientID string, security Security) *cluster {
+	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, security: security, topics: map[string]bool{},
 		ctrlLock: make(chan struct{}, 1), idle: map[string][]idleConn{}}
 }
 
@@ -229,17 +228,17 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 			}
 		}
 	}
-	var errs []string
+	var errs []error
 	for _, a := range addrs {
 		if ctx.Err() != nil {
-			errs = append(errs, ctx.Err().Error())
+			errs = append(errs, ctx.Err())
 			break
 		}
 		dctx, cancel := exchangeCtx(ctx)
-		conn, err := kwire.Dial(dctx, a, c.clientID, c.tls)
+		conn, err := c.dialSecure(dctx, a)
 		cancel()
 		if err != nil {
-			errs = append(errs, err.Error())
+			errs = append(errs, err)
 			continue
 		}
 		c.ctrl = conn
@@ -250,12 +249,37 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 			}
 			conn.Close()
 			c.ctrl = nil
-			errs = append(errs, err.Error())
+			errs = append(errs, err)
 			continue
 		}
 		return nil
 	}
-	return fmt.Errorf("%s unreachable (bootstrap %s): %s", c.name, strings.Join(c.bootstrap, ","), strings.Join(errs, "; "))
+	return &joinedError{prefix: fmt.Sprintf("%s unreachable (bootstrap %s)", c.name, strings.Join(c.bootstrap, ",")), errs: errs}
+}
+
+// joinedError is one line naming several errors, each still found by
+// errors.Is and errors.As.
+type joinedError struct {
+	prefix string
+	errs   []error
+}
+
+func (j *joinedError) Error() string {
+	parts := make([]string, len(j.errs))
+	for i, e := range j.errs {
+		parts[i] = e.Error()
+	}
+	return j.prefix + ": " + strings.Join(parts, "; ")
+}
+
+func (j *joinedError) Unwrap() []error { return j.errs }
+
+// securityFailure reports whether err is a failure only the operator can
+// fix: authentication (certificates, credentials, unreadable settings) or
+// authorization (a missing ACL).
+func securityFailure(err error) bool {
+	var kerr *kwire.Error
+	return errors.Is(err, kwire.ErrAuthentication) || (errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code))
 }
 
 // leader returns the leader broker address and epoch of a partition.
@@ -312,11 +336,25 @@ func (c *cluster) listOffset(ctx context.Context, topic string, partition int32,
 func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {
 	ctx, cancel := exchangeCtx(ctx)
 	defer cancel()
-	conn, err := kwire.Dial(ctx, addr, c.clientID, c.tls)
+	conn, err := c.dialSecure(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.name, err)
 	}
 	return conn, nil
+}
+
+// dialSecure resolves the cluster's security settings (fresh at every
+// dial, so replaced certificate and secret files apply to new
+// connections) and dials addr with them.
+func (c *cluster) dialSecure(ctx context.Context, addr string) (*kwire.Conn, error) {
+	var sec *kwire.Security
+	if c.security != nil {
+		var err error
+		if sec, err = c.security(); err != nil {
+			return nil, fmt.Errorf("%w: %w", kwire.ErrAuthentication, err)
+		}
+	}
+	return kwire.Dial(ctx, addr, c.clientID, sec)
 }
 
 func (c *cluster) close() {

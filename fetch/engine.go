@@ -50,8 +50,9 @@ type Engine struct {
 
 // source is one mirror's source cluster and its fetch loops by broker.
 type source struct {
-	cl       *cluster
-	fetchers map[int32]*worker
+	cl          *cluster
+	securityKey string // Source.SecurityKey the cluster was made with
+	fetchers    map[int32]*worker
 }
 
 // worker is a fetch loop (per source broker) or a produce loop (per
@@ -72,13 +73,13 @@ func kick(ch chan struct{}) {
 // New returns an engine; call Start before Assign.
 func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 	cfg.Defaults()
-	dest := newCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationTLS)
+	dest := newCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity)
 	return &Engine{
 		cfg:       cfg,
 		ctl:       ctl,
 		log:       log.Named("fetch"),
 		dest:      dest,
-		destAdmin: NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationTLS),
+		destAdmin: NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity),
 		store:     newOffsetStore(dest, cfg.OffsetsTopic),
 		kickRt:    make(chan struct{}, 1),
 		walks:     make(chan struct{}, maxWalks),
@@ -149,16 +150,27 @@ func (e *Engine) goLoop(f func()) {
 func (e *Engine) SetSource(mirror string, src Source) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.bootstrap, src.Bootstrap) {
+	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey {
 		return
 	} else if ok {
 		// Replaced: its fetch loops see it and exit; its metadata and
-		// pooled connections go now.
+		// pooled connections go now; the mirror's partitions are routed
+		// anew, to fetch loops of the new source.
+		for _, w := range s.fetchers {
+			kick(w.kick)
+		}
 		go s.cl.close()
+		for k, p := range e.parts {
+			if k.Mirror == mirror {
+				p.srcLeader = -1
+			}
+		}
+		defer kick(e.kickRt)
 	}
 	e.sources[mirror] = &source{
-		cl:       newCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.TLS),
-		fetchers: map[int32]*worker{},
+		cl:          newCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.Security),
+		securityKey: src.SecurityKey,
+		fetchers:    map[int32]*worker{},
 	}
 }
 
@@ -655,6 +667,8 @@ func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) 
 	switch {
 	case errors.As(err, &dv):
 		e.divergeLocked(p, dv.Reason)
+	case securityFailure(err) && !p.draining:
+		e.failLocked(p, err)
 	case errors.As(err, &kerr) && kerr.Code == kwire.CodeUnknownTopicOrPartition:
 		if missing.IsZero() {
 			*missing = time.Now()

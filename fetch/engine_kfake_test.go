@@ -700,3 +700,26 @@ func TestResumeWithoutWalkKeepsLeaderEpoch(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSetSourceReroutes replaces a mirror's source settings (new security
+// key, as kmirror alter does) while it mirrors: the partitions must move
+// to fetch loops of the new source and keep mirroring, not stall on the
+// loops of the replaced one.
+func TestSetSourceReroutes(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 2)
+	x.produce(x.src, "t", 0, 200)
+	x.e.Assign(specs("t", 2))
+	x.waitCaughtUp("t", 2)
+	dials := 0
+	x.e.SetSource("m", Source{Bootstrap: x.src.ListenAddrs(), SecurityKey: "rotated", Security: func() (*kwire.Security, error) {
+		dials++ // read under the cluster's lock or a single fetch loop
+		return nil, nil
+	}})
+	x.produce(x.src, "t", 200, 100)
+	x.waitCaughtUp("t", 2)
+	x.requireMirrored("t", 2)
+	if dials == 0 {
+		t.Fatal("the new source's security settings were never used: the partitions did not reconnect")
+	}
+}

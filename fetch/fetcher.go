@@ -141,7 +141,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		for _, fp := range res.Partitions {
 			src.cl.fetchedBytes.Add(int64(len(fp.Records)))
 		}
-		if e.handleFetch(mirror, w.broker, want, res.Partitions) {
+		if e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions) {
 			// A partition answered with an error: the broker answers such
 			// fetches at once, so pause instead of spinning.
 			sleepCtx(e.ctx, e.cfg.RetryBackoff)
@@ -163,6 +163,9 @@ func (e *Engine) reroute(keys []Key, err error) {
 		if p, ok := e.parts[k]; ok {
 			p.srcLeader = -1
 			p.fetchErr = err.Error()
+			if securityFailure(err) && p.active() && !p.draining {
+				e.failLocked(p, err)
+			}
 		}
 	}
 	e.mu.Unlock()
@@ -233,7 +236,7 @@ func (e *Engine) unreserve(n int64) {
 
 // handleFetch turns a fetch response into produce-queue items.
 // It reports whether any partition answered with an error.
-func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.FetchPartition, res []kwire.FetchedPartition) (errored bool) {
+func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map[Key]kwire.FetchPartition, res []kwire.FetchedPartition) (errored bool) {
 	kicks := map[int32]bool{}
 	for _, fp := range res {
 		k := Key{mirror, fp.Topic, fp.Partition}
@@ -253,7 +256,7 @@ func (e *Engine) handleFetch(mirror string, broker int32, asked map[Key]kwire.Fe
 				p.xl.Trim(fp.LogStartOffset)
 			}
 			if fp.Err != 0 {
-				e.fetchErrorLocked(p, fp)
+				e.fetchErrorLocked(p, fp, mirror, addr)
 				current, errored = false, true
 			} else {
 				p.fetchErr = ""
@@ -311,8 +314,8 @@ func growFetch(cur int32, need int) int32 {
 }
 
 // fetchErrorLocked handles a partition-level fetch error.
-func (e *Engine) fetchErrorLocked(p *partition, fp kwire.FetchedPartition) {
-	kerr := &kwire.Error{Code: fp.Err, Topic: fp.Topic, Partition: fp.Partition, Op: "fetch from source"}
+func (e *Engine) fetchErrorLocked(p *partition, fp kwire.FetchedPartition, mirror, addr string) {
+	kerr := &kwire.Error{Code: fp.Err, Topic: fp.Topic, Partition: fp.Partition, Op: "fetch from source cluster of mirror " + mirror, Broker: addr}
 	switch {
 	case fp.Err == kwire.CodeOffsetOutOfRange:
 		// Stop fetching; what was fetched before the hole is produced,

@@ -220,6 +220,9 @@ func (e *Engine) unsend(batch []sent, err error) {
 		s.p.inflight = false
 		s.p.dstLeader = -1
 		s.p.produceErr = err.Error()
+		if securityFailure(err) && s.p.active() && !s.p.draining {
+			e.failLocked(s.p, err)
+		}
 	}
 	e.mu.Unlock()
 	kick(e.kickRt)

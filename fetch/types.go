@@ -2,9 +2,10 @@ package fetch
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"time"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
 )
 
 // Key names one mirrored partition.
@@ -75,8 +76,18 @@ type Handoff struct {
 // Source is how to reach a mirror's source cluster.
 type Source struct {
 	Bootstrap []string
-	TLS       *tls.Config
+	Security  Security
+	// SecurityKey changes when the security settings do (not when a file
+	// they name changes: files are read at every dial); a new key makes
+	// the engine drop the source's connections and dial anew.
+	SecurityKey string
 }
+
+// Security returns how to secure a new connection to a cluster (TLS,
+// SASL); it is called at every dial, so replaced certificate and secret
+// files take effect on new connections. A nil Security is PLAINTEXT.
+// An error fails the dial: it must say which setting to fix.
+type Security func() (*kwire.Security, error)
 
 // State of a partition as the engine reports it.
 type State string
@@ -161,20 +172,20 @@ type Status struct {
 
 // Config configures the engine.
 type Config struct {
-	ClientID        string
-	Destination     []string // destination bootstrap servers
-	DestinationTLS  *tls.Config
-	MemoryBudget    int64 // bytes of fetched data held at once
-	Checkpoint      time.Duration
-	FetchMaxWait    time.Duration
-	FetchMaxBytes   int32
-	PartitionBytes  int32 // per-partition fetch size
-	ProduceTimeout  time.Duration
-	OffsetsTopic    string // internal topic: checkpoints and translation log
-	StateTopic      string // internal topic: last mirrored positions
-	InternalRF      int16  // replication factor of internal topics (-1: broker default)
-	RetryBackoff    time.Duration
-	MaxRetryBackoff time.Duration
+	ClientID            string
+	Destination         []string // destination bootstrap servers
+	DestinationSecurity Security
+	MemoryBudget        int64 // bytes of fetched data held at once
+	Checkpoint          time.Duration
+	FetchMaxWait        time.Duration
+	FetchMaxBytes       int32
+	PartitionBytes      int32 // per-partition fetch size
+	ProduceTimeout      time.Duration
+	OffsetsTopic        string // internal topic: checkpoints and translation log
+	StateTopic          string // internal topic: last mirrored positions
+	InternalRF          int16  // replication factor of internal topics (-1: broker default)
+	RetryBackoff        time.Duration
+	MaxRetryBackoff     time.Duration
 }
 
 // Defaults fills zero fields.

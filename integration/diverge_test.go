@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -36,16 +34,7 @@ func waitState(t *testing.T, m *member, mirror, topic, state string) daemon.Part
 
 func metricsText(t *testing.T, m *member) string {
 	t.Helper()
-	resp, err := http.Get(m.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return httpGet(t, m.url+"/metrics")
 }
 
 // TestForeignWriteDiverges writes into a mirrored destination partition

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/fetch/ksec"
 	"github.com/kmirror/kmirror/truncate"
 )
 
@@ -104,7 +105,7 @@ func readProperties(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("mirror config: %w", err)
 	}
 	defer f.Close()
-	props, err := daemon.ParseProperties(f)
+	props, err := ksec.ParseProperties(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -3,7 +3,6 @@ package kwire
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -45,24 +44,28 @@ type Conn struct {
 	small    int // requests in a row far smaller than wbuf
 }
 
-// Dial connects to addr, negotiates API versions and checks that the broker
-// supports the Fetch and Produce versions kwire speaks.
-func Dial(ctx context.Context, addr, clientID string, tlsConfig *tls.Config) (*Conn, error) {
+// Dial connects to addr, secures the connection as sec says (TLS
+// handshake, then ApiVersions, then SASL), and checks that the broker
+// supports the Fetch and Produce versions kwire speaks. A nil sec is
+// PLAINTEXT. Certificate and credential failures wrap ErrAuthentication
+// and say what to fix.
+func Dial(ctx context.Context, addr, clientID string, sec *Security) (*Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to kafka broker %s: %w", addr, err)
 	}
-	if tlsConfig != nil {
-		tc := tls.Client(nc, tlsConfig)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("TLS handshake with kafka broker %s: %w", addr, err)
-		}
-		nc = tc
+	nc, err := secure(ctx, raw, addr, sec)
+	if err != nil {
+		raw.Close()
+		return nil, err
 	}
 	c := &Conn{addr: addr, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), clientID: clientID}
 	if err := c.negotiate(ctx); err != nil {
+		nc.Close()
+		return nil, explainFirstExchange(addr, sec, err)
+	}
+	if err := c.authenticate(ctx, sec); err != nil {
 		nc.Close()
 		return nil, err
 	}

@@ -93,11 +93,44 @@ type Error struct {
 	Topic     string
 	Partition int32
 	Op        string // "fetch", "produce", ...
+	// Broker is the address of the broker that answered, when known.
+	Broker string
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s %s/%d: kafka error %d %s: %s", e.Op, e.Topic, e.Partition,
+	at := ""
+	if e.Broker != "" {
+		at = " at kafka broker " + e.Broker
+	}
+	msg := fmt.Sprintf("%s%s %s/%d: kafka error %d %s: %s", e.Op, at, e.Topic, e.Partition,
 		e.Code, kafka.Error(e.Code).Title(), kafka.Error(e.Code).Description())
+	if hint, ok := authorizationHints[e.Code]; ok {
+		msg += ": " + hint
+	}
+	return msg
+}
+
+// Authorization error codes: the broker's authorizer refused the request.
+const (
+	CodeTopicAuthorizationFailed   int16 = 29
+	CodeGroupAuthorizationFailed   int16 = 30
+	CodeClusterAuthorizationFailed int16 = 31
+)
+
+// authorizationHints say what to fix for each authorization error.
+var authorizationHints = map[int16]string{
+	CodeTopicAuthorizationFailed: "the principal kmirror authenticates as has no ACL allowing this on the topic: " +
+		"grant the ACLs the README lists (Least-privilege ACLs) on that cluster",
+	CodeGroupAuthorizationFailed: "the principal kmirror authenticates as has no ACL allowing this on the consumer group: " +
+		"grant the ACLs the README lists (Least-privilege ACLs) on that cluster",
+	CodeClusterAuthorizationFailed: "the principal kmirror authenticates as has no ACL allowing this on the cluster: " +
+		"grant the ACLs the README lists (Least-privilege ACLs) on that cluster",
+}
+
+// IsAuthorization reports whether code is an authorization failure.
+func IsAuthorization(code int16) bool {
+	_, ok := authorizationHints[code]
+	return ok
 }
 
 // Action classifies the error.

@@ -47,6 +47,15 @@ type Options struct {
 	// broker: brokers advertise the proxy's address, so every client,
 	// the brokers' own replication included, goes through it.
 	Proxy bool
+	// Listeners adds client listeners beside PLAINTEXT (which the brokers,
+	// the harness and Kafka's tools keep using), each named after its
+	// security protocol: "SSL", "SASL_SSL" or "SASL_PLAINTEXT". Their
+	// settings go in BrokerProps as listener.name.<name>.<config>; find
+	// their addresses with ListenerAddrs.
+	Listeners []string
+	// FormatArgs are extra arguments to kafka-storage format, such as
+	// --add-scram 'SCRAM-SHA-512=[name=alice,password=secret]' (KIP-900).
+	FormatArgs []string
 }
 
 // harnessOwned are server.properties the harness computes per node.
@@ -68,6 +77,13 @@ func (o Options) Validate() error {
 	for _, k := range harnessOwned {
 		if _, ok := o.BrokerProps[k]; ok {
 			return fmt.Errorf("harness: Options.BrokerProps sets %q, which the harness computes per node: remove it", k)
+		}
+	}
+	for _, l := range o.Listeners {
+		switch l {
+		case "SSL", "SASL_SSL", "SASL_PLAINTEXT":
+		default:
+			return fmt.Errorf("harness: Options.Listeners holds %q: use SSL, SASL_SSL or SASL_PLAINTEXT", l)
 		}
 	}
 	return nil
@@ -94,6 +110,7 @@ type Cluster struct {
 	logFile    *os.File // the default Log, closed by Close
 	sink       *lockedWriter
 
+	formatArgs []string
 	brokers    []*node // index i is node.id i+1
 	controller *node   // nil when the single broker is also the controller
 
@@ -183,14 +200,21 @@ func (c *Cluster) layout(opts Options) error {
 	if opts.Proxy {
 		nproxy = opts.Brokers
 	}
-	ports, err := freePorts(opts.Brokers + 1 + nproxy)
+	ports, err := freePorts(opts.Brokers + 1 + nproxy + opts.Brokers*len(opts.Listeners))
 	if err != nil {
 		return err
 	}
+	listenerPorts := ports[opts.Brokers+1+nproxy:]
+	ports = ports[:opts.Brokers+1+nproxy]
 	proxyPorts := ports[opts.Brokers+1:]
+	c.formatArgs = opts.FormatArgs
+	protocolMap := "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+	for _, l := range opts.Listeners {
+		protocolMap += "," + l + ":" + l
+	}
 	rf := strconv.Itoa(min(3, opts.Brokers))
 	common := map[string]string{
-		"listener.security.protocol.map":                   "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+		"listener.security.protocol.map":                   protocolMap,
 		"controller.listener.names":                        "CONTROLLER",
 		"auto.create.topics.enable":                        "false",
 		"group.initial.rebalance.delay.ms":                 "0",
@@ -249,6 +273,10 @@ func (c *Cluster) layout(opts Options) error {
 		if i < len(proxyPorts) {
 			n.advPort = proxyPorts[i]
 		}
+		n.listeners = map[string]int{}
+		for j, l := range opts.Listeners {
+			n.listeners[l] = listenerPorts[i*len(opts.Listeners)+j]
+		}
 	}
 	for _, n := range c.nodes() {
 		props := map[string]string{}
@@ -265,7 +293,12 @@ func (c *Cluster) layout(opts Options) error {
 		var listeners []string
 		if n.port != 0 {
 			listeners = append(listeners, fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port))
-			props["advertised.listeners"] = fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.advPort)
+			advertised := []string{fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.advPort)}
+			for _, l := range opts.Listeners {
+				listeners = append(listeners, fmt.Sprintf("%s://127.0.0.1:%d", l, n.listeners[l]))
+				advertised = append(advertised, fmt.Sprintf("%s://127.0.0.1:%d", l, n.listeners[l]))
+			}
+			props["advertised.listeners"] = strings.Join(advertised, ",")
 			props["inter.broker.listener.name"] = "PLAINTEXT"
 		}
 		if n.cport != 0 {
@@ -288,6 +321,7 @@ func (c *Cluster) format(ctx context.Context) error {
 		wg.Go(func() {
 			argv := append(jvmArgs(c.home, false, "-Xmx256m"), storageTool,
 				"format", "-t", c.clusterID, "-c", n.config())
+			argv = append(argv, c.formatArgs...)
 			cmd := exec.CommandContext(ctx, c.java, argv...)
 			cmd.SysProcAttr = childAttr()
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -319,6 +353,18 @@ func (c *Cluster) BrokerAddrs() []string {
 	addrs := make([]string, len(c.brokers))
 	for i, n := range c.brokers {
 		addrs[i] = n.addr()
+	}
+	return addrs
+}
+
+// ListenerAddrs returns each broker's "127.0.0.1:port" on the extra
+// listener named name (Options.Listeners); nil if there is none.
+func (c *Cluster) ListenerAddrs(name string) []string {
+	var addrs []string
+	for _, n := range c.brokers {
+		if p, ok := n.listeners[name]; ok {
+			addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
+		}
 	}
 	return addrs
 }

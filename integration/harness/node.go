@@ -23,9 +23,11 @@ type node struct {
 	advPort int
 	proxy   *Proxy // nil unless Options.Proxy
 	cport   int    // CONTROLLER listener, 0 on broker-only nodes
-	dir     string
-	out     *tailWriter
-	proc    *process // nil while stopped; guarded by Cluster.mu
+	// listeners are the ports of Options.Listeners by name.
+	listeners map[string]int
+	dir       string
+	out       *tailWriter
+	proc      *process // nil while stopped; guarded by Cluster.mu
 }
 
 func (n *node) addr() string {
