@@ -6,13 +6,14 @@
 #                (runs DEMO_SECONDS, default 60, after the backlog is mirrored; Ctrl-C stops)
 #   make bench   throughput and latency of a 3-member group against the Kafka Java
 #                producer baseline, then the control plane at 100,000 partitions
+#   make fuzz    each fuzz target for FUZZTIME (default 30s); the seed corpus is in testdata/fuzz
 #   make kafka   assemble Apache Kafka from Maven Central (KAFKA_VERSION=... to override)
 #   make clean   remove build outputs and the Kafka cache
 
 GO ?= go
 BIN := bin/kmirror
 
-.PHONY: build test test-unit demo bench clean
+.PHONY: build test test-unit demo bench fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kmirror
@@ -30,6 +31,14 @@ BENCH_FLAGS ?=
 bench: build kafka
 	KAFKA_VERSION='$(KAFKA_VERSION)' $(GO) run ./integration/bench --kmirror $(BIN) $(BENCH_FLAGS)
 	$(GO) test ./daemon -run '^$$' -bench ControlPlane -benchtime 1x
+
+FUZZTIME ?= 30s
+
+fuzz:
+	$(GO) test ./fetch/ksec -run '^$$' -fuzz '^FuzzParseProperties$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./fetch/ksec -run '^$$' -fuzz '^FuzzSecuritySettings$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./daemon -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./daemon -run '^$$' -fuzz '^FuzzHTTPRequests$$' -fuzztime $(FUZZTIME)
 
 # Built, not `go run`: go run exits 1 after a Ctrl-C even when the demo
 # shut down cleanly and exited 0.

@@ -21,6 +21,8 @@ var (
 	// ErrStale refuses a member's command made under a lease that is no
 	// longer current (the partition moved or was renewed).
 	ErrStale = errors.New("stale lease") // 409
+	// ErrUnauthorized: no or a wrong bearer token (api.token_file).
+	ErrUnauthorized = errors.New("unauthorized") // 401
 	// ErrRefused: a member cannot start with this config and data_dir
 	// (another member's data_dir, a wiped member, peers lists that
 	// differ); restarting it as it is cannot help.
@@ -68,9 +70,14 @@ type MirrorSummary struct {
 	Name      string   `json:"name"`
 	Topics    []string `json:"topics"`
 	Bootstrap []string `json:"bootstrap"`
-	// Properties are the mirror's properties as given to create or alter
-	// (alter replaces them all: start from these).
+	// Properties are the mirror's properties as given to create or alter,
+	// with secrets shown as [hidden] (ksec.Redact): alter replaces them
+	// all, so keep the file you gave (with its ${file:...} references).
 	Properties map[string]string `json:"properties,omitempty"`
+	// WriteDenied lists, per mirror topic, the principals kmirror denies
+	// WRITE on the destination while the topic is mirrored (read-only
+	// mirror topics, KIP-1279).
+	WriteDenied map[string][]string `json:"write_denied,omitempty"`
 	// State summarises the topics that are not STOPPED: MIRRORING when all
 	// of them mirror, otherwise the worst (DIVERGED > FAILED > STOPPING >
 	// PENDING > PAUSED); STOPPED when every topic is; EMPTY with none.

@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +33,21 @@ type Client struct {
 	// forwarded marks requests a member forwards to another, which must
 	// not forward them again.
 	forwarded bool
+	// token is sent as Authorization: Bearer (api.token_file).
+	token string
+}
+
+// WithAuth returns the client with TLS settings for https:// servers
+// (nil: the system's CAs) and a bearer token ("" for none).
+func (c *Client) WithAuth(tlsConfig *tls.Config, token string) *Client {
+	c1 := *c
+	if tlsConfig != nil {
+		h := *c.http
+		h.Transport = &http.Transport{TLSClientConfig: tlsConfig.Clone(), Proxy: http.ProxyFromEnvironment}
+		c1.http = &h
+	}
+	c1.token = token
+	return &c1
 }
 
 var _ API = (*Client)(nil)
@@ -279,6 +296,9 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if c.forwarded {
 		req.Header.Set(forwardedHeader, "1")
 	}
@@ -323,7 +343,16 @@ func notHTTP(err error) bool {
 
 func (c *Client) transportError(ctx context.Context, err error) error {
 	var netErr net.Error
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
 	switch {
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("kmirror at %s presents a certificate signed by an authority this client does not trust: "+
+			"pass --ca FILE (or KMIRROR_CA) with the CA that signs the members' API certificates (api.tls.ca_file)", c.baseURL)
+	case errors.As(err, &hostErr):
+		return fmt.Errorf("kmirror at %s presents a certificate that is not valid for that host (%v): use a host name the certificate holds in --server", c.baseURL, err)
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("kmirror at %s serves plain HTTP: use http:// in --server", c.baseURL)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("cannot reach kmirror at %s: is the daemon running? (set --server or KMIRROR_SERVER; several members may be listed, separated by commas)", c.baseURL)
 	case ctx.Err() != nil:
@@ -360,6 +389,9 @@ func replyError(req *http.Request, resp *http.Response) error {
 	msg := fmt.Sprintf("%s %s: %s", req.Method, req.URL.Path, resp.Status)
 	if text := strings.TrimSpace(string(data)); text != "" {
 		msg += ": " + text
+	}
+	if strings.Contains(string(data), "HTTP request to an HTTPS server") {
+		msg = fmt.Sprintf("kmirror at %s serves HTTPS (api.tls): use https:// in --server", req.URL.Host)
 	}
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
 		msg += " (the daemon may run an older kmirror version than this CLI)"

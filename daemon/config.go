@@ -56,6 +56,10 @@ type Config struct {
 	// broker's replication wait); it must be below LeaseMargin so a member
 	// that stopped writing has nothing in flight when its lease ends.
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+	// API secures the HTTP API: TLS and a bearer token.
+	API APIConfig `yaml:"api"`
+	// Raft secures the raft transport with mutual TLS.
+	Raft RaftTLSConfig `yaml:"raft_tls"`
 	// TestHooks enables fault injection for tests: POST
 	// /v1/internal/test/raft-isolation?on=true|false cuts this member's raft
 	// traffic while its Kafka connections stay up. Never set it in
@@ -83,6 +87,12 @@ type DestinationConfig struct {
 	ClientID string `yaml:"client_id"`
 	// ReplicationFactor of the topics kmirror creates; -1 = broker default.
 	ReplicationFactor int16 `yaml:"replication_factor"`
+	// Principal is the principal the destination's authorizer knows
+	// kmirror by, left out of the DENY WRITE ACLs that keep mirror topics
+	// read-only. Default: derived as the broker's default principal
+	// builder does (User:<SASL user>, or User:<certificate subject>); set
+	// it when the brokers map principals (ssl.principal.mapping.rules).
+	Principal string `yaml:"principal"`
 	// Security holds the Java client's security properties under their own
 	// names (security.protocol, ssl.*, sasl.*; see package ksec), as keys
 	// of the destination section.
@@ -142,6 +152,7 @@ func DefaultConfig() Config {
 		LeaseTTL:           DefaultLeaseTTL,
 		LeaseMargin:        DefaultLeaseMargin,
 		ProduceTimeout:     DefaultProduceTimeout,
+		API:                APIConfig{OpenRoutes: append([]string(nil), openableRoutes...)},
 	}
 }
 
@@ -176,6 +187,16 @@ func LoadConfig(path string) (Config, error) {
 }
 
 func parseConfig(data []byte) (Config, error) {
+	cfg, err := parseConfigLines(data)
+	if err != nil && strings.Contains(err.Error(), "\n") {
+		// yaml.v3 quotes a multi-line value as it is: keep every error on
+		// one line, as the CLI prints it.
+		return Config{}, errors.New(strings.ReplaceAll(err.Error(), "\n", `\n`))
+	}
+	return cfg, err
+}
+
+func parseConfigLines(data []byte) (Config, error) {
 	cfg := DefaultConfig()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -257,6 +278,8 @@ func (c *Config) Validate() error {
 		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
 	}
 	c.validatePeers(&errs)
+	c.API.validate(&errs)
+	c.Raft.validate(&errs)
 	return errs.err()
 }
 

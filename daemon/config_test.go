@@ -42,6 +42,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		LeaseTTL:           10 * time.Second,
 		LeaseMargin:        4 * time.Second,
 		ProduceTimeout:     2 * time.Second,
+		API:                APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -96,6 +97,7 @@ test_hooks: true
 		LeaseTTL:           15 * time.Second,
 		LeaseMargin:        5 * time.Second,
 		ProduceTimeout:     3 * time.Second,
+		API:                APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
 		TestHooks:          true,
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -53,7 +53,7 @@ func (m *Member) memberClient(id string) (*Client, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("%w: member %s has no known HTTP address", ErrUnavailable, id)
 	}
-	c, err := NewClient("http://"+addr, memberTimeout)
+	c, err := m.auth.clientFor(addr, memberTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ var errorCodes = []struct {
 	{ErrNotLeader, http.StatusServiceUnavailable, "not_leader"},
 	{ErrUnavailable, http.StatusBadGateway, "unavailable"},
 	{ErrStale, http.StatusConflict, "stale"},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
 }
 
 // classify returns the status and code for err; unknown errors are 500

@@ -95,7 +95,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 		}
 	}
 	quorum := voters/2 + 1
-	client := &http.Client{Timeout: time.Second}
+	client := m.auth.httpClient(time.Second)
 	lastLog := time.Time{}
 	for {
 		fresh, missing := 0, []string{}
@@ -106,7 +106,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 			if p.ID == m.cfg.NodeID {
 				continue
 			}
-			pr, err := probePeer(ctx, client, p.HTTP)
+			pr, err := m.auth.probePeer(ctx, client, p.HTTP)
 			if err != nil {
 				missing = append(missing, p.ID)
 				continue
@@ -148,10 +148,13 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 	}
 }
 
-func probePeer(ctx context.Context, client *http.Client, addr string) (raftProbe, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/internal/raft", nil)
+func (a *apiAuth) probePeer(ctx context.Context, client *http.Client, addr string) (raftProbe, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.scheme()+addr+"/v1/internal/raft", nil)
 	if err != nil {
 		return raftProbe{}, err
+	}
+	if tok := a.currentToken(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

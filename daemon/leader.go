@@ -91,6 +91,12 @@ func (m *Member) runLeader(ctx context.Context) {
 		m.topicLoop(ctx)
 	}()
 	defer func() { <-topicsDone }()
+	readOnlyDone := make(chan struct{})
+	go func() {
+		defer close(readOnlyDone)
+		m.readOnlyLoop(ctx)
+	}()
+	defer func() { <-readOnlyDone }()
 	failoverDone := make(chan struct{})
 	go func() {
 		defer close(failoverDone)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -30,8 +31,14 @@ type Member struct {
 	openStore atomic.Pointer[raftstore.Store]
 	engine    *fetch.Engine
 	dest      *fetch.Admin
-	srv       *http.Server
-	addr      net.Addr
+	// auth secures the API, served and called (api section).
+	auth *apiAuth
+	// destPrincipal is kmirror's principal on the destination; readOnly
+	// is the leader's DENY WRITE reconciler (readonly.go).
+	destPrincipal string
+	readOnly      readOnly
+	srv           *http.Server
+	addr          net.Addr
 	// handler is the HTTP handler; it answers only probes until started.
 	handler atomic.Pointer[http.Handler]
 	started atomic.Bool
@@ -100,13 +107,29 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 		return nil, err
 	}
 	destSecurity := securityOf(destSettings)
+	destPrincipal := cfg.Destination.Principal
+	if destPrincipal == "" {
+		if destPrincipal, err = destSettings.Principal(); err != nil {
+			return nil, err
+		}
+	}
+	auth, err := newAPIAuth(cfg.API)
+	if err != nil {
+		return nil, err
+	}
+	raftTLS, err := cfg.Raft.build()
+	if err != nil {
+		return nil, fmt.Errorf("raft_tls: %w", err)
+	}
 	m := &Member{
-		creating:     map[string]bool{},
-		pendingTried: map[string]time.Time{},
-		cfg:          cfg,
-		log:          log,
-		hadState:     hadState,
-		dest:         fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
+		auth:          auth,
+		destPrincipal: destPrincipal,
+		creating:      map[string]bool{},
+		pendingTried:  map[string]time.Time{},
+		cfg:           cfg,
+		log:           log,
+		hadState:      hadState,
+		dest:          fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.owner.init()
@@ -145,6 +168,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 		Bootstrap: bootstrap,
 		Peers:     peers,
 		Logger:    log,
+		TLS:       raftTLS,
 	})
 	if err != nil {
 		return fail(err)
@@ -238,8 +262,11 @@ func (m *Member) listen() error {
 	boot := http.Handler(startingHandler(m))
 	m.handler.Store(&boot)
 	m.srv = &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) }),
+		Handler:           m.auth.require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
 		ReadHeaderTimeout: 10 * time.Second,
+	}
+	if cfg := m.auth.serverTLS(); cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

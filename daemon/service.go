@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -299,6 +299,12 @@ func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {
 					sum.Topics = append(sum.Topics, t.Topic)
+					if d := s.WriteDenials[t.Topic]; len(d) > 0 {
+						if sum.WriteDenied == nil {
+							sum.WriteDenied = map[string][]string{}
+						}
+						sum.WriteDenied[t.Topic] = slices.Clone(d)
+					}
 					states = append(states, t.State)
 					if t.State == raftstore.StateMirroring || t.State == raftstore.StateFailed {
 						for _, p := range t.Partitions {
@@ -473,7 +479,7 @@ func (m *Member) caughtUp(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pr, err := probePeer(cctx, &http.Client{Timeout: 2 * time.Second}, addr)
+	pr, err := m.auth.probePeer(cctx, m.auth.httpClient(2*time.Second), addr)
 	if err != nil {
 		return fmt.Errorf("%w: cannot ask the raft leader %s how far the state goes (%v); retry or ask another member", ErrNotLeader, id, err)
 	}

@@ -19,7 +19,13 @@ import (
 // and the exit code.
 func cli(t *testing.T, m *member, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(env.bin, append([]string{"--server", m.url}, args...)...)
+	return cliArgs(t, append([]string{"--server", m.url}, args...)...)
+}
+
+// cliArgs runs the real kmirror binary with exactly args.
+func cliArgs(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(env.bin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

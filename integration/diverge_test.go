@@ -34,7 +34,7 @@ func waitState(t *testing.T, m *member, mirror, topic, state string) daemon.Part
 
 func metricsText(t *testing.T, m *member) string {
 	t.Helper()
-	return httpGet(t, m.url+"/metrics")
+	return httpGet(t, m.httpc, m.url+"/metrics")
 }
 
 // TestForeignWriteDiverges writes into a mirrored destination partition

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -93,6 +94,9 @@ type member struct {
 	done    chan error
 	client  *daemon.Client
 	src     *harness.Cluster // the source its waits compare with; nil = env.src
+	// httpc makes the test's own HTTP requests (TLS settings of an https
+	// API).
+	httpc *http.Client
 }
 
 func freeAddr(t testing.TB) string {
@@ -118,6 +122,10 @@ type memberOpts struct {
 	noWait bool
 	// checkpoint is checkpoint_interval; default 200ms.
 	checkpoint string
+	// apiTLS: the API is served over TLS (api.tls in extra); the test's
+	// clients trust these settings. token is the API's bearer token.
+	apiTLS *tls.Config
+	token  string
 }
 
 // startMember starts a daemon for one test.
@@ -157,7 +165,11 @@ log_level: info
   bootstrap_servers: [%s]
 %s`, name, filepath.Join(dir, "data"), httpAddr, raftAddr, o.checkpoint, o.extra, o.destination, o.destExtra)
 	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
-		url: "http://" + httpAddr}
+		url: "http://" + httpAddr, httpc: http.DefaultClient}
+	if o.apiTLS != nil {
+		m.url = "https://" + httpAddr
+		m.httpc = &http.Client{Transport: &http.Transport{TLSClientConfig: o.apiTLS}}
+	}
 	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +177,7 @@ log_level: info
 	if m.client, err = daemon.NewClient(m.url, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	m.client = m.client.WithAuth(o.apiTLS, o.token)
 	if o.noWait {
 		m.spawn()
 	} else {
@@ -202,7 +215,7 @@ func (m *member) waitReady() {
 	m.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		resp, err := http.Get(m.url + "/readyz")
+		resp, err := m.httpc.Get(m.url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/pbkdf2"
 	"crypto/sha512"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
@@ -11,10 +14,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/daemon"
@@ -168,7 +174,12 @@ func destinationACLs(topicPrefix, groupPrefix string) []aclSpec {
 		kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs, kmsg.ACLOperationAlter, kmsg.ACLOperationDelete} {
 		out = append(out, aclSpec{kmsg.ACLResourceTypeTopic, topicPrefix, kmsg.ACLResourcePatternTypePrefixed, op})
 	}
-	return append(out, aclSpec{kmsg.ACLResourceTypeGroup, groupPrefix, kmsg.ACLResourcePatternTypePrefixed, kmsg.ACLOperationRead})
+	out = append(out, aclSpec{kmsg.ACLResourceTypeGroup, groupPrefix, kmsg.ACLResourcePatternTypePrefixed, kmsg.ACLOperationRead})
+	// Read-only mirror topics: reading and managing ACLs.
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationDescribe, kmsg.ACLOperationAlter} {
+		out = append(out, aclSpec{kmsg.ACLResourceTypeCluster, "kafka-cluster", kmsg.ACLResourcePatternTypeLiteral, op})
+	}
+	return out
 }
 
 // setACLs creates (add) or deletes ALLOW ACLs for principal on cl.
@@ -381,6 +392,69 @@ func TestSecurity(t *testing.T) {
 		setACLs(t, s.src, "User:"+scram512User, true, read)
 		recovered(t, "m512", "sec-512")
 	})
+	t.Run("ReadOnlyMirrorTopics", func(t *testing.T) {
+		// An application allowed to write the sec- topics on the
+		// destination, authenticated by its own client certificate.
+		setACLs(t, s.dst, "User:CN=app", true, []aclSpec{
+			{kmsg.ACLResourceTypeTopic, "sec-", kmsg.ACLResourcePatternTypePrefixed, kmsg.ACLOperationWrite}})
+		appKeystore := s.issue(t, "app.pem", harness.CertOptions{CommonName: "app"})
+		cert, err := tls.LoadX509KeyPair(appKeystore, appKeystore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(s.ca.Cert)
+		app, err := kgo.NewClient(kgo.SeedBrokers(s.dstAddr), kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}),
+			kgo.RequestRetries(0), kgo.RecordRetries(1), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer app.Close()
+		appWrite := func(topic string) error {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return app.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("from the app")}).FirstErr()
+		}
+		waitDenied := func(topic string, want bool) {
+			t.Helper()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				ms, err := m.client.ListMirrors(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := false
+				for _, mir := range ms {
+					got = got || slices.Contains(mir.WriteDenied[topic], "User:CN=app")
+				}
+				if got == want {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: User:CN=app denied = %v after 30s, want %v: %+v\n%s", topic, got, want, ms, m.logTail())
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		waitDenied("sec-plain", true)
+		if err := appWrite("sec-plain"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Fatalf("the app wrote into a MIRRORING topic: %v", err)
+		}
+		// kmirror itself still writes (its own principal is not denied).
+		produceTo(t, s.src, "sec-plain", 3, 60, "read-only")
+		recovered(t, "mplain", "sec-plain")
+		// Failover: the topic is STOPPED and writable again.
+		if err := m.client.RemoveTopic(ctx, "mplain", "sec-plain"); err != nil {
+			t.Fatal(err)
+		}
+		waitDenied("sec-plain", false)
+		if err := appWrite("sec-plain"); err != nil {
+			t.Fatalf("the app cannot write the failed-over topic: %v", err)
+		}
+		if !strings.Contains(m.logTail(), "DENY WRITE ACLs removed") {
+			t.Fatalf("no log of the lifted denial:\n%s", m.logTail())
+		}
+	})
 	t.Run("SecretsNeverShown", func(t *testing.T) {
 		var texts []string
 		for _, args := range [][]string{{"list"}, {"--output", "json", "list"}, {"describe"}, {"--output", "json", "describe"}, {"describe", "--groups"}} {
@@ -394,7 +468,7 @@ func TestSecurity(t *testing.T) {
 			t.Fatalf("list does not show mplain's sasl.jaas.config with the password hidden:\n%s", list)
 		}
 		for _, path := range []string{"/metrics", "/v1/mirrors"} {
-			texts = append(texts, httpGet(t, m.url+path))
+			texts = append(texts, httpGet(t, m.httpc, m.url+path))
 		}
 		log, err := os.ReadFile(m.logPath)
 		if err != nil {
@@ -415,9 +489,9 @@ func TestSecurity(t *testing.T) {
 }
 
 // httpGet returns the body of a GET.
-func httpGet(t *testing.T, url string) string {
+func httpGet(t *testing.T, c *http.Client, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ const (
 	TypeRecordGap        CommandType = 21
 	TypeDeferredApplied  CommandType = 22
 	TypeAlterMirror      CommandType = 23
+	TypeSetWriteDenials  CommandType = 24
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -134,6 +135,7 @@ func init() {
 	register("RecordGap", (*State).applyRecordGap)
 	register("DeferredApplied", (*State).applyDeferredApplied)
 	register("AlterMirror", (*State).applyAlterMirror)
+	register("SetWriteDenials", (*State).applySetWriteDenials)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -363,6 +365,13 @@ type AlterMirror struct {
 	Properties map[string]string `json:"properties,omitempty"`
 }
 
+// SetWriteDenials records the principals kmirror denies WRITE on a
+// destination topic (State.WriteDenials); none removes the record.
+type SetWriteDenials struct {
+	Topic      string   `json:"topic"`
+	Principals []string `json:"principals,omitempty"`
+}
+
 // RemoveTopic removes a mirror topic.
 type RemoveTopic struct {
 	Mirror string `json:"mirror"`
@@ -381,6 +390,7 @@ func (ResumePartition) Type() CommandType   { return TypeResumePartition }
 func (RecordGap) Type() CommandType         { return TypeRecordGap }
 func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
 func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
+func (SetWriteDenials) Type() CommandType   { return TypeSetWriteDenials }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

@@ -144,6 +144,23 @@ func (s *State) applyAlterMirror(c AlterMirror, _ uint64) error {
 	return nil
 }
 
+func (s *State) applySetWriteDenials(c SetWriteDenials, _ uint64) error {
+	if c.Topic == "" {
+		return fmt.Errorf("%w: write denials need a topic", ErrInvalid)
+	}
+	if len(c.Principals) == 0 {
+		delete(s.WriteDenials, c.Topic)
+		return nil
+	}
+	if s.WriteDenials == nil {
+		s.WriteDenials = map[string][]string{}
+	}
+	p := slices.Clone(c.Principals)
+	slices.Sort(p)
+	s.WriteDenials[c.Topic] = slices.Compact(p)
+	return nil
+}
+
 func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
 	if _, ok := s.Mirrors[c.Name]; !ok {
 		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)

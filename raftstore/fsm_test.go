@@ -124,6 +124,22 @@ func TestApplyAlterMirror(t *testing.T) {
 	x.mustFail(AlterMirror{Name: "m1"}, ErrInvalid)
 }
 
+func TestApplySetWriteDenials(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetWriteDenials{Topic: "orders", Principals: []string{"User:b", "User:a", "User:b"}})
+	if got := x.state().WriteDenials["orders"]; !reflect.DeepEqual(got, []string{"User:a", "User:b"}) {
+		t.Fatalf("denials %v, want sorted and unique", got)
+	}
+	if c := x.state().Clone(); !reflect.DeepEqual(c.WriteDenials, x.state().WriteDenials) {
+		t.Fatalf("clone lost the denials: %v", c.WriteDenials)
+	}
+	x.mustApply(SetWriteDenials{Topic: "orders"})
+	if _, ok := x.state().WriteDenials["orders"]; ok {
+		t.Fatal("an empty list did not remove the record")
+	}
+	x.mustFail(SetWriteDenials{Principals: []string{"User:a"}}, ErrInvalid)
+}
+
 func TestApplyDeleteMirror(t *testing.T) {
 	x := newFixture(t)
 	x.mustApply(DeleteMirror{Name: "m1"})

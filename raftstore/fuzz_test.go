@@ -37,6 +37,7 @@ func seedCommands() []Command {
 		RecordGap{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, From: 100, To: 150},
 		DeferredApplied{Mirror: "m1", Topic: "orders"},
 		AlterMirror{Name: "m1", Bootstrap: []string{"a:9092"}, Properties: map[string]string{"groups.include": "g.*"}},
+		SetWriteDenials{Topic: "t1", Principals: []string{"User:app"}},
 	}
 }
 

@@ -160,6 +160,12 @@ type State struct {
 	// Topics is keyed by TopicKey(mirror, topic).
 	Topics  map[string]*MirrorTopic `json:"topics"`
 	Members map[string]*Member      `json:"members"`
+	// WriteDenials are the DENY WRITE ACLs kmirror put on destination
+	// topics (KIP-1279: mirror topics are read-only), by destination topic
+	// name: the principals denied. Recorded before the ACLs are created
+	// and cleared after they are deleted, so a failover removes exactly
+	// kmirror's own ACLs, also after a leader change.
+	WriteDenials map[string][]string `json:"write_denials,omitempty"`
 	// Index is the raft index of the last command applied to this state.
 	Index uint64 `json:"index"`
 }
@@ -211,6 +217,12 @@ func (s *State) Clone() *State {
 	for k, m := range s.Members {
 		mm := *m
 		c.Members[k] = &mm
+	}
+	if s.WriteDenials != nil {
+		c.WriteDenials = make(map[string][]string, len(s.WriteDenials))
+		for k, v := range s.WriteDenials {
+			c.WriteDenials[k] = slices.Clone(v)
+		}
 	}
 	return c
 }

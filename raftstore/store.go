@@ -41,6 +41,8 @@ type Config struct {
 	RaftAddr string
 	// BindAddr is where the transport listens; empty means RaftAddr.
 	BindAddr string
+	// TLS secures the transport with mutual TLS; nil: plain TCP.
+	TLS *TLS
 	// DataDir holds raft.db (log and stable store) and the snapshots.
 	DataDir string
 	// Bootstrap forms a new group when DataDir has no raft state yet: with
@@ -128,7 +130,8 @@ type Store struct {
 
 	leadership chan bool
 	obs        *raft.Observer
-	stream     *streamLayer // nil with a test transport
+	stream     *streamLayer           // nil with a test transport
+	netTrans   *raft.NetworkTransport // the transport over stream
 	obsCh      chan raft.Observation
 
 	mu sync.Mutex
@@ -241,7 +244,7 @@ func Open(cfg Config) (*Store, error) {
 			cleanup()
 			return nil, fmt.Errorf("raftstore: RaftAddr %q: %w", cfg.RaftAddr, err)
 		}
-		layer, err := newStreamLayer(bind, adv)
+		layer, err := newStreamLayer(bind, adv, cfg.TLS, s.log)
 		if err != nil {
 			cleanup()
 			return nil, fmt.Errorf("raftstore: listen on %q for raft: %w", bind, err)
@@ -251,6 +254,7 @@ func Open(cfg Config) (*Store, error) {
 			Stream: layer, MaxPool: tcpMaxPool, Timeout: tcpTimeout, Logger: rc.Logger,
 		})
 		trans = nt
+		s.netTrans = nt
 	}
 
 	if cfg.Bootstrap {
@@ -545,6 +549,13 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.raft.DeregisterObserver(s.obs)
 		err := s.raft.Shutdown().Error()
+		if s.netTrans != nil {
+			// raft's Shutdown leaves its transport open: close the
+			// listener, then every connection, so no goroutine waits on
+			// a peer.
+			err = errors.Join(err, s.netTrans.Close())
+			s.stream.setCut(true)
+		}
 		close(s.closed)
 		if s.bolt != nil {
 			err = errors.Join(err, s.bolt.Close())

@@ -1,13 +1,17 @@
 package raftstore
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
 )
 
 // errIsolated refuses raft connections while the isolation test hook is on.
@@ -15,11 +19,13 @@ var errIsolated = errors.New("raft traffic of this member is cut by the isolatio
 
 // streamLayer is raft's TCP stream layer, listening on one address and
 // advertising another, with a switch that cuts this member's raft traffic
-// (a test hook: SetIsolated).
+// (a test hook: SetIsolated), and optional mutual TLS.
 type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
 	cut       atomic.Bool
+	tls       *TLS
+	log       *zap.Logger
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
@@ -27,15 +33,29 @@ type streamLayer struct {
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
-func newStreamLayer(bind string, advertise net.Addr) (*streamLayer, error) {
+// TLS is mutual TLS between members: every raft connection presents a
+// certificate the other side's CA pool verifies, so a process without a
+// certificate from the members' CA cannot join the group or send it raft
+// messages (votes, appends) that disturb it.
+type TLS struct {
+	// Server accepts connections: Certificates, ClientCAs and
+	// ClientAuth=RequireAndVerifyClientCert.
+	Server *tls.Config
+	// Client dials members: Certificates and RootCAs; ServerName is set
+	// to the dialed host, which the member's certificate must hold.
+	Client *tls.Config
+}
+
+func newStreamLayer(bind string, advertise net.Addr, t *TLS, log *zap.Logger) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
 	}
-	return &streamLayer{ln: ln, advertise: advertise, conns: map[*trackedConn]struct{}{}}, nil
+	return &streamLayer{ln: ln, advertise: advertise, tls: t, log: log, conns: map[*trackedConn]struct{}{}}, nil
 }
 
-// Dial implements raft.StreamLayer.
+// Dial implements raft.StreamLayer. With TLS, the handshake completes
+// within timeout before raft gets the connection.
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if s.cut.Load() {
 		return nil, errIsolated
@@ -43,6 +63,20 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	c, err := net.DialTimeout("tcp", string(addr), timeout)
 	if err != nil {
 		return nil, err
+	}
+	if s.tls != nil {
+		cfg := s.tls.Client.Clone()
+		if host, _, err := net.SplitHostPort(string(addr)); err == nil && cfg.ServerName == "" {
+			cfg.ServerName = host
+		}
+		tc := tls.Client(c, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("raft TLS handshake with member %s: %w (raft_tls: the member's certificate must be signed by ca_file and hold the host it is dialed by)", addr, err)
+		}
+		c = tc
 	}
 	return s.track(c), nil
 }
@@ -58,6 +92,12 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 		if s.cut.Load() {
 			c.Close()
 			continue
+		}
+		if s.tls != nil {
+			// The handshake runs on raft's per-connection goroutine (at
+			// the first read), not here, so one slow peer cannot hold up
+			// the others; a refused peer is logged there.
+			c = &serverTLSConn{Conn: tls.Server(c, s.tls.Server), log: s.log}
 		}
 		return s.track(c), nil
 	}
@@ -101,4 +141,40 @@ func (c *trackedConn) Close() error {
 	delete(c.s.conns, c)
 	c.s.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// serverTLSConn completes the server side of the TLS handshake at first
+// use and logs a refused peer once.
+type serverTLSConn struct {
+	net.Conn // *tls.Conn
+	log      *zap.Logger
+	once     sync.Once
+	err      error
+}
+
+func (c *serverTLSConn) handshake() error {
+	c.once.Do(func() {
+		tc := c.Conn.(*tls.Conn)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if c.err = tc.HandshakeContext(ctx); c.err != nil && c.log != nil {
+			c.log.Warn("raft connection refused: TLS handshake failed (a peer without a certificate from raft_tls.ca_file?)",
+				zap.String("remote", c.RemoteAddr().String()), zap.Error(c.err))
+		}
+	})
+	return c.err
+}
+
+func (c *serverTLSConn) Read(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *serverTLSConn) Write(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -68,6 +71,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Usage:   "`URL` of a kmirror member's HTTP API; several, separated by commas, are tried in turn",
 				EnvVars: []string{"KMIRROR_SERVER"},
 				Value:   "http://127.0.0.1:8080",
+			},
+			&cli.StringFlag{
+				Name:    "token-file",
+				Usage:   "`FILE` holding the API's bearer token (the members' api.token_file)",
+				EnvVars: []string{"KMIRROR_TOKEN_FILE"},
+			},
+			&cli.StringFlag{
+				Name:    "ca",
+				Usage:   "`FILE` with the CA certificates (PEM) that sign the members' API certificates, for https:// servers; default: the system's CAs",
+				EnvVars: []string{"KMIRROR_CA"},
 			},
 			&cli.StringFlag{
 				Name:  "output",
@@ -158,7 +171,32 @@ func newClient(c *cli.Context) (*daemon.Client, error) {
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}
-	return client, nil
+	var token string
+	if path := c.String("token-file"); path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usagef("--token-file: %v", err)
+		}
+		if token = strings.TrimSpace(string(data)); token == "" {
+			return nil, usagef("--token-file: %s is empty: it must hold the token of the members' api.token_file", path)
+		}
+	}
+	var tlsConfig *tls.Config
+	if path := c.String("ca"); path != "" {
+		if !strings.Contains(c.String("server"), "https://") {
+			return nil, usagef("--ca is for https:// servers, and --server %s names none", c.String("server"))
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usagef("--ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(data) {
+			return nil, usagef("--ca: %s holds no PEM certificate", path)
+		}
+		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return client.WithAuth(tlsConfig, token), nil
 }
 
 // jsonOutput reports whether --output json was given.

@@ -398,3 +398,23 @@ func itThem(keys []string) string {
 	}
 	return "them"
 }
+
+// Principal is the Kafka principal the broker's default principal builder
+// gives a client with these settings: User:<SASL user name>, else
+// User:<client certificate subject in RFC 2253 form> for mTLS, else
+// User:ANONYMOUS. A broker with ssl.principal.mapping.rules or a custom
+// principal builder names clients differently.
+func (s Settings) Principal() (string, error) {
+	sec, err := s.Resolve()
+	switch {
+	case err != nil:
+		return "", err
+	case sec == nil:
+		return "User:ANONYMOUS", nil
+	case sec.SASL != nil:
+		return "User:" + sec.User, nil
+	case sec.TLS != nil && len(sec.TLS.Certificates) > 0 && sec.TLS.Certificates[0].Leaf != nil:
+		return "User:" + sec.TLS.Certificates[0].Leaf.Subject.String(), nil
+	}
+	return "User:ANONYMOUS", nil
+}

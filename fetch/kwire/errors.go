@@ -102,7 +102,11 @@ func (e *Error) Error() string {
 	if e.Broker != "" {
 		at = " at kafka broker " + e.Broker
 	}
-	msg := fmt.Sprintf("%s%s %s/%d: kafka error %d %s: %s", e.Op, at, e.Topic, e.Partition,
+	what := ""
+	if e.Topic != "" {
+		what = fmt.Sprintf(" %s/%d", e.Topic, e.Partition)
+	}
+	msg := fmt.Sprintf("%s%s%s: kafka error %d %s: %s", e.Op, at, what,
 		e.Code, kafka.Error(e.Code).Title(), kafka.Error(e.Code).Description())
 	if hint, ok := authorizationHints[e.Code]; ok {
 		msg += ": " + hint

@@ -37,6 +37,7 @@ type bench struct {
 	dir   string // kept after the run: daemon config, data and log, Kafka logs
 
 	src, dst *harness.Cluster
+	tls      tlsSetup   // --security sasl_ssl files
 	logs     []*os.File // the clusters' JVM output, closed after them
 	group    *group
 
@@ -78,7 +79,10 @@ func (b *bench) run(ctx context.Context) (err error) {
 		b.teardown()
 	}()
 
-	b.step(1, "starting the source and destination Kafka clusters (1 broker each, JIT kept for throughput)")
+	b.step(1, "starting the source and destination Kafka clusters (1 broker each, JIT kept for throughput; clients use %s)", b.cfg.Security)
+	if err := b.prepareSecurity(); err != nil {
+		return err
+	}
 	if err := b.startClusters(ctx); err != nil {
 		return err
 	}
@@ -103,7 +107,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 		b.baseline.MBPerSec, b.baseline.RecordsPerSec, b.baseline.CPUSeconds, b.baseline.CPUSeconds/b.payloadGiB())
 
 	b.step(4, "kmirror (b): mirroring the source backlog %s into the destination with %d members", backlogTopic, b.cfg.Members)
-	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.dst.Bootstrap(), b.cfg.Members); err != nil {
+	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.clientAddr(b.dst), b.destinationYAML(), b.cfg.Members); err != nil {
 		return err
 	}
 	for _, m := range b.group.members {
@@ -165,7 +169,7 @@ func (b *bench) startClusters(ctx context.Context) error {
 	)
 	for i, name := range names {
 		wg.Go(func() {
-			cl, err := harness.Start(ctx, harness.Options{Name: name, Throughput: true, Log: b.logs[i]})
+			cl, err := harness.Start(ctx, b.clusterOptions(harness.Options{Name: name, Throughput: true, Log: b.logs[i]}))
 			if err != nil {
 				errs[i] = fmt.Errorf("starting the %s cluster: %w", name, err)
 				return
@@ -235,8 +239,8 @@ func (b *bench) reportLogProblems(m *member) {
 
 func (b *bench) printSummary() {
 	var s strings.Builder
-	fmt.Fprintf(&s, "\n== summary: %s payload in %d-byte records, %d partitions, %s; MB = 2^20 bytes (as ProducerPerformance counts) ==\n",
-		formatSize(b.cfg.Bytes), b.cfg.RecordSize, b.cfg.Partitions, b.cfg.Compression)
+	fmt.Fprintf(&s, "\n== summary: %s payload in %d-byte records, %d partitions, %s, clients over %s; MB = 2^20 bytes (as ProducerPerformance counts) ==\n",
+		formatSize(b.cfg.Bytes), b.cfg.RecordSize, b.cfg.Partitions, b.cfg.Compression, b.cfg.Security)
 	fmt.Fprintf(&s, "baseline (Java producer → destination): %.2f MB/s, %.0f rec/s\n", b.baseline.MBPerSec, b.baseline.RecordsPerSec)
 	fmt.Fprintf(&s, "kmirror (source backlog → destination): %.2f MB/s, %.0f rec/s, %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
 		b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib)

@@ -21,6 +21,10 @@ type config struct {
 	Kmirror        string        // path of the kmirror binary
 	SkipLatency    bool
 	Members        int // kmirror members in the group
+	// Security is plaintext or sasl_ssl: every client of the clusters
+	// under test (kmirror, the baseline producer) on a SASL_SSL listener
+	// with SCRAM-SHA-512.
+	Security string
 }
 
 var compressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
@@ -43,6 +47,9 @@ func (c config) Validate() error {
 	}
 	if c.Members < 1 || c.Members > 5 {
 		errs = append(errs, fmt.Errorf("--members %d: use 1 to 5", c.Members))
+	}
+	if !contains(securityModes, c.Security) {
+		errs = append(errs, fmt.Errorf("--security %q: use plaintext or sasl_ssl", c.Security))
 	}
 	if !contains(compressions, c.Compression) {
 		errs = append(errs, fmt.Errorf("--compression %q: use one of %s", c.Compression, strings.Join(compressions, ", ")))

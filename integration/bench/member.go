@@ -44,7 +44,7 @@ type group struct {
 // startGroup writes a config per member into dir (a shared peers list) and
 // starts n `kmirror daemon` processes, then waits until every /readyz
 // answers (a new group forms once a quorum is up).
-func startGroup(ctx context.Context, bin, dir, destination string, n int) (*group, error) {
+func startGroup(ctx context.Context, bin, dir, destination, destSecurity string, n int) (*group, error) {
 	type addrs struct{ http, raft string }
 	as := make([]addrs, n)
 	var peers, servers []string
@@ -77,7 +77,7 @@ peers:
 %s
 destination:
   bootstrap_servers: [%s]
-`, id, filepath.Join(dir, id+"-data"), as[i].http, as[i].raft, strings.Join(peers, "\n"), destination)
+%s`, id, filepath.Join(dir, id+"-data"), as[i].http, as[i].raft, strings.Join(peers, "\n"), destination, destSecurity)
 		m, err := spawnMember(bin, dir, id, cfg, "http://"+as[i].http)
 		if err != nil {
 			g.kill()

@@ -45,7 +45,7 @@ func (r mirrorResult) RecordsPerSec() float64 {
 func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 	c := b.group.client
 	err := c.CreateMirror(ctx, daemon.CreateMirrorRequest{
-		Name: mirrorName, Properties: map[string]string{"bootstrap.servers": b.src.Bootstrap()},
+		Name: mirrorName, Properties: b.mirrorProps(),
 	})
 	if err != nil {
 		return mirrorResult{}, fmt.Errorf("create mirror: %w", err)

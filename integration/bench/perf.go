@@ -50,19 +50,24 @@ func parseSummary(line string) (perfResult, bool) {
 // Kafka's ProducerPerformance tool at full speed, echoing its output
 // indented, and returns its final summary.
 func (b *bench) producerPerformance(ctx context.Context, cl *harness.Cluster, topic string) (perfResult, error) {
-	cmd := cl.Java(ctx, harness.ProducerPerformance,
-		"--topic", topic,
+	args := []string{"--topic", topic,
 		"--num-records", strconv.FormatInt(b.cfg.Records(), 10),
 		"--record-size", strconv.Itoa(b.cfg.RecordSize),
-		"--throughput", "-1",
-		"--producer-props",
-		"bootstrap.servers="+cl.Bootstrap(),
+		"--throughput", "-1"}
+	if cfgFile, err := b.producerConfig(); err != nil {
+		return perfResult{}, err
+	} else if cfgFile != "" {
+		args = append(args, "--producer.config", cfgFile)
+	}
+	args = append(args, "--producer-props",
+		"bootstrap.servers="+b.clientAddr(cl),
 		"acks=all",
 		"compression.type="+b.cfg.Compression,
 		"batch.size=262144",
 		"linger.ms=20",
 		"buffer.memory=268435456",
 	)
+	cmd := cl.Java(ctx, harness.ProducerPerformance, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return perfResult{}, err

@@ -1,0 +1,160 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kmirror/kmirror/integration/harness"
+)
+
+func writeTemp(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAPIToken: every route but the open ones needs the token; a missing
+// or wrong token is a 401 saying what to do, and the request does nothing;
+// a replaced token file takes effect.
+func TestAPIToken(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := writeTemp(t, dir, "token", "first-token\n")
+	auth, err := newAPIAuth(APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeAPI{mirrors: testMirrors}
+	srv := httptest.NewServer(auth.require(NewHandler(f, zaptest.NewLogger(t), http.NotFoundHandler())))
+	defer srv.Close()
+	ctx := context.Background()
+	client := func(token string) *Client {
+		c, err := NewClient(srv.URL, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.WithAuth(nil, token)
+	}
+	for token, want := range map[string]string{"": "needs a bearer token: pass --token-file", "wrong": "the bearer token is not this kmirror group's"} {
+		err := client(token).CreateMirror(ctx, CreateMirrorRequest{Name: "m9", Properties: map[string]string{"bootstrap.servers": "a:1"}})
+		if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("create with token %q: %v, want ErrUnauthorized saying %q", token, err, want)
+		}
+	}
+	if f.lastCall() != "" {
+		t.Fatalf("an unauthenticated request reached the API: %s", f.lastCall())
+	}
+	if _, err := client("first-token").ListMirrors(ctx); err != nil {
+		t.Fatalf("list with the token: %v", err)
+	}
+	// Open routes answer without a token; /metrics was not opened here.
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 401} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	// Rotation: the file is replaced; the old token stops working.
+	time.Sleep(10 * time.Millisecond) // a distinct modification time
+	writeTemp(t, dir, "token", "second-token-longer\n")
+	if _, err := client("first-token").ListMirrors(ctx); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("the replaced token still works: %v", err)
+	}
+	if _, err := client("second-token-longer").ListMirrors(ctx); err != nil {
+		t.Fatalf("the new token: %v", err)
+	}
+}
+
+// TestAPITLS serves the API over TLS: a client trusting the CA works, one
+// that does not is told to pass --ca, and a plain-HTTP client is told to
+// use https://.
+func TestAPITLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := harness.NewCA("api-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ca.Issue(harness.CertOptions{CommonName: "member", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := APIConfig{TLS: APITLSConfig{
+		CertFile: writeTemp(t, dir, "api.pem", string(iss.CertPEM)),
+		KeyFile:  writeTemp(t, dir, "api-key.pem", string(iss.KeyPEM)),
+		CAFile:   writeTemp(t, dir, "ca.pem", string(ca.PEM)),
+	}}
+	var errs problems
+	cfg.validate(&errs)
+	if errs.err() != nil {
+		t.Fatal(errs.err())
+	}
+	auth, err := newAPIAuth(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Served as the member serves it (listen in member.go).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: NewHandler(&fakeAPI{mirrors: testMirrors}, zaptest.NewLogger(t), nil)}
+	go hs.Serve(tls.NewListener(ln, auth.serverTLS()))
+	defer hs.Close()
+	addr := ln.Addr().String()
+	srv := struct{ URL string }{"https://" + addr}
+	ctx := context.Background()
+	member, err := auth.clientFor(addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := member.ListMirrors(ctx); err != nil {
+		t.Fatalf("a member calling another over TLS: %v", err)
+	}
+	plain, _ := NewClient(srv.URL, 5*time.Second)
+	if _, err := plain.WithAuth(&tls.Config{RootCAs: x509.NewCertPool()}, "").ListMirrors(ctx); err == nil ||
+		!strings.Contains(err.Error(), "pass --ca FILE (or KMIRROR_CA)") {
+		t.Fatalf("client without the CA: %v", err)
+	}
+	http1, _ := NewClient("http://"+addr, 5*time.Second)
+	if _, err := http1.ListMirrors(ctx); err == nil || !strings.Contains(err.Error(), "serves HTTPS (api.tls): use https://") {
+		t.Fatalf("plain HTTP client: %v", err)
+	}
+}
+
+func TestAPIConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		cfg  APIConfig
+		want string
+	}{
+		{APIConfig{OpenRoutes: []string{"/v1/mirrors"}}, `api.open_routes[0]: "/v1/mirrors": only /healthz, /readyz, /metrics`},
+		{APIConfig{TokenFile: filepath.Join(dir, "none")}, "api.token_file: open"},
+		{APIConfig{TokenFile: writeTemp(t, dir, "empty", "\n")}, "must hold one token"},
+		{APIConfig{TLS: APITLSConfig{CertFile: "/x.pem"}}, "api.tls: set both cert_file and key_file"},
+	}
+	for _, c := range cases {
+		var errs problems
+		c.cfg.validate(&errs)
+		if err := errs.err(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// readOnlyInterval bounds how long a new ALLOW WRITE ACL on a mirror topic
+// goes without its DENY, and how long a failed-over topic stays read-only
+// when no state change wakes the loop sooner.
+const readOnlyInterval = 3 * time.Second
+
+// readOnly keeps mirror topics read-only on the destination (KIP-1279:
+// mirror topics are read-only) with stock Kafka's authorizer: while a topic
+// is mirrored (any state but STOPPED), every principal that an ALLOW ACL
+// lets write it, except kmirror's own, gets a DENY WRITE ACL on the topic,
+// which takes precedence over any ALLOW. When the topic is STOPPED
+// (failover) or removed, exactly those DENY ACLs go. The leader does it;
+// the denied principals are recorded in raft first (State.WriteDenials),
+// so a new leader removes what an old one created.
+//
+// Not covered: super users (the authorizer does not apply ACLs to them)
+// and an ALLOW for the wildcard principal User:*, which cannot be denied
+// without denying kmirror too; both are reported. Without an authorizer
+// (or without the ACLs to manage ACLs), foreign writes are still detected
+// and the partition goes DIVERGED.
+type readOnly struct {
+	mu sync.Mutex
+	// status is the last round's outcome, as list shows it.
+	status string
+}
+
+func (r *readOnly) set(m *Member, status string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if status != r.status {
+		if strings.HasPrefix(status, "enforced") || status == noMirroredTopics {
+			m.log.Info("read-only mirror topics", zap.String("status", status))
+		} else {
+			m.log.Warn("read-only mirror topics", zap.String("status", status))
+		}
+	}
+	r.status = status
+}
+
+func (r *readOnly) get() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+const noMirroredTopics = "no mirrored topics"
+
+// readOnlyLoop reconciles the DENY ACLs while this member leads.
+func (m *Member) readOnlyLoop(ctx context.Context) {
+	changed, unwatch := m.store.Watch()
+	defer unwatch()
+	for {
+		m.reconcileReadOnly(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(readOnlyInterval):
+		}
+	}
+}
+
+// reconcileReadOnly runs one round: deny the writers of mirrored topics,
+// lift the denials of topics no longer mirrored.
+func (m *Member) reconcileReadOnly(ctx context.Context) {
+	if m.dest == nil {
+		return // a control-plane-only member (tests)
+	}
+	active := map[string]bool{}
+	var denials map[string][]string
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			if t.State != raftstore.StateStopped {
+				active[t.Topic] = true
+			}
+		}
+		denials = s.WriteDenials
+	})
+	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	// Lift first: a failover is waiting for it.
+	for topic, principals := range denials {
+		if active[topic] {
+			continue
+		}
+		if err := m.dest.RemoveDenyWrite(cctx, topic, principals); err != nil {
+			m.readOnly.set(m, "not lifted on "+topic+": "+readOnlyError(err))
+			return
+		}
+		if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic}); err != nil {
+			return // retried next round; deleting again is harmless
+		}
+		m.log.Info("mirror topic writable again: DENY WRITE ACLs removed", zap.String("topic", topic), zap.Strings("principals", principals))
+	}
+	if len(active) == 0 {
+		m.readOnly.set(m, noMirroredTopics)
+		return
+	}
+	own := m.destPrincipal
+	var wildcard []string
+	denied := 0
+	for _, topic := range slices.Sorted(maps.Keys(active)) {
+		allowed, err := m.dest.WriteAllowed(cctx, topic)
+		if err != nil {
+			m.readOnly.set(m, "not enforced: "+readOnlyError(err))
+			return
+		}
+		var want []string
+		for _, p := range allowed {
+			switch {
+			case p == own:
+			case p == "User:*":
+				wildcard = append(wildcard, topic)
+			default:
+				want = append(want, p)
+			}
+		}
+		have := denials[topic]
+		var missing []string
+		for _, p := range want {
+			if !slices.Contains(have, p) {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			// Record, then create: a crash between leaves a record of an
+			// ACL that may not exist, whose deletion is harmless.
+			if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic, Principals: append(slices.Clone(have), missing...)}); err != nil {
+				return
+			}
+			if err := m.dest.DenyWrite(cctx, topic, missing); err != nil {
+				m.readOnly.set(m, "not enforced on "+topic+": "+readOnlyError(err))
+				return
+			}
+			m.log.Info("mirror topic read-only: DENY WRITE ACLs added", zap.String("topic", topic), zap.Strings("principals", missing))
+		}
+		denied += len(want)
+	}
+	status := "enforced: " + strconv.Itoa(denied) + " DENY WRITE ACLs on " + strconv.Itoa(len(active)) + " mirror topics (kmirror writes as " + own + ")"
+	if len(wildcard) > 0 {
+		status += "; User:* may write " + strings.Join(wildcard, ", ") + " through an ALLOW ACL for every principal, which kmirror cannot deny " +
+			"without denying itself: replace that ACL with ACLs for named principals"
+	}
+	m.readOnly.set(m, status)
+}
+
+// readOnlyError says why read-only enforcement failed and what to do.
+func readOnlyError(err error) string {
+	var kerr *kwire.Error
+	switch {
+	case errors.Is(err, fetch.ErrNoAuthorizer):
+		return "the destination cluster runs no authorizer, so mirror topics cannot be made read-only; " +
+			"foreign writes are still detected (the partition goes DIVERGED)"
+	case errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code):
+		return "kmirror's principal may not manage ACLs on the destination: grant it DESCRIBE and ALTER on the CLUSTER resource " +
+			"(README, Least-privilege ACLs) to keep mirror topics read-only (" + err.Error() + ")"
+	}
+	return err.Error()
+}
