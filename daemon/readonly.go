@@ -65,6 +65,9 @@ const noMirroredTopics = "no mirrored topics"
 
 // readOnlyLoop reconciles the DENY ACLs while this member leads.
 func (m *Member) readOnlyLoop(ctx context.Context) {
+	if m.destPrincipal == "" {
+		return // a control-plane-only member (tests): no destination
+	}
 	changed, unwatch := m.store.Watch()
 	defer unwatch()
 	for {
@@ -81,9 +84,6 @@ func (m *Member) readOnlyLoop(ctx context.Context) {
 // reconcileReadOnly runs one round: deny the writers of mirrored topics,
 // lift the denials of topics no longer mirrored.
 func (m *Member) reconcileReadOnly(ctx context.Context) {
-	if m.dest == nil {
-		return // a control-plane-only member (tests)
-	}
 	active := map[string]bool{}
 	var denials map[string][]string
 	m.store.Read(func(s *raftstore.State) {

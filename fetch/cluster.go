@@ -254,7 +254,11 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 		}
 		return nil
 	}
-	return &joinedError{prefix: fmt.Sprintf("%s unreachable (bootstrap %s)", c.name, strings.Join(c.bootstrap, ",")), errs: errs}
+	how := "unreachable"
+	if slices.ContainsFunc(errs, securityFailure) {
+		how = "refused kmirror's connection"
+	}
+	return &joinedError{prefix: fmt.Sprintf("%s %s (bootstrap %s)", c.name, how, strings.Join(c.bootstrap, ",")), errs: errs}
 }
 
 // joinedError is one line naming several errors, each still found by
