@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -121,6 +122,12 @@ func (p *sourceProbe) probe(mir raftstore.Mirror) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err != nil && fetch.SecurityFailure(err) {
+		// The source answered, refusing kmirror's credentials or
+		// certificate: it is up, and failing over would not help. The
+		// partitions show the reason (FAILED).
+		err = nil
+	}
 	if err == nil {
 		if since, ok := p.down[mir.Name]; ok {
 			p.m.log.Info("source cluster answers again", zap.String("mirror", mir.Name), zap.Duration("after", time.Since(since)))

@@ -278,9 +278,12 @@ func (j *joinedError) Error() string {
 
 func (j *joinedError) Unwrap() []error { return j.errs }
 
-// securityFailure reports whether err is a failure only the operator can
+// SecurityFailure reports whether err is a failure only the operator can
 // fix: authentication (certificates, credentials, unreadable settings) or
-// authorization (a missing ACL).
+// authorization (a missing ACL). A cluster that refuses kmirror this way
+// is up.
+func SecurityFailure(err error) bool { return securityFailure(err) }
+
 func securityFailure(err error) bool {
 	var kerr *kwire.Error
 	return errors.Is(err, kwire.ErrAuthentication) || (errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code))
