@@ -204,7 +204,7 @@ func (a *apiAuth) require(h http.Handler) http.Handler {
 		}
 		want, err := a.token.get()
 		if err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "the member cannot read its api.token_file; fix the file on the member"})
+			writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: "not_leader", Error: "this member cannot read its api.token_file (fix the file on the member); ask another member"})
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

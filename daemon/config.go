@@ -113,7 +113,7 @@ func (d DestinationConfig) SecuritySettings() (ksec.Settings, error) {
 		for i, k := range unknown {
 			unknown[i] = fmt.Sprintf("%q", "destination."+k)
 		}
-		return ksec.Settings{}, fmt.Errorf("unknown field %s (allowed here: bootstrap_servers, client_id, replication_factor and the Kafka client's security properties %s)",
+		return ksec.Settings{}, fmt.Errorf("unknown field %s (allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties %s)",
 			strings.Join(unknown, ", "), strings.Join(ksec.Keys(), ", "))
 	}
 	return ksec.Parse(d.Security, "destination")
@@ -253,7 +253,12 @@ func (c *Config) Validate() error {
 	if c.Destination.ClientID == "" && c.NodeID != "" {
 		errs.add("destination.client_id", "required (the Kafka client.id kmirror uses on the destination; defaults to kmirror-<node_id>)")
 	}
-	if _, err := c.Destination.SecuritySettings(); err != nil {
+	if ds, err := c.Destination.SecuritySettings(); err != nil {
+		errs = append(errs, err.Error())
+	} else if _, err := ds.Resolve(); err != nil {
+		// The files it names: missing, unreadable or wrong (a key that
+		// does not match, a wrong ssl.key.password, an expired
+		// certificate) make the config invalid.
 		errs = append(errs, err.Error())
 	}
 	if rf := c.Destination.ReplicationFactor; rf != -1 && rf < 1 {
@@ -630,7 +635,7 @@ func unknownDestinationKeys(data []byte, d DestinationConfig) error {
 		for j := 0; j+1 < len(sec.Content); j += 2 {
 			k := sec.Content[j]
 			if _, ok := d.Security[k.Value]; ok && !ksec.IsKey(k.Value) {
-				errs = append(errs, fmt.Sprintf("line %d: unknown field %q (allowed here: bootstrap_servers, client_id, replication_factor and the Kafka client's security properties %s)",
+				errs = append(errs, fmt.Sprintf("line %d: unknown field %q (allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties %s)",
 					k.Line, "destination."+k.Value, strings.Join(ksec.Keys(), ", ")))
 			}
 		}

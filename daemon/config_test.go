@@ -141,7 +141,10 @@ func TestParseConfigErrors(t *testing.T) {
 			`line 6: unknown field "memory_limit" (allowed here: node_id, data_dir,`,
 		}},
 		{"unknown nested field", minimalConfig + "  acks: all\n", []string{
-			`line 6: unknown field "destination.acks" (allowed here: bootstrap_servers, client_id, replication_factor and the Kafka client's security properties`,
+			`line 6: unknown field "destination.acks" (allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties`,
+		}},
+		{"destination keystore missing", minimalConfig + "  security.protocol: SSL\n  ssl.keystore.location: /nonexistent/kmirror.pem\n", []string{
+			"destination: ssl.keystore.location: open /nonexistent/kmirror.pem: no such file or directory",
 		}},
 		{"bad duration", minimalConfig + "lease_ttl: soon\n", []string{
 			"line 6: lease_ttl: cannot unmarshal !!str `soon` into time.Duration (want a duration such as 500ms, 1s or 2m)",

@@ -101,11 +101,6 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err != nil {
 		return nil, err
 	}
-	// Read the files now, so a missing certificate stops the start with
-	// its name rather than failing every connection later.
-	if _, err := destSettings.Resolve(); err != nil {
-		return nil, err
-	}
 	destSecurity := securityOf(destSettings)
 	destPrincipal := cfg.Destination.Principal
 	if destPrincipal == "" {
@@ -191,7 +186,9 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err := m.engine.Start(ectx); err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
-	full := NewHandler(m, m.log, newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, &m.autoFailovers).handler())
+	mx := newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, &m.autoFailovers)
+	mx.readOnly = &m.readOnly
+	full := NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.goLoop(m.leadershipLoop)

@@ -40,6 +40,9 @@ type metrics struct {
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
 	fetched     *prometheus.Desc
+	// readOnly feeds kmirror_read_only_unprotected_topics (nil in tests).
+	readOnly      *readOnly
+	roUnprotected *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, failovers *counter) *metrics {
@@ -50,6 +53,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		groups:    groups,
 		probe:     probe,
 		failovers: failovers,
+		roUnprotected: prometheus.NewDesc("kmirror_read_only_unprotected_topics",
+			"Mirrored topics the raft leader could not keep read-only in its last round (no authorizer or no right to manage ACLs: all of them; "+
+				"an ALLOW WRITE for User:*: those topics). Only the leader reports it.", nil, nil),
 		srcDown: prometheus.NewDesc("kmirror_source_unreachable_seconds",
 			"How long the mirror's source cluster has not answered this member's probe (0 while it answers).", []string{"mirror"}, nil),
 		fetched: prometheus.NewDesc("kmirror_source_fetched_bytes_total",
@@ -101,6 +107,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.groupLag
 	ch <- m.groupConfls
 	ch <- m.srcDown
+	ch <- m.roUnprotected
 	ch <- m.autoFailovr
 	ch <- m.fetched
 }
@@ -126,6 +133,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.groups != nil {
 		m.collectGroups(ch)
+	}
+	if m.readOnly != nil {
+		if n, ok := m.readOnly.gauge(); ok {
+			ch <- prometheus.MustNewConstMetric(m.roUnprotected, prometheus.GaugeValue, float64(n))
+		}
 	}
 	if m.probe != nil {
 		for _, r := range m.probe.reach() {

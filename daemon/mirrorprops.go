@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -81,8 +82,19 @@ func parseMirrorSettings(name string, props map[string]string) (mirrorSettings, 
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return mirrorSettings{}, fmt.Errorf("%w: unsupported mirror properties %s: this version supports %s, %s, %s, %s, %s, %s and the security properties %s",
-			ErrInvalid, strings.Join(unknown, ", "), propBootstrap, propClientID, propGroupsInclude, propGroupsExclude, propGroupsInterval,
+		known := append(slices.Sorted(maps.Keys(sourceProperties)), ksec.Keys()...)
+		var hints []string
+		for _, k := range unknown {
+			if near := closest(k, known); near != "" {
+				hints = append(hints, fmt.Sprintf("did you mean %s for %s?", near, k))
+			}
+		}
+		hint := ""
+		if len(hints) > 0 {
+			hint = " " + strings.Join(hints, " ")
+		}
+		return mirrorSettings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s and the security properties %s",
+			ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, propGroupsExclude, propGroupsInterval,
 			propFailoverAuto, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
@@ -209,4 +221,37 @@ func (m *Member) checkSource(ctx context.Context, settings mirrorSettings) (stri
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return id, nil
+}
+
+// closest returns the key of known within edit distance 2 of k (a typo),
+// or "".
+func closest(k string, known []string) string {
+	best, bestD := "", 3
+	for _, c := range known {
+		if d := editDistance(k, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -38,30 +38,37 @@ const readOnlyInterval = 3 * time.Second
 // and the partition goes DIVERGED.
 type readOnly struct {
 	mu sync.Mutex
-	// status is the last round's outcome, as list shows it.
+	// status is the last round's outcome, as the leader logs it.
 	status string
+	// unprotected counts the mirrored topics the last round could not
+	// keep read-only (kmirror_read_only_unprotected_topics); known is
+	// false until this member ran a round as leader.
+	unprotected int
+	known       bool
 }
 
-func (r *readOnly) set(m *Member, status string) {
+// set records a round's outcome; a change is logged, at warn level when
+// some mirrored topic is left writable by others.
+func (r *readOnly) set(m *Member, status string, unprotected int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if status != r.status {
-		if strings.HasPrefix(status, "enforced") || status == noMirroredTopics {
+		if unprotected == 0 {
 			m.log.Info("read-only mirror topics", zap.String("status", status))
 		} else {
-			m.log.Warn("read-only mirror topics", zap.String("status", status))
+			m.log.Warn("read-only mirror topics", zap.String("status", status), zap.Int("unprotected_topics", unprotected))
 		}
 	}
-	r.status = status
+	r.status, r.unprotected, r.known = status, unprotected, true
 }
 
-func (r *readOnly) get() string {
+// gauge returns kmirror_read_only_unprotected_topics; ok is false on a
+// member that has not led a round.
+func (r *readOnly) gauge() (n int, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.status
+	return r.unprotected, r.known
 }
-
-const noMirroredTopics = "no mirrored topics"
 
 // readOnlyLoop reconciles the DENY ACLs while this member leads.
 func (m *Member) readOnlyLoop(ctx context.Context) {
@@ -102,7 +109,7 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 			continue
 		}
 		if err := m.dest.RemoveDenyWrite(cctx, topic, principals); err != nil {
-			m.readOnly.set(m, "not lifted on "+topic+": "+readOnlyError(err))
+			m.readOnly.set(m, "not lifted on "+topic+": "+readOnlyError(err), 0)
 			return
 		}
 		if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic}); err != nil {
@@ -111,16 +118,16 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 		m.log.Info("mirror topic writable again: DENY WRITE ACLs removed", zap.String("topic", topic), zap.Strings("principals", principals))
 	}
 	if len(active) == 0 {
-		m.readOnly.set(m, noMirroredTopics)
+		m.readOnly.set(m, "no mirrored topics", 0)
 		return
 	}
 	own := m.destPrincipal
 	var wildcard []string
 	denied := 0
 	for _, topic := range slices.Sorted(maps.Keys(active)) {
-		allowed, err := m.dest.WriteAllowed(cctx, topic)
+		allowed, existing, err := m.dest.TopicWriteACLs(cctx, topic)
 		if err != nil {
-			m.readOnly.set(m, "not enforced: "+readOnlyError(err))
+			m.readOnly.set(m, "not enforced: "+readOnlyError(err), len(active))
 			return
 		}
 		var want []string
@@ -134,21 +141,33 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 			}
 		}
 		have := denials[topic]
-		var missing []string
+		// Compared with the ACLs that exist, not with the record: a DENY
+		// someone deleted is created again.
+		var missing, recreated, unrecorded []string
 		for _, p := range want {
-			if !slices.Contains(have, p) {
-				missing = append(missing, p)
+			switch {
+			case slices.Contains(existing, p):
+			case slices.Contains(have, p):
+				missing, recreated = append(missing, p), append(recreated, p)
+			default:
+				missing, unrecorded = append(missing, p), append(unrecorded, p)
 			}
 		}
 		if len(missing) > 0 {
 			// Record, then create: a crash between leaves a record of an
 			// ACL that may not exist, whose deletion is harmless.
-			if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic, Principals: append(slices.Clone(have), missing...)}); err != nil {
-				return
+			if len(unrecorded) > 0 {
+				if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic, Principals: append(slices.Clone(have), unrecorded...)}); err != nil {
+					return
+				}
 			}
 			if err := m.dest.DenyWrite(cctx, topic, missing); err != nil {
-				m.readOnly.set(m, "not enforced on "+topic+": "+readOnlyError(err))
+				m.readOnly.set(m, "not enforced on "+topic+": "+readOnlyError(err), len(active))
 				return
+			}
+			if len(recreated) > 0 {
+				m.log.Warn("mirror topic read-only: DENY WRITE ACLs kmirror had added were deleted by someone; added again",
+					zap.String("topic", topic), zap.Strings("principals", recreated))
 			}
 			m.log.Info("mirror topic read-only: DENY WRITE ACLs added", zap.String("topic", topic), zap.Strings("principals", missing))
 		}
@@ -159,7 +178,7 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 		status += "; User:* may write " + strings.Join(wildcard, ", ") + " through an ALLOW ACL for every principal, which kmirror cannot deny " +
 			"without denying itself: replace that ACL with ACLs for named principals"
 	}
-	m.readOnly.set(m, status)
+	m.readOnly.set(m, status, len(wildcard))
 }
 
 // readOnlyError says why read-only enforcement failed and what to do.

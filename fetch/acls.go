@@ -22,6 +22,7 @@ const (
 	aclOperationAny    int8 = 1
 	aclOperationAll    int8 = 2
 	aclOperationWrite  int8 = 4
+	aclPermissionAny   int8 = 1
 	aclPermissionDeny  int8 = 2
 	aclPermissionAllow int8 = 3
 
@@ -32,32 +33,37 @@ const (
 // read or set.
 var ErrNoAuthorizer = errors.New("the cluster has no authorizer (authorizer.class.name is not set)")
 
-// WriteAllowed returns the principals that an ALLOW ACL lets write topic:
-// WRITE or ALL on the topic by a literal, prefixed or wildcard pattern,
-// sorted. Errors wrap ErrNoAuthorizer, or a kwire.Error for a missing
-// DESCRIBE on the cluster.
-func (a *Admin) WriteAllowed(ctx context.Context, topic string) ([]string, error) {
+// TopicWriteACLs returns, sorted, the principals that an ALLOW ACL lets
+// write topic (WRITE or ALL on the topic by a literal, prefixed or
+// wildcard pattern) and those with a DENY WRITE ACL on exactly this topic
+// (what DenyWrite creates). Errors wrap ErrNoAuthorizer, or a kwire.Error
+// for a missing DESCRIBE on the cluster.
+func (a *Admin) TopicWriteACLs(ctx context.Context, topic string) (allowed, denied []string, err error) {
 	msg, err := a.cl.roundTrip(ctx, &describeacls.Request{Filter: describeacls.ACLFilter{
 		ResourceTypeFilter: aclResourceTopic, ResourceNameFilter: topic, ResourcePatternTypeFilter: aclPatternMatch,
-		Operation: aclOperationAny, PermissionType: aclPermissionAllow,
+		Operation: aclOperationAny, PermissionType: aclPermissionAny,
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("describe ACLs of topic %s on %s: %w", topic, a.cl.name, err)
+		return nil, nil, fmt.Errorf("describe ACLs of topic %s on %s: %w", topic, a.cl.name, err)
 	}
 	res := msg.(*describeacls.Response)
 	if err := aclError(res.ErrorCode, res.ErrorMessage, "describe ACLs of topic "+topic+" on "+a.cl.name); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, r := range res.Resources {
 		for _, acl := range r.ACLs {
-			if acl.Operation == aclOperationWrite || acl.Operation == aclOperationAll {
-				out = append(out, acl.Principal)
+			switch {
+			case acl.PermissionType == aclPermissionAllow && (acl.Operation == aclOperationWrite || acl.Operation == aclOperationAll):
+				allowed = append(allowed, acl.Principal)
+			case acl.PermissionType == aclPermissionDeny && acl.Operation == aclOperationWrite &&
+				r.PatternType == aclPatternLiteral && r.ResourceName == topic && acl.Host == "*":
+				denied = append(denied, acl.Principal)
 			}
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	slices.Sort(allowed)
+	slices.Sort(denied)
+	return slices.Compact(allowed), slices.Compact(denied), nil
 }
 
 // DenyWrite adds DENY WRITE ACLs on topic (literal, any host) for each

@@ -314,8 +314,18 @@ func (e *Engine) updateLocked(p *partition) update {
 func (e *Engine) Statuses() []Status {
 	e.mu.Lock()
 	out := make([]Status, 0, len(e.parts))
-	for _, p := range e.parts {
-		out = append(out, p.status())
+	for k, p := range e.parts {
+		st := p.status()
+		if !p.resumed && p.state != Diverged {
+			// Not resumed yet (starting, or failed before its first
+			// resume): the position is the checkpoint, not the zero
+			// value, or unknown (-1).
+			st.Position = Position{SourceOffset: -1, DestinationOffset: -1}
+			if cp, ok := e.store.checkpointOf(k); ok {
+				st.Position = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+			}
+		}
+		out = append(out, st)
 	}
 	e.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.Less(out[j].Key) })

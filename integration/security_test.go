@@ -331,7 +331,7 @@ func TestSecurity(t *testing.T) {
 		err = m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "bad",
 			Properties: s.mirrorProps("SCRAM-SHA-256", scramModule, scram256User, scram256Password, otherFile)})
 		requireErr(t, err, &shown, "TLS handshake with kafka broker "+s.srcAddr,
-			"signed by an authority kmirror does not trust: put the CA certificate that signed it (PEM) in ssl.truststore.location")
+			"signed by an authority kmirror does not trust: put the CA certificate that signed it (PEM) in mirror bad's ssl.truststore.location")
 		// The truststore file is replaced by the wrong CA: new connections
 		// fail; putting the right CA back is the fix (files are read at
 		// every connection).
@@ -439,6 +439,21 @@ func TestSecurity(t *testing.T) {
 		waitDenied("sec-plain", true)
 		if err := appWrite("sec-plain"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 			t.Fatalf("the app wrote into a MIRRORING topic: %v", err)
+		}
+		// Someone deletes kmirror's DENY: the next round puts it back.
+		appDeny := aclSpec{kmsg.ACLResourceTypeTopic, "sec-plain", kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLOperationWrite}
+		if n := deleteDenyACL(t, s.dst, "User:CN=app", appDeny); n != 1 {
+			t.Fatalf("deleted %d DENY ACLs for the app on sec-plain, want kmirror's one", n)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !hasDenyACL(t, s.dst, "User:CN=app", appDeny) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the deleted DENY WRITE was not put back within 30s:\n%s", m.logTail())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !strings.Contains(m.logTail(), "were deleted by someone; added again") {
+			t.Fatalf("no warning that a deleted DENY was put back:\n%s", m.logTail())
 		}
 		// kmirror itself still writes (its own principal is not denied).
 		produceTo(t, s.src, "sec-plain", 3, 60, "read-only")
@@ -582,4 +597,41 @@ func committedOn(t *testing.T, cl *harness.Cluster, group, topic string) map[int
 		}
 	}
 	return out
+}
+
+// deleteDenyACL deletes the DENY ACL a for principal and returns how many
+// ACLs matched.
+func deleteDenyACL(t *testing.T, cl *harness.Cluster, principal string, a aclSpec) int {
+	t.Helper()
+	req := kmsg.NewPtrDeleteACLsRequest()
+	f := kmsg.NewDeleteACLsRequestFilter()
+	f.ResourceType, f.ResourceName, f.ResourcePatternType = a.resource, kmsg.StringPtr(a.name), a.pattern
+	f.Principal, f.Host, f.Operation, f.PermissionType = kmsg.StringPtr(principal), kmsg.StringPtr("*"), a.op, kmsg.ACLPermissionTypeDeny
+	req.Filters = append(req.Filters, f)
+	n := 0
+	for _, r := range adminRequest(t, cl, req).(*kmsg.DeleteACLsResponse).Results {
+		if r.ErrorCode != 0 {
+			t.Fatalf("delete DENY ACL: error %d", r.ErrorCode)
+		}
+		n += len(r.MatchingACLs)
+	}
+	return n
+}
+
+// hasDenyACL reports whether the DENY ACL a for principal exists.
+func hasDenyACL(t *testing.T, cl *harness.Cluster, principal string, a aclSpec) bool {
+	t.Helper()
+	req := kmsg.NewPtrDescribeACLsRequest()
+	req.ResourceType, req.ResourceName, req.ResourcePatternType = a.resource, kmsg.StringPtr(a.name), a.pattern
+	req.Principal, req.Host, req.Operation, req.PermissionType = kmsg.StringPtr(principal), kmsg.StringPtr("*"), a.op, kmsg.ACLPermissionTypeDeny
+	res := adminRequest(t, cl, req).(*kmsg.DescribeACLsResponse)
+	if res.ErrorCode != 0 {
+		t.Fatalf("describe ACLs: error %d", res.ErrorCode)
+	}
+	for _, r := range res.Resources {
+		if len(r.ACLs) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -52,12 +53,19 @@ var keys = []string{
 	ConfigProviders, ConfigProviderFileClass,
 }
 
-// IsKey reports whether k is a security property ksec reads.
+// IsKey reports whether k is a security property ksec reads (some only
+// to refuse them with a reason, such as store passwords with PEM).
 func IsKey(k string) bool { return slices.Contains(keys, k) }
 
-// Keys lists the security properties ksec reads, sorted.
+// Keys lists the security properties kmirror acts on, sorted (not the
+// ones it reads only to refuse).
 func Keys() []string {
-	out := slices.Clone(keys)
+	var out []string
+	for _, k := range keys {
+		if k != TruststorePassword && k != KeystorePassword {
+			out = append(out, k)
+		}
+	}
 	sort.Strings(out)
 	return out
 }
@@ -107,9 +115,13 @@ func Parse(props map[string]string, where string) (Settings, error) {
 	fail := func(format string, args ...any) (Settings, error) {
 		return Settings{}, fmt.Errorf("%s: "+format, append([]any{where}, args...)...)
 	}
-	for k, v := range s.props {
-		if err := checkReferences(k, v); err != nil {
+	for _, k := range slices.Sorted(maps.Keys(s.props)) {
+		if err := checkReferences(k, s.props[k]); err != nil {
 			return fail("%v", err)
+		}
+		if strings.Contains(s.props[k], hidden) {
+			return fail("%s holds %s, which kmirror list shows in place of a secret: give the secret itself, or better a ${file:/path:key} reference",
+				k, hidden)
 		}
 	}
 	if v, ok := s.props[SecurityProtocol]; ok && v != "" {
@@ -180,11 +192,12 @@ func (s Settings) checkTLS() error {
 				"(openssl pkcs12 -in store.p12 -out store.pem, or keytool -importkeystore -deststoretype PKCS12 first for JKS)", k, v, k)
 		}
 	}
-	for _, k := range []string{TruststorePassword, KeystorePassword} {
-		if _, ok := s.props[k]; ok {
-			return fmt.Errorf("%s is set: PEM stores have no store password (as in the Java client); remove it, and put the password of an encrypted private key in %s",
-				k, KeyPassword)
-		}
+	if _, ok := s.props[TruststorePassword]; ok {
+		return fmt.Errorf("%s is set: a PEM truststore has no password (as in the Java client): remove it", TruststorePassword)
+	}
+	if _, ok := s.props[KeystorePassword]; ok {
+		return fmt.Errorf("%s is set: a PEM keystore has no store password (as in the Java client): remove it, and put the password of an encrypted private key in %s",
+			KeystorePassword, KeyPassword)
 	}
 	if s.has(TruststoreLocation) && s.has(TruststoreCertificates) {
 		return fmt.Errorf("both %s and %s are set: keep one", TruststoreLocation, TruststoreCertificates)
@@ -297,7 +310,7 @@ func (s Settings) Resolve() (*kwire.Security, error) {
 		}
 		vals[k] = r
 	}
-	sec := &kwire.Security{TruststoreHint: TruststoreLocation}
+	sec := &kwire.Security{TruststoreHint: s.where + "'s " + TruststoreLocation}
 	if s.Protocol == SSL || s.Protocol == SASLSSL {
 		cfg, err := tlsConfig(vals, time.Now())
 		if err != nil {
@@ -305,7 +318,7 @@ func (s Settings) Resolve() (*kwire.Security, error) {
 		}
 		sec.TLS = cfg
 		if vals[TruststoreCertificates] != "" {
-			sec.TruststoreHint = TruststoreCertificates
+			sec.TruststoreHint = s.where + "'s " + TruststoreCertificates
 		}
 	}
 	if s.Protocol == SASLSSL || s.Protocol == SASLPlaintext {

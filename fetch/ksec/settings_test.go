@@ -24,7 +24,10 @@ func TestParseErrorsNameThePropertyAndHideSecrets(t *testing.T) {
 	}{
 		{map[string]string{SecurityProtocol: "TLS"}, "security.protocol=TLS: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"},
 		{map[string]string{SecurityProtocol: "SSL", TruststoreType: "JKS"}, "ssl.truststore.type=JKS: kmirror reads PEM stores only"},
-		{map[string]string{SecurityProtocol: "SSL", TruststorePassword: secret}, "ssl.truststore.password is set: PEM stores have no store password"},
+		{map[string]string{SecurityProtocol: "SSL", TruststorePassword: secret}, "ssl.truststore.password is set: a PEM truststore has no password"},
+		{map[string]string{SecurityProtocol: "SSL", KeystorePassword: secret}, "ssl.keystore.password is set: a PEM keystore has no store password"},
+		{map[string]string{SecurityProtocol: "SASL_SSL", SASLMechanism: MechPlain, SASLJAASConfig: jaas(plainModule, "u", "[hidden]")},
+			"sasl.jaas.config holds [hidden], which kmirror list shows in place of a secret"},
 		{map[string]string{SecurityProtocol: "SSL", KeystoreKey: "/k.pem"}, "ssl.keystore.key and ssl.keystore.certificate.chain go together"},
 		{map[string]string{SecurityProtocol: "SSL", KeyPassword: secret}, "ssl.key.password is set but no client key is"},
 		{map[string]string{SecurityProtocol: "SSL", EndpointIdentification: "http"}, "use https"},

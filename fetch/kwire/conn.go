@@ -42,6 +42,10 @@ type Conn struct {
 	versions map[int16]versionRange
 	wbuf     []byte
 	small    int // requests in a row far smaller than wbuf
+	// requests counts requests sent after ApiVersions (for the first one's
+	// hint); sasl is set when the connection authenticates with SASL.
+	requests int
+	sasl     bool
 }
 
 // Dial connects to addr, secures the connection as sec says (TLS
@@ -65,6 +69,7 @@ func Dial(ctx context.Context, addr, clientID string, sec *Security) (*Conn, err
 		nc.Close()
 		return nil, explainFirstExchange(addr, sec, err)
 	}
+	c.sasl = sec != nil && sec.SASL != nil
 	if err := c.authenticate(ctx, sec); err != nil {
 		nc.Close()
 		return nil, err
@@ -165,7 +170,11 @@ var ErrNotSent = errors.New("request not sent")
 // roundTripBy is roundTrip with the request's last byte written by writeBy
 // at the latest (zero: ctx's deadline only); a request that cannot be
 // written by then fails with ErrNotSent.
-func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) ([]byte, error) {
+func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) (body []byte, err error) {
+	if c.versions != nil {
+		c.requests++
+		defer func() { err = c.firstRequestHint(err) }()
+	}
 	binary.BigEndian.PutUint32(w.b, uint32(len(w.b)-4))
 	c.wbuf = w.b
 	// A buffer grown for large produce requests is kept while they keep
@@ -202,7 +211,7 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) ([
 	if corr != c.corr {
 		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, corr, c.corr)
 	}
-	body := make([]byte, size-4)
+	body = make([]byte, size-4)
 	if _, err := io.ReadFull(c.br, body); err != nil {
 		return nil, err
 	}
@@ -229,10 +238,12 @@ func (c *Conn) RoundTrip(ctx context.Context, msg protocol.Message) (protocol.Me
 		p.Prepare(v)
 	}
 	defer c.deadline(ctx)()
+	c.requests++
 	c.corr++
 	rw := struct {
 		io.Reader
 		io.Writer
 	}{c.br, c.nc}
-	return protocol.RoundTrip(rw, v, c.corr, c.clientID, msg)
+	res, err := protocol.RoundTrip(rw, v, c.corr, c.clientID, msg)
+	return res, c.firstRequestHint(err)
 }

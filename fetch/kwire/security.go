@@ -95,6 +95,9 @@ func explainTLS(addr string, sec *Security, err error) error {
 			"set ssl.keystore.location (or ssl.keystore.key and ssl.keystore.certificate.chain) to a certificate its truststore accepts", err)
 	case errors.As(err, &rec):
 		fix = "the broker did not answer in TLS: its listener is PLAINTEXT or SASL_PLAINTEXT; use that security.protocol or the broker's SSL listener"
+	case closedByPeer(err):
+		fix = fmt.Sprintf("the broker closed the connection during the TLS handshake (%v): its listener most likely does not use TLS (PLAINTEXT or SASL_PLAINTEXT); "+
+			"use that security.protocol, or the broker's SSL or SASL_SSL listener", err)
 	default:
 		return fmt.Errorf("TLS handshake with kafka broker %s: %w", addr, err)
 	}
@@ -181,6 +184,17 @@ func (c *Conn) authenticate(ctx context.Context, sec *Security) error {
 		}
 	}
 	return nil
+}
+
+// firstRequestHint explains a connection the broker closed at the first
+// request after ApiVersions: a SASL listener refuses any other request
+// before authentication and closes the connection.
+func (c *Conn) firstRequestHint(err error) error {
+	if err == nil || c.requests > 1 || c.sasl || !closedByPeer(err) {
+		return err
+	}
+	return fmt.Errorf("%w (the broker closed the connection at kmirror's first request: if its listener uses SASL, "+
+		"set security.protocol=SASL_SSL or SASL_PLAINTEXT with sasl.mechanism and sasl.jaas.config)", err)
 }
 
 // protocolError names a Kafka error code.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go/protocol/metadata"
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -115,4 +116,48 @@ func TestDialSASL(t *testing.T) {
 		t.Fatalf("Dial with a mechanism the user has no credentials for: %v", err)
 	}
 	t.Logf("SCRAM-SHA-256 without credentials: %v", err)
+}
+
+// TestDialHintsListenerMismatch: TLS to a plaintext listener (the broker
+// drops the connection at the ClientHello), and a client without SASL at
+// a SASL listener (the broker drops the first request after ApiVersions).
+func TestDialHintsListenerMismatch(t *testing.T) {
+	// A listener that reads a little and closes, as a plaintext Kafka
+	// listener does with a TLS ClientHello.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Read(make([]byte, 16))
+			c.Close()
+		}
+	}()
+	_, err = Dial(context.Background(), l.Addr().String(), "test", &Security{TLS: &tls.Config{InsecureSkipVerify: true}})
+	if err == nil || !strings.Contains(err.Error(), "its listener most likely does not use TLS") {
+		t.Fatalf("TLS at a listener that closes: %v", err)
+	}
+	// SASL required: kfake with SASL answers ApiVersions and then drops
+	// an unauthenticated request.
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("PLAIN", "u", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	conn, err := Dial(context.Background(), c.ListenAddrs()[0], "test", nil)
+	if err != nil {
+		t.Logf("dial without SASL failed at once: %v", err)
+		return
+	}
+	defer conn.Close()
+	_, err = conn.RoundTrip(context.Background(), &metadata.Request{})
+	if err == nil || !strings.Contains(err.Error(), "if its listener uses SASL, set security.protocol=SASL_SSL or SASL_PLAINTEXT") {
+		t.Fatalf("first request without SASL: %v", err)
+	}
 }
