@@ -4,13 +4,17 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // APIConfig secures the HTTP API (config section api). Every member of a
@@ -43,15 +47,17 @@ type APITLSConfig struct {
 // openableRoutes are the routes api.open_routes may name.
 var openableRoutes = []string{"/healthz", "/readyz", "/metrics"}
 
-// validate checks the api section.
-func (a APIConfig) validate(errs *problems) {
+// validate checks the api section; host is the host other members reach
+// this member's API by ("" when not known), which the certificate must
+// hold.
+func (a APIConfig) validate(errs *problems, host string) {
 	for i, r := range a.OpenRoutes {
 		if !slices.Contains(openableRoutes, r) {
 			errs.add(fmt.Sprintf("api.open_routes[%d]", i), "%q: only %s may be served without the token", r, strings.Join(openableRoutes, ", "))
 		}
 	}
 	if a.TokenFile != "" {
-		if _, err := readToken(a.TokenFile); err != nil {
+		if _, err := readTokens(a.TokenFile); err != nil {
 			errs.add("api.token_file", "%v", err)
 		}
 	}
@@ -59,9 +65,14 @@ func (a APIConfig) validate(errs *problems) {
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		errs.add("api.tls", "set both cert_file and key_file (PEM), or neither")
 	} else if t.CertFile != "" {
-		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+		if c, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
 			errs.add("api.tls", "cert_file %s and key_file %s: %v", t.CertFile, t.KeyFile, err)
+		} else if err := certHoldsHost(c, host); err != nil {
+			errs.add("api.tls.cert_file", "%v: other members and the CLI reach this member's API at %s", err, host)
 		}
+	}
+	if t.CAFile != "" && t.CertFile == "" {
+		errs.add("api.tls", "ca_file is set but cert_file and key_file are not, so the API would be plain HTTP: set them too, or remove ca_file")
 	}
 	if t.CAFile != "" {
 		if _, err := certPool(t.CAFile); err != nil {
@@ -70,18 +81,34 @@ func (a APIConfig) validate(errs *problems) {
 	}
 }
 
-// readToken reads a token file: its content without surrounding space.
-// Errors name the file, never its content.
-func readToken(path string) (string, error) {
+// minTokenLength is the shortest bearer token accepted (16 characters, as
+// 8 random bytes in hex).
+const minTokenLength = 16
+
+// readTokens reads a token file: one token per line, the first sent to
+// other members, every one accepted (two during a rotation). Errors name
+// the file, never its content.
+func readTokens(path string) ([]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%v: the token file must be readable by kmirror", err)
+		return nil, fmt.Errorf("%v: the token file must be readable by kmirror", err)
 	}
-	tok := strings.TrimSpace(string(data))
-	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("%s must hold one token (one line without spaces), such as the output of: openssl rand -hex 32", path)
+	var toks []string
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if strings.ContainsAny(line, " \t") || len(line) < minTokenLength {
+			return nil, fmt.Errorf("%s must hold one token per line, each of at least %d characters without spaces, such as the output of: openssl rand -hex 32",
+				path, minTokenLength)
+		}
+		toks = append(toks, line)
 	}
-	return tok, nil
+	if len(toks) == 0 || len(toks) > 2 {
+		return nil, fmt.Errorf("%s must hold one token (or two, one per line, during a rotation: see README), such as the output of: openssl rand -hex 32", path)
+	}
+	return toks, nil
 }
 
 // certPool reads PEM CA certificates.
@@ -134,8 +161,14 @@ func (c *fileCache[T]) get() (T, error) {
 // token.
 type apiAuth struct {
 	cfg   APIConfig
-	token *fileCache[string]
-	cert  *fileCache[*tls.Certificate]
+	token *fileCache[[]string]
+	// unauthorized counts requests refused for their token
+	// (kmirror_api_unauthorized_total); lastWarn rate-limits the logs of
+	// refusals and of peers that refuse this member.
+	unauthorized atomic.Int64
+	warnMu       sync.Mutex
+	lastWarn     map[string]time.Time
+	cert         *fileCache[*tls.Certificate]
 	// client calls other members: TLS when the API is TLS, with CAFile.
 	clientTLS *tls.Config
 }
@@ -143,7 +176,7 @@ type apiAuth struct {
 func newAPIAuth(cfg APIConfig) (*apiAuth, error) {
 	a := &apiAuth{cfg: cfg}
 	if cfg.TokenFile != "" {
-		a.token = &fileCache[string]{paths: []string{cfg.TokenFile}, load: func() (string, error) { return readToken(cfg.TokenFile) }}
+		a.token = &fileCache[[]string]{paths: []string{cfg.TokenFile}, load: func() ([]string, error) { return readTokens(cfg.TokenFile) }}
 	}
 	if cfg.TLS.CertFile != "" {
 		a.cert = &fileCache[*tls.Certificate]{paths: []string{cfg.TLS.CertFile, cfg.TLS.KeyFile}, load: func() (*tls.Certificate, error) {
@@ -181,19 +214,47 @@ func (a *apiAuth) serverTLS() *tls.Config {
 	}}
 }
 
-// currentToken is the token members send each other ("" when none).
+// currentToken is the token members send each other: the file's first
+// line ("" when none).
 func (a *apiAuth) currentToken() string {
 	if a == nil || a.token == nil {
 		return ""
 	}
-	t, _ := a.token.get() // an unreadable file is reported by the server side
-	return t
+	t, err := a.token.get() // an unreadable file is reported by the server side
+	if err != nil || len(t) == 0 {
+		return ""
+	}
+	return t[0]
+}
+
+// warnEvery logs at most one warning per key and interval.
+func (a *apiAuth) warnEvery(m *Member, key string, msg string, fields ...zap.Field) {
+	a.warnMu.Lock()
+	defer a.warnMu.Unlock()
+	if a.lastWarn == nil {
+		a.lastWarn = map[string]time.Time{}
+	}
+	if time.Since(a.lastWarn[key]) < 10*time.Second {
+		return
+	}
+	a.lastWarn[key] = time.Now()
+	m.log.Warn(msg, fields...)
+}
+
+// peerFailed logs, with the peer's ID, a member that refused this one's
+// API call for a reason no retry fixes: its token or TLS settings differ.
+func (a *apiAuth) peerFailed(m *Member, id string, err error) {
+	if a == nil || (!errors.Is(err, ErrUnauthorized) && !strings.Contains(err.Error(), "certificate")) {
+		return
+	}
+	a.warnEvery(m, "peer "+id, "a member refused this member's API call: the api settings (token_file, tls.ca_file, the API certificate's hosts) must suit every member",
+		zap.String("member", id), zap.Error(err))
 }
 
 // require wraps h: every route except the open ones needs the bearer
 // token. A missing or wrong token is answered 401 with what to do, and the
 // request does nothing.
-func (a *apiAuth) require(h http.Handler) http.Handler {
+func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 	if a == nil || a.token == nil {
 		return h
 	}
@@ -204,16 +265,24 @@ func (a *apiAuth) require(h http.Handler) http.Handler {
 		}
 		want, err := a.token.get()
 		if err != nil {
+			a.warnEvery(m, "token file", "this member cannot read api.token_file: it refuses every API request until the file is fixed", zap.Error(err))
 			writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: "not_leader", Error: "this member cannot read its api.token_file (fix the file on the member); ask another member"})
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got = strings.TrimSpace(got)
+		valid := slices.ContainsFunc(want, func(t string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 })
+		if !valid {
+			a.unauthorized.Add(1)
+			a.warnEvery(m, "unauthorized", "API request refused: no or a wrong bearer token (counted in kmirror_api_unauthorized_total)",
+				zap.String("remote", r.RemoteAddr), zap.String("method", r.Method), zap.String("path", r.URL.Path))
+		}
 		switch {
-		case !ok || got == "":
+		case !strings.EqualFold(scheme, "Bearer") || got == "":
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Code: "unauthorized", Error: "this kmirror API needs a bearer token: pass --token-file FILE (or KMIRROR_TOKEN_FILE) " +
 				"to the CLI, or send Authorization: Bearer <token>; the token is in the file named by api.token_file on the members"})
-		case subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1:
+		case !valid:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror", error="invalid_token"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Code: "unauthorized", Error: "the bearer token is not this kmirror group's: check --token-file (or KMIRROR_TOKEN_FILE) against api.token_file on the members"})
 		default:
@@ -242,4 +311,20 @@ func (a *apiAuth) httpClient(timeout time.Duration) *http.Client {
 		c.Transport = &http.Transport{TLSClientConfig: a.clientTLS.Clone()}
 	}
 	return c
+}
+
+// certHoldsHost checks that a certificate is valid for host ("" skips the
+// check), as a client dialing host verifies it.
+func certHoldsHost(c tls.Certificate, host string) error {
+	if host == "" {
+		return nil
+	}
+	leaf := c.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return err
+		}
+	}
+	return leaf.VerifyHostname(host)
 }

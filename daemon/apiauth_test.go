@@ -33,13 +33,13 @@ func writeTemp(t *testing.T, dir, name, text string) string {
 // a replaced token file takes effect.
 func TestAPIToken(t *testing.T) {
 	dir := t.TempDir()
-	tokenFile := writeTemp(t, dir, "token", "first-token\n")
+	tokenFile := writeTemp(t, dir, "token", "first-token-0123456789\n")
 	auth, err := newAPIAuth(APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fakeAPI{mirrors: testMirrors}
-	srv := httptest.NewServer(auth.require(NewHandler(f, zaptest.NewLogger(t), http.NotFoundHandler())))
+	srv := httptest.NewServer(auth.require(&Member{log: zaptest.NewLogger(t)}, NewHandler(f, zaptest.NewLogger(t), http.NotFoundHandler())))
 	defer srv.Close()
 	ctx := context.Background()
 	client := func(token string) *Client {
@@ -58,7 +58,7 @@ func TestAPIToken(t *testing.T) {
 	if f.lastCall() != "" {
 		t.Fatalf("an unauthenticated request reached the API: %s", f.lastCall())
 	}
-	if _, err := client("first-token").ListMirrors(ctx); err != nil {
+	if _, err := client("first-token-0123456789").ListMirrors(ctx); err != nil {
 		t.Fatalf("list with the token: %v", err)
 	}
 	// Open routes answer without a token; /metrics was not opened here.
@@ -75,11 +75,30 @@ func TestAPIToken(t *testing.T) {
 	// Rotation: the file is replaced; the old token stops working.
 	time.Sleep(10 * time.Millisecond) // a distinct modification time
 	writeTemp(t, dir, "token", "second-token-longer\n")
-	if _, err := client("first-token").ListMirrors(ctx); !errors.Is(err, ErrUnauthorized) {
+	if _, err := client("first-token-0123456789").ListMirrors(ctx); !errors.Is(err, ErrUnauthorized) {
 		t.Fatalf("the replaced token still works: %v", err)
 	}
 	if _, err := client("second-token-longer").ListMirrors(ctx); err != nil {
 		t.Fatalf("the new token: %v", err)
+	}
+	// A rotation without a window: both tokens accepted while the file
+	// holds both; the scheme is case-insensitive (RFC 7235).
+	writeTemp(t, dir, "token", "second-token-longer\nthird-token-0123456789\n")
+	for _, tok := range []string{"second-token-longer", "third-token-0123456789"} {
+		if _, err := client(tok).ListMirrors(ctx); err != nil {
+			t.Fatalf("token %s while the file holds two: %v", tok, err)
+		}
+	}
+	if auth.currentToken() != "second-token-longer" {
+		t.Fatalf("members send %q, want the file's first line", auth.currentToken())
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/mirrors", nil)
+	req.Header.Set("Authorization", "bearer third-token-0123456789")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("lower-case scheme: %v %v", resp, err)
+	}
+	if got := auth.unauthorized.Load(); got < 3 {
+		t.Fatalf("refused requests counted %d, want at least 3", got)
 	}
 }
 
@@ -102,9 +121,14 @@ func TestAPITLS(t *testing.T) {
 		CAFile:   writeTemp(t, dir, "ca.pem", string(ca.PEM)),
 	}}
 	var errs problems
-	cfg.validate(&errs)
+	cfg.validate(&errs, "127.0.0.1")
 	if errs.err() != nil {
 		t.Fatal(errs.err())
+	}
+	errs = nil
+	cfg.validate(&errs, "kmirror-2.example")
+	if err := errs.err(); err == nil || !strings.Contains(err.Error(), "api.tls.cert_file: x509: certificate is not valid for any names, but wanted to match kmirror-2.example: other members and the CLI reach this member") {
+		t.Fatalf("a certificate without the member's API host: %v", err)
 	}
 	auth, err := newAPIAuth(cfg)
 	if err != nil {
@@ -148,13 +172,41 @@ func TestAPIConfigErrors(t *testing.T) {
 		{APIConfig{OpenRoutes: []string{"/v1/mirrors"}}, `api.open_routes[0]: "/v1/mirrors": only /healthz, /readyz, /metrics`},
 		{APIConfig{TokenFile: filepath.Join(dir, "none")}, "api.token_file: open"},
 		{APIConfig{TokenFile: writeTemp(t, dir, "empty", "\n")}, "must hold one token"},
+		{APIConfig{TokenFile: writeTemp(t, dir, "short", "abc\n")}, "each of at least 16 characters"},
 		{APIConfig{TLS: APITLSConfig{CertFile: "/x.pem"}}, "api.tls: set both cert_file and key_file"},
+		{APIConfig{TLS: APITLSConfig{CAFile: writeTemp(t, dir, "ca.pem", "x")}}, "api.tls: ca_file is set but cert_file and key_file are not"},
 	}
 	for _, c := range cases {
 		var errs problems
-		c.cfg.validate(&errs)
+		c.cfg.validate(&errs, "")
 		if err := errs.err(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// TestRaftTLSCertificateHoldsHost: a member whose raft certificate lacks
+// the host the others dial it by is an invalid config, not a member that
+// waits forever.
+func TestRaftTLSCertificateHoldsHost(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := harness.NewCA("members")
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ca.Issue(harness.CertOptions{CommonName: "m1", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RaftTLSConfig{CertFile: writeTemp(t, dir, "m.pem", string(iss.CertPEM)), KeyFile: writeTemp(t, dir, "k.pem", string(iss.KeyPEM)),
+		CAFile: writeTemp(t, dir, "ca.pem", string(ca.PEM))}
+	var errs problems
+	r.validate(&errs, "127.0.0.1:7080")
+	if errs.err() != nil {
+		t.Fatal(errs.err())
+	}
+	r.validate(&errs, "10.0.0.9:7080")
+	if err := errs.err(); err == nil || !strings.Contains(err.Error(), "raft_tls.cert_file") || !strings.Contains(err.Error(), "raft_advertise") {
+		t.Fatalf("a raft certificate without the advertised host: %v", err)
 	}
 }

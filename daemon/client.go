@@ -321,6 +321,12 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 		return c.transportError(ctx, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized && c.forwarded {
+		// A member calling another: the caller's token was good, this
+		// member's is not the other's.
+		return fmt.Errorf("%w: the member at %s refused this member's API token: the members' api.token_file files differ "+
+			"(during a rotation, every member's file must hold both tokens before any sends the new one: see README, Security)", ErrUnavailable, c.baseURL)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return replyError(req, resp)
 	}
@@ -346,9 +352,12 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	var unknownCA x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	switch {
+	case errors.As(err, &unknownCA) && c.forwarded:
+		return fmt.Errorf("%w: the member at %s presents an API certificate this member's api.tls.ca_file does not verify: "+
+			"every member's API certificate must be signed by the CA in every member's api.tls.ca_file", ErrUnavailable, c.baseURL)
 	case errors.As(err, &unknownCA):
 		return fmt.Errorf("kmirror at %s presents a certificate signed by an authority this client does not trust: "+
-			"pass --ca FILE (or KMIRROR_CA) with the CA that signs the members' API certificates (api.tls.ca_file)", c.baseURL)
+			"pass --ca FILE (or KMIRROR_CA) with the CA that signs the members' API certificates (api.tls.ca_file); if you did, that file holds another CA", c.baseURL)
 	case errors.As(err, &hostErr):
 		return fmt.Errorf("kmirror at %s presents a certificate that is not valid for that host (%v): use a host name the certificate holds in --server", c.baseURL, err)
 	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):

@@ -283,8 +283,8 @@ func (c *Config) Validate() error {
 		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
 	}
 	c.validatePeers(&errs)
-	c.API.validate(&errs)
-	c.Raft.validate(&errs)
+	c.API.validate(&errs, c.apiHost())
+	c.Raft.validate(&errs, c.RaftAdvertise)
 	return errs.err()
 }
 
@@ -641,4 +641,21 @@ func unknownDestinationKeys(data []byte, d DestinationConfig) error {
 		}
 	}
 	return errs.err()
+}
+
+// apiHost is the host other members and the CLI reach this member's API
+// by: its peers entry's http address, else http_listen's host unless it
+// is empty or unspecified ("" when unknown).
+func (c *Config) apiHost() string {
+	addr := c.HTTPListen
+	for _, p := range c.Peers {
+		if p.ID == c.NodeID {
+			addr = p.HTTP
+		}
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || host == "" || (ip != nil && ip.IsUnspecified()) {
+		return ""
+	}
+	return host
 }

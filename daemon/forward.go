@@ -220,6 +220,7 @@ func askOthers[T any](ctx context.Context, m *Member, timeout time.Duration, ask
 			defer mu.Unlock()
 			if err != nil {
 				failed[id] = true
+				m.auth.peerFailed(m, id, err)
 				return
 			}
 			answers[id] = v

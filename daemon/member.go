@@ -187,7 +187,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
 	mx := newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, &m.autoFailovers)
-	mx.readOnly = &m.readOnly
+	mx.readOnly, mx.auth = &m.readOnly, m.auth
 	full := NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
@@ -259,11 +259,16 @@ func (m *Member) listen() error {
 	boot := http.Handler(startingHandler(m))
 	m.handler.Store(&boot)
 	m.srv = &http.Server{
-		Handler:           m.auth.require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
+		Handler:           m.auth.require(m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
 		ReadHeaderTimeout: 10 * time.Second,
+		// The server's own errors (TLS handshakes refused) as JSON log
+		// lines like the rest.
+		ErrorLog: zap.NewStdLog(m.log.Named("http")),
 	}
 	if cfg := m.auth.serverTLS(); cfg != nil {
 		ln = tls.NewListener(ln, cfg)
+	} else if m.cfg.API.TokenFile != "" && !isLoopback(m.addr) {
+		m.log.Warn("api.token_file without api.tls: the bearer token crosses the network unencrypted; set api.tls")
 	}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -314,4 +319,10 @@ func (m *Member) skippedRecords() map[fetch.Key]int64 {
 		}
 	})
 	return out
+}
+
+// isLoopback reports whether addr is a loopback address.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

@@ -40,9 +40,12 @@ type metrics struct {
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
 	fetched     *prometheus.Desc
-	// readOnly feeds kmirror_read_only_unprotected_topics (nil in tests).
+	// readOnly feeds kmirror_read_only_unprotected_topics and auth
+	// kmirror_api_unauthorized_total (nil in tests).
 	readOnly      *readOnly
 	roUnprotected *prometheus.Desc
+	auth          *apiAuth
+	unauthorized  *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, failovers *counter) *metrics {
@@ -53,6 +56,8 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		groups:    groups,
 		probe:     probe,
 		failovers: failovers,
+		unauthorized: prometheus.NewDesc("kmirror_api_unauthorized_total",
+			"API requests this member refused for a missing or wrong bearer token (api.token_file).", nil, nil),
 		roUnprotected: prometheus.NewDesc("kmirror_read_only_unprotected_topics",
 			"Mirrored topics the raft leader could not keep read-only in its last round (no authorizer or no right to manage ACLs: all of them; "+
 				"an ALLOW WRITE for User:*: those topics). Only the leader reports it.", nil, nil),
@@ -108,6 +113,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.groupConfls
 	ch <- m.srcDown
 	ch <- m.roUnprotected
+	ch <- m.unauthorized
 	ch <- m.autoFailovr
 	ch <- m.fetched
 }
@@ -133,6 +139,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.groups != nil {
 		m.collectGroups(ch)
+	}
+	if m.auth != nil && m.auth.token != nil {
+		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.unauthorized.Load()))
 	}
 	if m.readOnly != nil {
 		if n, ok := m.readOnly.gauge(); ok {

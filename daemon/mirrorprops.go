@@ -86,7 +86,7 @@ func parseMirrorSettings(name string, props map[string]string) (mirrorSettings, 
 		var hints []string
 		for _, k := range unknown {
 			if near := closest(k, known); near != "" {
-				hints = append(hints, fmt.Sprintf("did you mean %s for %s?", near, k))
+				hints = append(hints, fmt.Sprintf("%s: did you mean %s?", k, near))
 			}
 		}
 		hint := ""

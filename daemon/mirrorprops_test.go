@@ -44,7 +44,7 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "10ms"}, "at least 100ms"},
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "soon"}, "groups.sync.interval=soon"},
 		{map[string]string{"bootstrap.servers": "a:9092", "security.protocol": "SSL", "ssl.truststore.locaton": "/ca.pem"},
-			"mirror m1: unsupported mirror properties ssl.truststore.locaton: did you mean ssl.truststore.location for ssl.truststore.locaton?"},
+			"mirror m1: unsupported mirror properties ssl.truststore.locaton: ssl.truststore.locaton: did you mean ssl.truststore.location?"},
 		{map[string]string{"bootstrap.servers": "a:9092", "sasl.mechanism": "PLAIN"}, "sasl.mechanism is set but security.protocol=PLAINTEXT does not use SASL"},
 		{map[string]string{"groups.include": ".*"}, "need bootstrap.servers"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "500"}, "at least 3000"},

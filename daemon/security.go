@@ -3,6 +3,7 @@ package daemon
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/kmirror/kmirror/fetch"
@@ -68,12 +69,21 @@ type RaftTLSConfig struct {
 
 func (r RaftTLSConfig) enabled() bool { return r.CertFile != "" || r.KeyFile != "" || r.CAFile != "" }
 
-func (r RaftTLSConfig) validate(errs *problems) {
+// validate checks raft_tls; advertise is the raft address other members
+// dial, whose host the certificate must hold.
+func (r RaftTLSConfig) validate(errs *problems, advertise string) {
 	if !r.enabled() {
 		return
 	}
-	if _, err := r.build(); err != nil {
+	t, err := r.build()
+	if err != nil {
 		errs.add("raft_tls", "%v", err)
+		return
+	}
+	if host, _, err := net.SplitHostPort(advertise); err == nil {
+		if err := certHoldsHost(t.Server.Certificates[0], host); err != nil {
+			errs.add("raft_tls.cert_file", "%v: the other members dial this member's raft at %s (raft_advertise)", err, advertise)
+		}
 	}
 }
 

@@ -272,7 +272,9 @@ func TestSecurity(t *testing.T) {
 			if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: mr.name, Properties: s.mirrorProps(mr.mech, mr.module, mr.user, mr.password, mr.trust)}); err != nil {
 				t.Fatalf("create mirror %s: %v", mr.name, err)
 			}
-			createTopic(t, s.src, mr.topic, 3)
+			if err := s.src.CreateTopic(ctx, mr.topic, 3, 1, nil); err != nil {
+				t.Fatal(err)
+			}
 			produceTo(t, s.src, mr.topic, 3, 300, mr.name)
 			addCaughtUp(t, m, mr.name, mr.topic)
 			produceTo(t, s.src, mr.topic, 3, 150, mr.name+"-live")
@@ -562,22 +564,6 @@ func setSCRAMPassword(t *testing.T, cl *harness.Cluster, user, password string) 
 			t.Fatalf("set SCRAM password of %s: error %d %v", user, r.ErrorCode, r.ErrorMessage)
 		}
 	}
-}
-
-// createTopic creates a topic through the PLAINTEXT (admin) listener.
-func createTopic(t *testing.T, cl *harness.Cluster, topic string, partitions int32) {
-	t.Helper()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, partitions, 1
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 30000
-	for _, r := range adminRequest(t, cl, req).(*kmsg.CreateTopicsResponse).Topics {
-		if r.ErrorCode != 0 {
-			t.Fatalf("create topic %s: error %d", topic, r.ErrorCode)
-		}
-	}
-	time.Sleep(200 * time.Millisecond)
 }
 
 // committedOn reads a group's committed offsets on cl.

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -177,8 +179,13 @@ func newClient(c *cli.Context) (*daemon.Client, error) {
 		if err != nil {
 			return nil, usagef("--token-file: %v", err)
 		}
-		if token = strings.TrimSpace(string(data)); token == "" {
+		token, _, _ = strings.Cut(strings.TrimSpace(string(data)), "\n")
+		if token = strings.TrimSpace(token); token == "" {
 			return nil, usagef("--token-file: %s is empty: it must hold the token of the members' api.token_file", path)
+		}
+		if host := plainRemote(c.String("server")); host != "" {
+			return nil, usagef("--token-file with --server %s: the token would cross the network unencrypted to %s; "+
+				"serve the API over TLS (api.tls) and use https://, or reach the member on a loopback address", c.String("server"), host)
 		}
 	}
 	var tlsConfig *tls.Config
@@ -202,4 +209,21 @@ func newClient(c *cli.Context) (*daemon.Client, error) {
 // jsonOutput reports whether --output json was given.
 func jsonOutput(c *cli.Context) bool {
 	return c.String("output") == "json"
+}
+
+// plainRemote returns the first host of servers reached over http:// that
+// is not a loopback address ("" if none).
+func plainRemote(servers string) string {
+	for _, s := range strings.Split(servers, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.Scheme != "http" {
+			continue
+		}
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+			continue
+		}
+		return host
+	}
+	return ""
 }

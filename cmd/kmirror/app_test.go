@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -262,7 +263,7 @@ func TestCommandsFail(t *testing.T) {
 		{"missing properties file", nil, []string{"create", "--mirror", "east", "--mirror-config", noBootstrap + "x"}, 1,
 			"mirror config: open " + noBootstrap + "x: no such file or directory"},
 		{"malformed properties", nil, []string{"create", "--mirror", "east", "--mirror-config", malformed}, 1,
-			malformed + `: line 3: "this line is wrong" is not key=value or key: value`},
+			malformed + `: line 3: is not key=value or key: value (the line is not shown: it may hold a secret; a multi-line value needs a backslash at the end of each line but the last)`},
 		{"no bootstrap.servers", nil, []string{"create", "--mirror", "east", "--mirror-config", noBootstrap}, 1,
 			noBootstrap + ": bootstrap.servers is required (host:port list of the source cluster)"},
 		{"missing flags", nil, []string{"create"}, 2,
@@ -360,5 +361,28 @@ func TestHelp(t *testing.T) {
 	r := runAt(&fakeAPI{}, "http://127.0.0.1:1", "add", "--help")
 	if r.code != 0 || !strings.Contains(r.stdout, "--start-from") || r.stderr != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestTokenNotSentInClear: a token is refused for an http:// server that
+// is not on loopback, before anything is sent.
+func TestTokenNotSentInClear(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for server, refused := range map[string]bool{
+		"http://10.0.0.5:8080":                     true,
+		"http://127.0.0.1:1,http://kmirror-2:8080": true,
+		"http://127.0.0.1:1":                       false,
+		"http://localhost:1":                       false,
+		"https://10.0.0.5:8080":                    false,
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"kmirror", "--server", server, "--token-file", tok, "list"}, &out, &errb)
+		got := strings.Contains(errb.String(), "would cross the network unencrypted")
+		if got != refused {
+			t.Errorf("--server %s: refused=%v (exit %d, %q), want %v", server, got, code, errb.String(), refused)
+		}
 	}
 }

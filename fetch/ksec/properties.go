@@ -67,11 +67,13 @@ func continues(line string) bool {
 func addProperty(props map[string]string, firstLine map[string]int, text string, line int) error {
 	sep := strings.IndexAny(text, "=:")
 	if sep < 0 {
-		return fmt.Errorf("line %d: %q is not key=value or key: value", line, text)
+		// The text is not quoted: it may be part of a secret (a JAAS
+		// value whose continuation backslash is missing).
+		return fmt.Errorf("line %d: is not key=value or key: value (the line is not shown: it may hold a secret; a multi-line value needs a backslash at the end of each line but the last)", line)
 	}
 	key, value := strings.TrimSpace(text[:sep]), strings.TrimSpace(text[sep+1:])
 	if key == "" {
-		return fmt.Errorf("line %d: %q has no key before %q", line, text, string(text[sep]))
+		return fmt.Errorf("line %d: has no key before %q", line, string(text[sep]))
 	}
 	if strings.ContainsAny(key, " \t") {
 		return fmt.Errorf("line %d: key %q contains whitespace", line, key)

@@ -42,12 +42,12 @@ func TestParsePropertiesErrors(t *testing.T) {
 	tests := []struct {
 		name, input, want string
 	}{
-		{"no separator", "a=1\n\njust words\n", `line 3: "just words" is not key=value or key: value`},
-		{"no key", "# c\n=value\n", `line 2: "=value" has no key before "="`},
+		{"no separator", "a=1\n\njust words\n", `line 3: is not key=value or key: value (the line is not shown`},
+		{"no key", "# c\n=value\n", `line 2: has no key before "="`},
 		{"space in key", "a b=1\n", `line 1: key "a b" contains whitespace`},
 		{"duplicate", "a=1\nb=2\na = 3\n", `line 3: duplicate key "a" (first set on line 1): keep one`},
 		{"duplicate after continuation", "a=1 \\\n 2\na=3\n", `line 3: duplicate key "a" (first set on line 1)`},
-		{"continued to end", "a=1\nbroken \\\n", `line 2: "broken " is not key=value`},
+		{"continued to end", "a=1\nbroken \\\n", `line 2: is not key=value`},
 		{"too long", "a=" + strings.Repeat("x", 2<<20) + "\n", "line 1: longer than 1 MiB"},
 	}
 	for _, tt := range tests {

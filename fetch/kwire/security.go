@@ -149,6 +149,9 @@ func (c *Conn) authenticate(ctx context.Context, sec *Security) error {
 	case codeUnsupportedSASLMechanism:
 		return fmt.Errorf("%w: kafka broker %s does not enable SASL mechanism %s on this listener (it enables %s): set sasl.mechanism to one of those",
 			ErrAuthentication, c.addr, mech, strings.Join(hs.Mechanisms, ", "))
+	case codeIllegalSASLState:
+		return fmt.Errorf("%w: kafka broker %s refused the SASL handshake (%v): its listener most likely does not use SASL (PLAINTEXT or SSL): "+
+			"use that security.protocol, or the broker's SASL_SSL or SASL_PLAINTEXT listener", ErrAuthentication, c.addr, protocolError(hs.ErrorCode))
 	default:
 		return fmt.Errorf("SASL handshake with kafka broker %s: %w", c.addr, protocolError(hs.ErrorCode))
 	}
