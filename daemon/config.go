@@ -113,8 +113,7 @@ func (d DestinationConfig) SecuritySettings() (ksec.Settings, error) {
 		for i, k := range unknown {
 			unknown[i] = fmt.Sprintf("%q", "destination."+k)
 		}
-		return ksec.Settings{}, fmt.Errorf("unknown field %s (allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties %s)",
-			strings.Join(unknown, ", "), strings.Join(ksec.Keys(), ", "))
+		return ksec.Settings{}, fmt.Errorf("unknown field %s (%s)", strings.Join(unknown, ", "), destinationKeys())
 	}
 	return ksec.Parse(d.Security, "destination")
 }
@@ -635,8 +634,7 @@ func unknownDestinationKeys(data []byte, d DestinationConfig) error {
 		for j := 0; j+1 < len(sec.Content); j += 2 {
 			k := sec.Content[j]
 			if _, ok := d.Security[k.Value]; ok && !ksec.IsKey(k.Value) {
-				errs = append(errs, fmt.Sprintf("line %d: unknown field %q (allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties %s)",
-					k.Line, "destination."+k.Value, strings.Join(ksec.Keys(), ", ")))
+				errs = append(errs, fmt.Sprintf("line %d: unknown field %q (%s)", k.Line, "destination."+k.Value, destinationKeys()))
 			}
 		}
 	}
@@ -658,4 +656,11 @@ func (c *Config) apiHost() string {
 		return ""
 	}
 	return host
+}
+
+// destinationKeys names the keys the destination section takes, for
+// unknown-key errors.
+func destinationKeys() string {
+	return "allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties " +
+		strings.Join(ksec.Keys(), ", ")
 }

@@ -255,7 +255,7 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 		return nil
 	}
 	how := "unreachable"
-	if slices.ContainsFunc(errs, securityFailure) {
+	if slices.ContainsFunc(errs, SecurityFailure) {
 		how = "refused kmirror's connection"
 	}
 	return &joinedError{prefix: fmt.Sprintf("%s %s (bootstrap %s)", c.name, how, strings.Join(c.bootstrap, ",")), errs: errs}
@@ -282,9 +282,7 @@ func (j *joinedError) Unwrap() []error { return j.errs }
 // fix: authentication (certificates, credentials, unreadable settings) or
 // authorization (a missing ACL). A cluster that refuses kmirror this way
 // is up.
-func SecurityFailure(err error) bool { return securityFailure(err) }
-
-func securityFailure(err error) bool {
+func SecurityFailure(err error) bool {
 	var kerr *kwire.Error
 	return errors.Is(err, kwire.ErrAuthentication) || (errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code))
 }

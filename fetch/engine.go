@@ -677,7 +677,7 @@ func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) 
 	switch {
 	case errors.As(err, &dv):
 		e.divergeLocked(p, dv.Reason)
-	case securityFailure(err) && !p.draining:
+	case SecurityFailure(err) && !p.draining:
 		e.failLocked(p, err)
 	case errors.As(err, &kerr) && kerr.Code == kwire.CodeUnknownTopicOrPartition:
 		if missing.IsZero() {

@@ -163,7 +163,7 @@ func (e *Engine) reroute(keys []Key, err error) {
 		if p, ok := e.parts[k]; ok {
 			p.srcLeader = -1
 			p.fetchErr = err.Error()
-			if securityFailure(err) && p.active() && !p.draining {
+			if SecurityFailure(err) && p.active() && !p.draining {
 				e.failLocked(p, err)
 			}
 		}

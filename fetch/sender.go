@@ -220,7 +220,7 @@ func (e *Engine) unsend(batch []sent, err error) {
 		s.p.inflight = false
 		s.p.dstLeader = -1
 		s.p.produceErr = err.Error()
-		if securityFailure(err) && s.p.active() && !s.p.draining {
+		if SecurityFailure(err) && s.p.active() && !s.p.draining {
 			e.failLocked(s.p, err)
 		}
 	}

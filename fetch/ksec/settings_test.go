@@ -145,7 +145,7 @@ func certs(t *testing.T, o harness.CertOptions) (*harness.CA, harness.Issued, st
 func TestResolveTLS(t *testing.T) {
 	_, iss, dir := certs(t, harness.CertOptions{})
 	keystore, _ := iss.WriteKeystore(filepath.Join(dir, "kmirror.pem"))
-	enc, err := EncryptPKCS8(iss.KeyDER, secret)
+	enc, err := encryptPKCS8(iss.KeyDER, secret)
 	if err != nil {
 		t.Fatal(err)
 	}
