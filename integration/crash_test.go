@@ -33,13 +33,16 @@ func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, ag
 	t.Helper()
 	prod := kgoClient(t, cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	wg.Add(1)
+	done := make(chan struct{})
+	// The stream's own duration plus room for outages; then Flush gives up.
+	limit := time.Duration(n/rate)*time.Second + 5*time.Minute
+	deadline := time.Now().Add(limit + 30*time.Second)
 	go func() {
-		defer wg.Done()
-		ctx := context.Background()
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
 		start := time.Now()
 		for i := 0; i < n; i++ {
 			if i%1000 == 0 {
@@ -73,7 +76,13 @@ func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, ag
 	}()
 	return func() {
 		t.Helper()
-		wg.Wait()
+		select {
+		case <-done:
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("producing into %s: %d records not all acknowledged within %v", topic, n, limit)
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if firstErr != nil {
 			t.Fatalf("producing into %s: %v", topic, firstErr)
 		}

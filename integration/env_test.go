@@ -91,7 +91,12 @@ type member struct {
 	logPath string
 	url     string
 	cmd     *exec.Cmd
-	done    chan error
+	// exited is closed when the process started last has ended, and
+	// exitErr is then what Wait returned. A closed channel, not a value:
+	// every waiter sees the exit (a start-up failure, then the cleanup's
+	// kill, then a failure report).
+	exited  chan struct{}
+	exitErr error
 	client  *daemon.Client
 	src     *harness.Cluster // the source its waits compare with; nil = env.src
 	// httpc makes the test's own HTTP requests (TLS settings of an https
@@ -165,10 +170,10 @@ log_level: info
   bootstrap_servers: [%s]
 %s`, name, filepath.Join(dir, "data"), httpAddr, raftAddr, o.checkpoint, o.extra, o.destination, o.destExtra)
 	m := &member{t: t, cfgPath: filepath.Join(dir, "kmirror.yaml"), logPath: filepath.Join(dir, "kmirror.log"),
-		url: "http://" + httpAddr, httpc: http.DefaultClient}
+		url: "http://" + httpAddr, httpc: &http.Client{Timeout: 30 * time.Second}}
 	if o.apiTLS != nil {
 		m.url = "https://" + httpAddr
-		m.httpc = &http.Client{Transport: &http.Transport{TLSClientConfig: o.apiTLS}}
+		m.httpc.Transport = &http.Transport{TLSClientConfig: o.apiTLS}
 	}
 	if err := os.WriteFile(m.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -206,8 +211,13 @@ func (m *member) spawn() {
 	if err := m.cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
-	m.done = make(chan error, 1)
-	go func() { m.done <- m.cmd.Wait(); logf.Close() }()
+	cmd, exited := m.cmd, make(chan struct{})
+	m.exited = exited
+	go func() {
+		m.exitErr = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
 }
 
 // waitReady waits until /readyz answers 200.
@@ -223,8 +233,9 @@ func (m *member) waitReady() {
 			}
 		}
 		select {
-		case err := <-m.done:
-			m.t.Fatalf("kmirror daemon exited during start-up (%v); log:\n%s", err, m.logTail())
+		case <-m.exited:
+			m.cmd = nil
+			m.t.Fatalf("kmirror daemon exited during start-up (%v); log:\n%s", m.exitErr, m.logTail())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -247,7 +258,11 @@ func (m *member) kill9() {
 		return
 	}
 	m.cmd.Process.Signal(syscall.SIGKILL)
-	<-m.done
+	select {
+	case <-m.exited:
+	case <-time.After(30 * time.Second):
+		m.t.Errorf("kmirror daemon pid %d still running 30s after SIGKILL", m.cmd.Process.Pid)
+	}
 	m.cmd = nil
 }
 
@@ -262,10 +277,10 @@ func (m *member) stop() {
 	m.t.Helper()
 	m.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-m.done:
+	case <-m.exited:
 		m.cmd = nil
-		if err != nil {
-			m.t.Fatalf("kmirror daemon exited with %v after SIGTERM; log:\n%s", err, m.logTail())
+		if m.exitErr != nil {
+			m.t.Fatalf("kmirror daemon exited with %v after SIGTERM; log:\n%s", m.exitErr, m.logTail())
 		}
 	case <-time.After(60 * time.Second):
 		m.t.Fatalf("kmirror daemon did not exit within 60s of SIGTERM")

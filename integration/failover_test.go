@@ -92,7 +92,10 @@ func produceSteadily(t *testing.T, cl *harness.Cluster, topic string, n int) (st
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			if err := prod.ProduceSync(context.Background(), &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint("steady-", i))}).FirstErr(); err != nil {
+			pctx, cancel := context.WithTimeout(context.Background(), produceTimeout)
+			err := prod.ProduceSync(pctx, &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint("steady-", i))}).FirstErr()
+			cancel()
+			if err != nil {
 				finished <- err
 				return
 			}
@@ -100,9 +103,15 @@ func produceSteadily(t *testing.T, cl *harness.Cluster, topic string, n int) (st
 		finished <- nil
 	}()
 	return func() {
+		t.Helper()
 		close(done)
-		if err := <-finished; err != nil {
-			t.Fatal(err)
+		select {
+		case err := <-finished:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(produceTimeout + 30*time.Second):
+			t.Fatalf("steady producer into %s: a record not acknowledged within %v", topic, produceTimeout+30*time.Second)
 		}
 	}
 }
@@ -238,7 +247,7 @@ func TestFailoverSourceDown(t *testing.T) {
 func blockSource(t *testing.T, m *member, mirror string, on bool) {
 	t.Helper()
 	body := fmt.Sprintf(`{"mirror": %q, "on": %t}`, mirror, on)
-	resp, err := http.Post(m.url+"/v1/internal/test/block-source", "application/json", strings.NewReader(body))
+	resp, err := m.httpc.Post(m.url+"/v1/internal/test/block-source", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,10 +55,37 @@ func fidelityRecords(partitions int, round int) []*kgo.Record {
 	return out
 }
 
+// produceTimeout bounds a test's synchronous produce: an idempotent kgo
+// producer whose batch got no answer retries it forever, whatever its
+// context says, so a cluster left broken by an earlier failure would
+// otherwise hang the package until go test's timeout.
+const produceTimeout = 3 * time.Minute
+
 func produceSync(t testing.TB, c *kgo.Client, recs []*kgo.Record) {
 	t.Helper()
-	if err := c.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+	err := within(t, produceTimeout, fmt.Sprintf("produce of %d records", len(recs)), func(ctx context.Context) error {
+		return c.ProduceSync(ctx, recs...).FirstErr()
+	})
+	if err != nil {
 		t.Fatalf("produce: %v", err)
+	}
+}
+
+// within runs f with a context that ends after d and returns its error; if
+// f has not returned d+30s later, the test fails there, naming what, with
+// f left running in the background.
+func within(t testing.TB, d time.Duration, what string, f func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- f(ctx) }()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(d + 30*time.Second):
+		t.Fatalf("%s: not done after %v", what, d+30*time.Second)
+		return nil
 	}
 }
 

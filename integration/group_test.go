@@ -74,8 +74,8 @@ func startGroupWith(t *testing.T, name string, n int, base memberOpts) *kgroup {
 		for _, m := range g.members {
 			state := "running"
 			select {
-			case err := <-m.done:
-				state = fmt.Sprintf("exited: %v", err)
+			case <-m.exited:
+				state = fmt.Sprintf("exited: %v", m.exitErr)
 			default:
 				if m.cmd == nil {
 					state = "not running"
@@ -455,7 +455,7 @@ func TestGroupRaftIsolation(t *testing.T) {
 	cut, watcher := g.followerAndWatcher()
 	isolate := func(on bool) {
 		t.Helper()
-		resp, err := http.Post(fmt.Sprintf("%s/v1/internal/test/raft-isolation?on=%t", cut.url, on), "application/json", nil)
+		resp, err := cut.httpc.Post(fmt.Sprintf("%s/v1/internal/test/raft-isolation?on=%t", cut.url, on), "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -112,6 +112,10 @@ func TestSourceTransactions(t *testing.T) {
 // runTransactions runs n transactions of a transactional producer, each
 // writing to every partition; a random half abort.
 func runTransactions(ctx context.Context, id, topic string, partitions, n int) error {
+	// Flush and EndTransaction give up at this bound rather than hang the
+	// package on a source that stopped answering.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
 	c, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(env.src.Bootstrap(), ",")...),
 		kgo.TransactionalID("kmirror-it-"+id), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(time.Millisecond))

@@ -43,7 +43,8 @@ func TestVolume(t *testing.T) {
 
 func produceVolume(t *testing.T, c *kgo.Client, topics []string, from, to int) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	errs := make(chan error, 1)
 	for i := from; i < to; i++ {
 		r := &kgo.Record{

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -519,19 +520,66 @@ func FreeAddr() (string, error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
 }
 
+// Listening ports come from below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768-60999 by default). A port from that
+// range, freed by a killed broker or daemon, can meanwhile become the local
+// port of some outgoing connection, and the restart then fails to bind it
+// (EADDRINUSE); below the range nothing but a listener takes it.
+const lowestListenPort = 15000
+
+var (
+	portsMu sync.Mutex
+	// portsGiven are the ports this process handed out, never given twice:
+	// a restarted process binds its old port again.
+	portsGiven = map[int]bool{}
+)
+
 // freePorts reserves n distinct loopback ports by listening on them all at
 // once, then releases them for the JVMs to bind.
 func freePorts(n int) ([]int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	lo, hi := lowestListenPort, ephemeralLow()
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0" // the kernel's choice: the range below is too small or used up
+		if hi-lo >= 1000 && tries < 1000 {
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+mrand.IntN(hi-lo)))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("harness: no free loopback port: %w", err)
+			if addr == "127.0.0.1:0" {
+				return nil, fmt.Errorf("harness: no free loopback port: %w", err)
+			}
+			continue // taken: try another
 		}
 		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if portsGiven[port] {
+			continue
+		}
+		portsGiven[port] = true
+		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// ephemeralLow returns the first port of the kernel's ephemeral range, or
+// lowestListenPort (no range below it) where that cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lowestListenPort
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return lowestListenPort
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return lowestListenPort
+	}
+	return low
 }
 
 func writeProperties(path string, props map[string]string) error {
