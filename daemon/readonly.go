@@ -124,14 +124,16 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 	own := m.destPrincipal
 	var wildcard []string
 	denied := 0
-	for _, topic := range slices.Sorted(maps.Keys(active)) {
-		allowed, existing, err := m.dest.TopicWriteACLs(cctx, topic)
-		if err != nil {
-			m.readOnly.set(m, "not enforced: "+readOnlyError(err), len(active))
-			return
-		}
+	topics := slices.Sorted(maps.Keys(active))
+	writers, err := m.dest.TopicWriteACLs(cctx, topics)
+	if err != nil {
+		m.readOnly.set(m, "not enforced: "+readOnlyError(err), len(active))
+		return
+	}
+	for _, topic := range topics {
+		existing := writers[topic].Denied
 		var want []string
-		for _, p := range allowed {
+		for _, p := range writers[topic].Allowed {
 			switch {
 			case p == own:
 			case p == "User:*":

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/segmentio/kafka-go/protocol/createacls"
 	"github.com/segmentio/kafka-go/protocol/deleteacls"
@@ -17,8 +18,9 @@ import (
 // org.apache.kafka.common.resource).
 const (
 	aclResourceTopic   int8 = 2
-	aclPatternMatch    int8 = 2
+	aclPatternAny      int8 = 1
 	aclPatternLiteral  int8 = 3
+	aclPatternPrefixed int8 = 4
 	aclOperationAny    int8 = 1
 	aclOperationAll    int8 = 2
 	aclOperationWrite  int8 = 4
@@ -33,37 +35,70 @@ const (
 // read or set.
 var ErrNoAuthorizer = errors.New("the cluster has no authorizer (authorizer.class.name is not set)")
 
-// TopicWriteACLs returns, sorted, the principals that an ALLOW ACL lets
-// write topic (WRITE or ALL on the topic by a literal, prefixed or
-// wildcard pattern) and those with a DENY WRITE ACL on exactly this topic
-// (what DenyWrite creates). Errors wrap ErrNoAuthorizer, or a kwire.Error
-// for a missing DESCRIBE on the cluster.
-func (a *Admin) TopicWriteACLs(ctx context.Context, topic string) (allowed, denied []string, err error) {
+// TopicWriters are the principals that ACLs let write one topic.
+type TopicWriters struct {
+	// Allowed: an ALLOW ACL for WRITE or ALL matches the topic, by a
+	// literal name, the literal wildcard "*" or a prefix; sorted.
+	Allowed []string
+	// Denied: a DENY WRITE ACL names exactly this topic, literally, for
+	// any host (what DenyWrite creates); sorted.
+	Denied []string
+}
+
+// TopicWriteACLs returns the writers of each of topics, from one
+// DescribeAcls request for every topic ACL of the cluster (matched here
+// as the authorizer matches them: AclAuthorizer/StandardAuthorizer), so a
+// round costs one request whatever the number of topics. Errors wrap
+// ErrNoAuthorizer, or a kwire.Error for a missing DESCRIBE on the cluster.
+func (a *Admin) TopicWriteACLs(ctx context.Context, topics []string) (map[string]TopicWriters, error) {
+	// An empty name is sent as null: any name (kafka-go writes an empty
+	// nullable string as null).
 	msg, err := a.cl.roundTrip(ctx, &describeacls.Request{Filter: describeacls.ACLFilter{
-		ResourceTypeFilter: aclResourceTopic, ResourceNameFilter: topic, ResourcePatternTypeFilter: aclPatternMatch,
+		ResourceTypeFilter: aclResourceTopic, ResourcePatternTypeFilter: aclPatternAny,
 		Operation: aclOperationAny, PermissionType: aclPermissionAny,
 	}})
 	if err != nil {
-		return nil, nil, fmt.Errorf("describe ACLs of topic %s on %s: %w", topic, a.cl.name, err)
+		return nil, fmt.Errorf("describe topic ACLs on %s: %w", a.cl.name, err)
 	}
 	res := msg.(*describeacls.Response)
-	if err := aclError(res.ErrorCode, res.ErrorMessage, "describe ACLs of topic "+topic+" on "+a.cl.name); err != nil {
-		return nil, nil, err
+	if err := aclError(res.ErrorCode, res.ErrorMessage, "describe topic ACLs on "+a.cl.name); err != nil {
+		return nil, err
 	}
-	for _, r := range res.Resources {
-		for _, acl := range r.ACLs {
-			switch {
-			case acl.PermissionType == aclPermissionAllow && (acl.Operation == aclOperationWrite || acl.Operation == aclOperationAll):
-				allowed = append(allowed, acl.Principal)
-			case acl.PermissionType == aclPermissionDeny && acl.Operation == aclOperationWrite &&
-				r.PatternType == aclPatternLiteral && r.ResourceName == topic && acl.Host == "*":
-				denied = append(denied, acl.Principal)
+	out := make(map[string]TopicWriters, len(topics))
+	for _, topic := range topics {
+		var w TopicWriters
+		for _, r := range res.Resources {
+			if !aclMatches(r.PatternType, r.ResourceName, topic) {
+				continue
+			}
+			for _, acl := range r.ACLs {
+				switch {
+				case acl.PermissionType == aclPermissionAllow && (acl.Operation == aclOperationWrite || acl.Operation == aclOperationAll):
+					w.Allowed = append(w.Allowed, acl.Principal)
+				case acl.PermissionType == aclPermissionDeny && acl.Operation == aclOperationWrite &&
+					r.PatternType == aclPatternLiteral && r.ResourceName == topic && acl.Host == "*":
+					w.Denied = append(w.Denied, acl.Principal)
+				}
 			}
 		}
+		slices.Sort(w.Allowed)
+		slices.Sort(w.Denied)
+		w.Allowed, w.Denied = slices.Compact(w.Allowed), slices.Compact(w.Denied)
+		out[topic] = w
 	}
-	slices.Sort(allowed)
-	slices.Sort(denied)
-	return slices.Compact(allowed), slices.Compact(denied), nil
+	return out, nil
+}
+
+// aclMatches says whether an ACL resource pattern applies to topic: a
+// literal name, the literal wildcard "*", or a prefix (KIP-290).
+func aclMatches(patternType int8, name, topic string) bool {
+	switch patternType {
+	case aclPatternLiteral:
+		return name == topic || name == "*"
+	case aclPatternPrefixed:
+		return strings.HasPrefix(topic, name)
+	}
+	return false
 }
 
 // DenyWrite adds DENY WRITE ACLs on topic (literal, any host) for each
