@@ -203,9 +203,13 @@ type MemberStatus struct {
 	// LastContactMs is how long ago the leader last heard from the member
 	// (0 for the leader itself).
 	LastContactMs int64 `json:"last_contact_ms"`
-	// State is alive, unreachable (not heard from within the lease TTL)
-	// or draining.
+	// State is alive, unreachable (not heard from within the lease TTL),
+	// not started (added, never joined) or draining.
 	State string `json:"state"`
+	// Error, while the leader's heartbeats to the member fail, is why its
+	// last raft connection failed (refused, timed out, a TLS error), when
+	// that is known.
+	Error string `json:"error,omitempty"`
 }
 
 // AddMemberRequest adds a member to the group.

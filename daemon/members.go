@@ -54,13 +54,21 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 		if srv.ID != m.cfg.NodeID {
 			row.LastContactMs = time.Since(m.store.PeerContact(srv.ID)).Milliseconds()
 		}
+		failing := srv.ID != m.cfg.NodeID && m.store.PeerFailing(srv.ID)
 		switch {
 		case !mem.Joined:
-			row.State = "not started" // added, never ran: it gets no partitions yet
-		case !alive(srv.ID) || m.store.PeerFailing(srv.ID):
+			row.State = "not started" // added, never joined: it gets no partitions yet
+		case !alive(srv.ID) || failing:
 			row.State = "unreachable" // its partitions move once lease_ttl has passed
 		case mem.Draining:
 			row.State = "draining"
+		}
+		if failing {
+			// Why raft cannot reach it: not running, or running with
+			// raft_tls settings that refuse this member (or that it refuses).
+			if err := m.store.PeerDialError(srv.Addr); err != nil {
+				row.Error = err.Error()
+			}
 		}
 		out = append(out, row)
 	}

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kmirror/kmirror/daemon"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -21,7 +23,8 @@ import (
 // follower reach the leader, describe gathers every member's partitions,
 // and the mirror copies record by record. The CLI needs --token-file and
 // --ca and says so; only /healthz, /readyz and /metrics answer without a
-// token.
+// token. A member with a raft certificate from another CA never joins,
+// and `members` says why.
 func TestSecureGroup(t *testing.T) {
 	dir := t.TempDir()
 	ca, err := harness.NewCA("kmirror-members")
@@ -99,6 +102,57 @@ raft_tls: {cert_file: %[1]s, key_file: %[2]s, ca_file: %[3]s}
 	}
 	if ms, err := follower.client.ListMirrors(context.Background()); err != nil || len(ms) != 1 {
 		t.Fatalf("the mirror after an unauthenticated DELETE: %v %v", ms, err)
+	}
+
+	// A member whose raft certificate comes from another CA: raft refuses
+	// it both ways, and `members` says why next to its row (it never
+	// joins). A non-voter, so the quorum does not count it.
+	other, err := harness.NewCA("not-the-members-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oiss, err := other.Issue(harness.CertOptions{CommonName: "kmirror-member", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr, raftAddr := freeAddr(t), freeAddr(t)
+	if err := follower.client.AddMember(context.Background(), daemon.AddMemberRequest{ID: "sg-4", RaftAddr: raftAddr, HTTPAddr: httpAddr, NonVoter: true}); err != nil {
+		t.Fatal(err)
+	}
+	startMember(t, "sg-4", memberOpts{
+		extra: fmt.Sprintf(`api:
+  tls: {cert_file: %[1]s, key_file: %[2]s, ca_file: %[3]s}
+  token_file: %[4]s
+raft_tls: {cert_file: %[5]s, key_file: %[6]s, ca_file: %[7]s}
+peers:
+%[8]s  - {id: sg-4, raft: "%[9]s", http: "%[10]s"}
+`, certFile, keyFile, caFile, tokenFile, write("other.pem", oiss.CertPEM), write("other-key.pem", oiss.KeyPEM), write("other-ca.pem", other.PEM),
+			strings.Join(g.peers, ""), raftAddr, httpAddr),
+		httpAddr: httpAddr, raftAddr: raftAddr, noWait: true, apiTLS: clientTLS, token: token})
+	const why = "raft TLS handshake with member " // then x509's "certificate signed by unknown authority"
+	var row daemon.MemberStatus
+	for end := time.Now().Add(30 * time.Second); !strings.Contains(row.Error, why) || !strings.Contains(row.Error, "unknown authority"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("members: sg-4 (a raft certificate from another CA) shows %+v after 30s; want not started, its error naming the TLS handshake", row)
+		}
+		ms, err := follower.client.Members(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range ms {
+			if r.ID == "sg-4" {
+				row = r
+			}
+		}
+	}
+	if row.State != "not started" || row.Partitions != 0 {
+		t.Fatalf("members: sg-4 %+v, want not started with no partitions", row)
+	}
+	if out, errOut, code := cliArgs(t, append(withAuth, "members")...); code != 0 || !strings.Contains(out, "sg-4: "+why) {
+		t.Fatalf("kmirror members: exit %d, want the line \"sg-4: %s...\":\n%s%s", code, why, out, errOut)
+	}
+	if err := follower.client.RemoveMember(context.Background(), "sg-4"); err != nil {
+		t.Fatal(err)
 	}
 }
 

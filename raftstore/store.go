@@ -464,6 +464,17 @@ func (s *Store) Servers() ([]Server, error) {
 	return out, nil
 }
 
+// PeerDialError returns why this member's last raft connection to addr
+// failed before any data came back (refused, timed out, a TLS handshake
+// or certificate error), or nil once a connection works. Nil with a test
+// transport.
+func (s *Store) PeerDialError(addr string) error {
+	if s.stream == nil {
+		return nil
+	}
+	return s.stream.dialErr(raft.ServerAddress(addr))
+}
+
 // SetIsolated cuts (or restores) all of this member's raft traffic while
 // everything else keeps running: a test hook for self-fencing tests. It
 // fails with a test transport.

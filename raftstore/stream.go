@@ -29,6 +29,12 @@ type streamLayer struct {
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
+	// dialErrs holds, per member address, why the last connection to it
+	// failed before its first byte arrived (dial, TLS handshake, or the
+	// member's TLS alert: with TLS 1.3 the client's handshake ends before
+	// the server has checked the client's certificate). Cleared by a
+	// connection that reads data.
+	dialErrs map[raft.ServerAddress]error
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -51,7 +57,8 @@ func newStreamLayer(bind string, advertise net.Addr, t *TLS, log *zap.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	return &streamLayer{ln: ln, advertise: advertise, tls: t, log: log, conns: map[*trackedConn]struct{}{}}, nil
+	return &streamLayer{ln: ln, advertise: advertise, tls: t, log: log, conns: map[*trackedConn]struct{}{},
+		dialErrs: map[raft.ServerAddress]error{}}, nil
 }
 
 // Dial implements raft.StreamLayer. With TLS, the handshake completes
@@ -62,6 +69,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	}
 	c, err := net.DialTimeout("tcp", string(addr), timeout)
 	if err != nil {
+		s.setDialErr(addr, err)
 		return nil, err
 	}
 	if s.tls != nil {
@@ -74,11 +82,52 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		defer cancel()
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("raft TLS handshake with member %s: %w (raft_tls: the member's certificate must be signed by ca_file and hold the host it is dialed by)", addr, err)
+			err = fmt.Errorf("raft TLS handshake with member %s: %w (raft_tls: the member's certificate must be signed by ca_file and hold the host it is dialed by)", addr, err)
+			s.setDialErr(addr, err)
+			return nil, err
 		}
-		c = tc
+		c = &dialedConn{Conn: tc, addr: addr, s: s}
 	}
 	return s.track(c), nil
+}
+
+func (s *streamLayer) setDialErr(addr raft.ServerAddress, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.dialErrs, addr)
+	} else {
+		s.dialErrs[addr] = err
+	}
+}
+
+// dialErr returns why the last connection to addr failed, or nil.
+func (s *streamLayer) dialErr(addr raft.ServerAddress) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dialErrs[addr]
+}
+
+// dialedConn is a TLS connection this member dialed; its first read says
+// whether the member accepted it (see streamLayer.dialErrs).
+type dialedConn struct {
+	net.Conn
+	addr raft.ServerAddress
+	s    *streamLayer
+	read atomic.Bool // a first read has returned
+}
+
+func (c *dialedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.read.CompareAndSwap(false, true) {
+		switch {
+		case n > 0:
+			c.s.setDialErr(c.addr, nil)
+		case err != nil && !errors.Is(err, net.ErrClosed):
+			c.s.setDialErr(c.addr, fmt.Errorf("raft connection to member %s refused by it: %w (raft_tls: its ca_file must hold the CA of this member's certificate)", c.addr, err))
+		}
+	}
+	return n, err
 }
 
 // Accept implements net.Listener; while cut, incoming connections are

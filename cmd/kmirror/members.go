@@ -179,5 +179,16 @@ func writeMemberTable(w io.Writer, members []daemon.MemberStatus) error {
 		}
 		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, m.State})
 	}
-	return writeTable(w, rows)
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	// Why raft cannot reach a member, under the table: these are long.
+	for _, m := range members {
+		if m.Error != "" {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", m.ID, m.Error); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
