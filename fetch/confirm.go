@@ -36,6 +36,7 @@ func (e *Engine) confirmLocked(p *partition, why string) {
 // retried with backoff while the partition stays MIRRORING.
 func (e *Engine) confirm(p *partition, gen int, why string) {
 	backoff := e.cfg.RetryBackoff
+	behind := 0 // walks that found destination records past the source's end
 	for {
 		e.mu.Lock()
 		if p.gen != gen || !p.active() {
@@ -63,15 +64,27 @@ func (e *Engine) confirm(p *partition, gen int, why string) {
 			return
 		}
 		var dv *Divergence
+		var sb *sourceBehind
 		switch {
 		case err == nil:
 			e.applyConfirmLocked(p, w)
 			e.mu.Unlock()
 			return
 		case errors.As(err, &dv):
-			e.divergeLocked(p, err.Error())
+			p.gapBelow = dv.GapBelow
+			e.divergeLocked(p, dv.Reason) // describe names the partition
 			e.mu.Unlock()
 			return
+		case errors.As(err, &sb):
+			// A record past the source's end: a source leader's last
+			// stable offset lags briefly after a leader change, so it is
+			// retried as resume retries it; then it is someone else's
+			// record (a foreign write into an idle partition).
+			if behind++; behind > behindRetries {
+				e.divergeLocked(p, sb.Reason)
+				e.mu.Unlock()
+				return
+			}
 		}
 		p.produceErr = fmt.Sprintf("%s; verifying what landed: %v", why, err)
 		e.mu.Unlock()

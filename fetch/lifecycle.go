@@ -38,11 +38,13 @@ func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
 	var dv *Divergence
 	var behind *sourceBehind
 	if errors.As(err, &dv) || (errors.As(err, &behind) && p.failures >= behindRetries) {
+		// The reason as the fetch loop words it: the partition is named
+		// by describe already.
 		reason := err.Error()
 		if dv != nil {
-			// The reason as the fetch loop words it: the partition is
-			// named by describe already.
 			p.gapBelow, reason = dv.GapBelow, dv.Reason
+		} else if behind != nil {
+			reason = behind.Reason
 		}
 		e.divergeLocked(p, reason)
 		return

@@ -171,6 +171,25 @@ func (e *Engine) Settle(ctx context.Context, spec Spec) (Position, error) {
 }
 
 func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
+	for attempt := 0; ; attempt++ {
+		pos, err := e.settleOnce(ctx, spec, attempt >= behindRetries)
+		var sb *sourceBehind
+		if !errors.As(err, &sb) {
+			return pos, err
+		}
+		// Records past the source's end: retried as resume retries them
+		// (a source leader's last stable offset lags briefly after a
+		// leader change), then taken as a divergence.
+		if sleepCtx(ctx, e.cfg.RetryBackoff<<attempt); ctx.Err() != nil {
+			return Position{}, err
+		}
+	}
+}
+
+// settleOnce is one try of settle; with lastTry, a walk that finds
+// destination records past the source's end is a divergence (else that
+// sourceBehind error is returned).
+func (e *Engine) settleOnce(ctx context.Context, spec Spec, lastTry bool) (Position, error) {
 	k := spec.Key
 	e.mu.Lock()
 	src := e.sources[k.Mirror]
@@ -205,9 +224,13 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	}
 	w, err := e.walk(ctx, src.cl, k, start, startEpoch, pid, ownSeqs{pid: cp.Seq}, &xl, -1)
 	var dv *Divergence
-	if errors.As(err, &dv) {
+	var sb *sourceBehind
+	switch {
+	case errors.As(err, &dv), errors.As(err, &sb) && lastTry:
 		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))
 		return known, nil
+	case sb != nil:
+		return Position{}, err // settle tries again
 	}
 	if err != nil && ctx.Err() == nil && hw > start.Dst {
 		return Position{}, &UnverifiedError{Key: k, Known: known, End: hw, Err: err}

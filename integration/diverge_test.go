@@ -38,8 +38,8 @@ func metricsText(t *testing.T, m *member) string {
 }
 
 // TestForeignWriteDiverges writes into a mirrored destination partition
-// behind kmirror's back, once while it runs and once while it is stopped:
-// both are detected, the partition goes DIVERGED with the reason shown in
+// behind kmirror's back: while it runs and sends, while it runs idle (the
+// source gets nothing more), and while it is stopped. Each is detected, the partition goes DIVERGED with the reason shown in
 // describe, the divergence is counted in /metrics, and kmirror does not
 // write past the foreign record.
 func TestForeignWriteDiverges(t *testing.T) {
@@ -50,22 +50,33 @@ func TestForeignWriteDiverges(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, topic := range []string{"foreign-live", "foreign-walk"} {
+	for _, topic := range []string{"foreign-live", "foreign-walk", "foreign-idle"} {
 		if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk"}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk", "foreign-idle"}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, "foreign-live", 1000, 100_000)()
 	streamRecords(t, "foreign-walk", 1000, 100_000)()
-	waitCaughtUp(t, m, "dsrc", "foreign-live", "foreign-walk")
+	streamRecords(t, "foreign-idle", 1000, 100_000)()
+	waitCaughtUp(t, m, "dsrc", "foreign-live", "foreign-walk", "foreign-idle")
+
+	// While idle: the idle check finds a record past what kmirror wrote and
+	// past the source's end; after the retries a source leader change
+	// would need, it is a divergence (it once stayed MIRRORING, retrying
+	// for ever, and blocked remove).
+	produceSync(t, kgoClient(t, env.dst, kgo.DefaultProduceTopic("foreign-idle")), []*kgo.Record{{Value: []byte("foreign")}})
+	row := waitState(t, m, "dsrc", "foreign-idle", "DIVERGED")
+	if !strings.Contains(row.Reason, "beyond the source's committed data") || !strings.Contains(row.Reason, "another producer has written") {
+		t.Fatalf("reason %q does not say what happened", row.Reason)
+	}
 
 	// While mirroring: the next kmirror batch lands after the foreign record.
 	produceSync(t, kgoClient(t, env.dst, kgo.DefaultProduceTopic("foreign-live")), []*kgo.Record{{Value: []byte("foreign")}})
 	streamRecords(t, "foreign-live", 10, 100_000)()
-	row := waitState(t, m, "dsrc", "foreign-live", "DIVERGED")
+	row = waitState(t, m, "dsrc", "foreign-live", "DIVERGED")
 	if !strings.Contains(row.Reason, "another producer has written") {
 		t.Fatalf("reason %q does not say what happened", row.Reason)
 	}
