@@ -126,13 +126,17 @@ func (c *Client) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]trunca
 	return res.Plans, nil
 }
 
-// RemoveTopic implements API.
+// RemoveTopic implements API. The member waits up to removeWait for the
+// owners to stop the partitions: the client waits for that, whatever its
+// own timeout.
 func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
 	path, err := apiPath("/v1/mirrors/{}/topics/{}", mirror, topic)
 	if err != nil {
 		return err
 	}
-	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
+	long := *c
+	long.http = &http.Client{Timeout: max(c.http.Timeout, removeWait+30*time.Second), Transport: c.http.Transport}
+	return long.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
 // SwitchoverTopic implements API. The request may take the whole timeout

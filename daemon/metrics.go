@@ -40,10 +40,12 @@ type metrics struct {
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
 	fetched     *prometheus.Desc
-	// readOnly feeds kmirror_read_only_unprotected_topics and auth
-	// kmirror_api_unauthorized_total (nil in tests).
+	// readOnly feeds kmirror_read_only_unprotected_topics and
+	// kmirror_read_only_unlifted_topics, auth kmirror_api_unauthorized_total
+	// (nil in tests).
 	readOnly      *readOnly
 	roUnprotected *prometheus.Desc
+	roUnlifted    *prometheus.Desc
 	auth          *apiAuth
 	unauthorized  *prometheus.Desc
 }
@@ -61,6 +63,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		roUnprotected: prometheus.NewDesc("kmirror_read_only_unprotected_topics",
 			"Mirrored topics the raft leader could not keep read-only in its last round (no authorizer or no right to manage ACLs: all of them; "+
 				"an ALLOW WRITE for User:*: those topics). Only the leader reports it.", nil, nil),
+		roUnlifted: prometheus.NewDesc("kmirror_read_only_unlifted_topics",
+			"Failed-over (STOPPED) or removed topics whose DENY WRITE ACLs the raft leader could not delete in its last round: "+
+				"applications still cannot write them. Only the leader reports it.", nil, nil),
 		srcDown: prometheus.NewDesc("kmirror_source_unreachable_seconds",
 			"How long the mirror's source cluster has not answered this member's probe (0 while it answers).", []string{"mirror"}, nil),
 		fetched: prometheus.NewDesc("kmirror_source_fetched_bytes_total",
@@ -113,6 +118,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.groupConfls
 	ch <- m.srcDown
 	ch <- m.roUnprotected
+	ch <- m.roUnlifted
 	ch <- m.unauthorized
 	ch <- m.autoFailovr
 	ch <- m.fetched
@@ -144,8 +150,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.unauthorized.Load()))
 	}
 	if m.readOnly != nil {
-		if n, ok := m.readOnly.gauge(); ok {
-			ch <- prometheus.MustNewConstMetric(m.roUnprotected, prometheus.GaugeValue, float64(n))
+		if unprotected, unlifted, ok := m.readOnly.gauges(); ok {
+			ch <- prometheus.MustNewConstMetric(m.roUnprotected, prometheus.GaugeValue, float64(unprotected))
+			ch <- prometheus.MustNewConstMetric(m.roUnlifted, prometheus.GaugeValue, float64(unlifted))
 		}
 	}
 	if m.probe != nil {

@@ -37,37 +37,46 @@ const readOnlyInterval = 3 * time.Second
 // (or without the ACLs to manage ACLs), foreign writes are still detected
 // and the partition goes DIVERGED.
 type readOnly struct {
+	// round serializes rounds: the leader's loop and the one a finished
+	// remove runs at once.
+	round sync.Mutex
+
 	mu sync.Mutex
 	// status is the last round's outcome, as the leader logs it.
 	status string
 	// unprotected counts the mirrored topics the last round could not
-	// keep read-only (kmirror_read_only_unprotected_topics); known is
-	// false until this member ran a round as leader.
-	unprotected int
-	known       bool
+	// keep read-only (kmirror_read_only_unprotected_topics); unlifted the
+	// topics no longer mirrored whose DENY ACLs it could not delete
+	// (kmirror_read_only_unlifted_topics): applications still cannot
+	// write them. known is false until this member ran a round as leader.
+	unprotected, unlifted int
+	known                 bool
 }
 
 // set records a round's outcome; a change is logged, at warn level when
-// some mirrored topic is left writable by others.
-func (r *readOnly) set(m *Member, status string, unprotected int) {
+// some mirrored topic is left writable by others or some failed-over topic
+// is left read-only.
+func (r *readOnly) set(m *Member, status string, unprotected, unlifted int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if status != r.status {
-		if unprotected == 0 {
+		if unprotected == 0 && unlifted == 0 {
 			m.log.Info("read-only mirror topics", zap.String("status", status))
 		} else {
-			m.log.Warn("read-only mirror topics", zap.String("status", status), zap.Int("unprotected_topics", unprotected))
+			m.log.Warn("read-only mirror topics", zap.String("status", status),
+				zap.Int("unprotected_topics", unprotected), zap.Int("unlifted_topics", unlifted))
 		}
 	}
-	r.status, r.unprotected, r.known = status, unprotected, true
+	r.status, r.unprotected, r.unlifted, r.known = status, unprotected, unlifted, true
 }
 
-// gauge returns kmirror_read_only_unprotected_topics; ok is false on a
-// member that has not led a round.
-func (r *readOnly) gauge() (n int, ok bool) {
+// gauges returns kmirror_read_only_unprotected_topics and
+// kmirror_read_only_unlifted_topics; ok is false on a member that has not
+// led a round.
+func (r *readOnly) gauges() (unprotected, unlifted int, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.unprotected, r.known
+	return r.unprotected, r.unlifted, r.known
 }
 
 // readOnlyLoop reconciles the DENY ACLs while this member leads.
@@ -88,9 +97,27 @@ func (m *Member) readOnlyLoop(ctx context.Context) {
 	}
 }
 
+// liftWait bounds the read-only round a finished remove runs on the
+// leader, so that it returns with the topic writable (the leader's loop
+// retries what this round leaves).
+const liftWait = 10 * time.Second
+
+// liftReadOnly runs a round at once on the leader, after remove or
+// switchover stopped a topic: its DENY ACLs are gone when they return.
+func (m *Member) liftReadOnly(ctx context.Context) {
+	if m.destPrincipal == "" || !m.store.IsLeader() {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, liftWait)
+	defer cancel()
+	m.reconcileReadOnly(lctx)
+}
+
 // reconcileReadOnly runs one round: deny the writers of mirrored topics,
 // lift the denials of topics no longer mirrored.
 func (m *Member) reconcileReadOnly(ctx context.Context) {
+	m.readOnly.round.Lock()
+	defer m.readOnly.round.Unlock()
 	active := map[string]bool{}
 	var denials map[string][]string
 	m.store.Read(func(s *raftstore.State) {
@@ -104,21 +131,30 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	// Lift first: a failover is waiting for it.
-	for topic, principals := range denials {
+	var unlifted []string
+	var liftErr error
+	for _, topic := range slices.Sorted(maps.Keys(denials)) {
+		principals := denials[topic]
 		if active[topic] {
 			continue
 		}
 		if err := m.dest.RemoveDenyWrite(cctx, topic, principals); err != nil {
-			m.readOnly.set(m, "not lifted on "+topic+": "+readOnlyError(err), 0)
-			return
+			unlifted, liftErr = append(unlifted, topic), err
+			continue
 		}
 		if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic}); err != nil {
 			return // retried next round; deleting again is harmless
 		}
 		m.log.Info("mirror topic writable again: DENY WRITE ACLs removed", zap.String("topic", topic), zap.Strings("principals", principals))
 	}
+	lifted := ""
+	if len(unlifted) > 0 {
+		lifted = "; failed-over or removed topics " + strings.Join(unlifted, ", ") + " are still read-only for other principals: " +
+			readOnlyError(liftErr, "to make them writable again")
+	}
+	set := func(status string, unprotected int) { m.readOnly.set(m, status+lifted, unprotected, len(unlifted)) }
 	if len(active) == 0 {
-		m.readOnly.set(m, "no mirrored topics", 0)
+		set("no mirrored topics", 0)
 		return
 	}
 	own := m.destPrincipal
@@ -127,7 +163,7 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 	topics := slices.Sorted(maps.Keys(active))
 	writers, err := m.dest.TopicWriteACLs(cctx, topics)
 	if err != nil {
-		m.readOnly.set(m, "not enforced: "+readOnlyError(err), len(active))
+		set("not enforced: "+readOnlyError(err, "to keep mirror topics read-only"), len(active))
 		return
 	}
 	for _, topic := range topics {
@@ -164,7 +200,7 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 				}
 			}
 			if err := m.dest.DenyWrite(cctx, topic, missing); err != nil {
-				m.readOnly.set(m, "not enforced on "+topic+": "+readOnlyError(err), len(active))
+				set("not enforced on "+topic+": "+readOnlyError(err, "to keep mirror topics read-only"), len(active))
 				return
 			}
 			if len(recreated) > 0 {
@@ -180,11 +216,12 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 		status += "; User:* may write " + strings.Join(wildcard, ", ") + " through an ALLOW ACL for every principal, which kmirror cannot deny " +
 			"without denying itself: replace that ACL with ACLs for named principals"
 	}
-	m.readOnly.set(m, status, len(wildcard))
+	set(status, len(wildcard))
 }
 
-// readOnlyError says why read-only enforcement failed and what to do.
-func readOnlyError(err error) string {
+// readOnlyError says why managing the DENY ACLs failed and what to do;
+// purpose completes "grant it ... " (what the ACLs are needed for).
+func readOnlyError(err error, purpose string) string {
 	var kerr *kwire.Error
 	switch {
 	case errors.Is(err, fetch.ErrNoAuthorizer):
@@ -192,7 +229,7 @@ func readOnlyError(err error) string {
 			"foreign writes are still detected (the partition goes DIVERGED)"
 	case errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code):
 		return "kmirror's principal may not manage ACLs on the destination: grant it DESCRIBE and ALTER on the CLUSTER resource " +
-			"(README, Least-privilege ACLs) to keep mirror topics read-only (" + err.Error() + ")"
+			"(README, Least-privilege ACLs) " + purpose + " (" + err.Error() + ")"
 	}
 	return err.Error()
 }

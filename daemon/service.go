@@ -237,6 +237,7 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 
 // waitStopped waits until every partition of the topic is STOPPED.
 func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
+	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, removeWait)
 	defer cancel()
 	changed, stop := m.store.Watch()
@@ -261,15 +262,19 @@ func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
 			return fmt.Errorf("%w: topic %s of mirror %s was deleted while it stopped", ErrNotFound, topic, mirror)
 		}
 		if left == 0 {
+			m.liftReadOnly(ctx) // returns with the topic writable (README, Read-only mirror topics)
 			return nil
 		}
 		select {
 		case <-changed:
 		case <-time.After(time.Second):
 		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err() // the caller went away; the topic stays STOPPING and its owners carry on
+			}
 			return fmt.Errorf("%w: %d partitions of %s are still STOPPING after %s (owners: %s): they stop once their owners have "+
 				"drained them; check kmirror describe --mirror %s and the owners' logs, and run remove again to keep waiting",
-				ErrUnavailable, left, topic, removeWait, strings.Join(sortedKeys(owners), ", "), mirror)
+				ErrUnavailable, left, topic, time.Since(start).Round(time.Second), strings.Join(sortedKeys(owners), ", "), mirror)
 		}
 	}
 }
