@@ -201,7 +201,8 @@ type MemberStatus struct {
 	// Partitions counts the partitions leased to the member.
 	Partitions int `json:"partitions"`
 	// LastContactMs is how long ago the leader last heard from the member
-	// (0 for the leader itself).
+	// (0 for the leader itself; -1: never, for a member added that has not
+	// joined).
 	LastContactMs int64 `json:"last_contact_ms"`
 	// State is alive, unreachable (not heard from within the lease TTL),
 	// not started (added, never joined) or draining.

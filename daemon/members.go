@@ -55,6 +55,9 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 			row.LastContactMs = time.Since(m.store.PeerContact(srv.ID)).Milliseconds()
 		}
 		failing := srv.ID != m.cfg.NodeID && m.store.PeerFailing(srv.ID)
+		if !mem.Joined && failing {
+			row.LastContactMs = -1 // never heard from since it was added (or since this leader took over)
+		}
 		switch {
 		case !mem.Joined:
 			row.State = "not started" // added, never joined: it gets no partitions yet

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -69,7 +71,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	}
 	c, err := net.DialTimeout("tcp", string(addr), timeout)
 	if err != nil {
-		s.setDialErr(addr, err)
+		s.setDialErr(addr, fmt.Errorf("raft connection to member %s: %w (is it running, listening on that raft address?)", addr, err))
 		return nil, err
 	}
 	if s.tls != nil {
@@ -82,7 +84,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		defer cancel()
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
-			err = fmt.Errorf("raft TLS handshake with member %s: %w (raft_tls: the member's certificate must be signed by ca_file and hold the host it is dialed by)", addr, err)
+			err = fmt.Errorf("raft TLS handshake with member %s: %w (%s)", addr, err, handshakeHint(err))
 			s.setDialErr(addr, err)
 			return nil, err
 		}
@@ -99,6 +101,18 @@ func (s *streamLayer) setDialErr(addr raft.ServerAddress, err error) {
 	} else {
 		s.dialErrs[addr] = err
 	}
+}
+
+// handshakeHint says what a failed client handshake most likely means.
+func handshakeHint(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
+		return "no answer in time: the member is overloaded, stopped (SIGSTOP) or cut off; not a certificate problem"
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		return "the member closed the connection: is raft_tls set on it too? Every member needs the same raft_tls settings"
+	}
+	return "raft_tls: the member's certificate must be signed by ca_file and hold the host it is dialed by"
 }
 
 // dialErr returns why the last connection to addr failed, or nil.
@@ -124,7 +138,8 @@ func (c *dialedConn) Read(b []byte) (int, error) {
 		case n > 0:
 			c.s.setDialErr(c.addr, nil)
 		case err != nil && !errors.Is(err, net.ErrClosed):
-			c.s.setDialErr(c.addr, fmt.Errorf("raft connection to member %s refused by it: %w (raft_tls: its ca_file must hold the CA of this member's certificate)", c.addr, err))
+			c.s.setDialErr(c.addr, fmt.Errorf("raft connection to member %s refused by it: %w "+
+				"(raft_tls: its ca_file must hold the CA that signed the dialing member's raft certificate)", c.addr, err))
 		}
 	}
 	return n, err

@@ -174,7 +174,7 @@ func writeMemberTable(w io.Writer, members []daemon.MemberStatus) error {
 	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "STATE"}}
 	for _, m := range members {
 		contact := "-"
-		if m.Role != "leader" {
+		if m.Role != "leader" && m.LastContactMs >= 0 {
 			contact = (time.Duration(m.LastContactMs) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
 		}
 		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, m.State})
