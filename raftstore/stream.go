@@ -89,6 +89,8 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 			return nil, err
 		}
 		c = &dialedConn{Conn: tc, addr: addr, s: s}
+	} else {
+		s.setDialErr(addr, nil) // no TLS: a connection is all it takes
 	}
 	return s.track(c), nil
 }
