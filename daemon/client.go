@@ -251,8 +251,8 @@ func apiPath(pattern string, segments ...string) (string, error) {
 // answering). Such a member did nothing with the request.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	var errs []error
-	for _, base := range c.baseURLs {
-		err := c.doAt(ctx, base, method, path, query, body, out)
+	for i, base := range c.baseURLs {
+		err := c.attempt(ctx, i < len(c.baseURLs)-1, base, method, path, query, body, out)
 		var unreachable *unreachableError
 		if (!errors.As(err, &unreachable) && !errors.Is(err, ErrNotLeader)) || ctx.Err() != nil {
 			return err
@@ -271,6 +271,25 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		}
 	}
 	return &remoteError{msg: "no kmirror member could serve the request: " + strings.Join(msgs, "; "), sentinel: sentinel}
+}
+
+// attempt sends the request to one member. A read (GET) with other
+// members left to ask gets a third of the client's timeout: a member that
+// accepts connections but does not answer (frozen, overloaded) is then
+// skipped for the next instead of using up the whole timeout. Writes are
+// not: one that timed out may have been applied.
+func (c *Client) attempt(ctx context.Context, more bool, base, method, path string, query url.Values, body, out any) error {
+	if method != http.MethodGet || !more || c.http.Timeout <= 0 {
+		return c.doAt(ctx, base, method, path, query, body, out)
+	}
+	wait := c.http.Timeout / 3
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := c.doAt(actx, base, method, path, query, body, out)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		return &unreachableError{fmt.Errorf("kmirror at %s did not answer within %s", base, wait)}
+	}
+	return err
 }
 
 // unreachableError means the member could not be reached at all, so the

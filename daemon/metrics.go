@@ -80,7 +80,8 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 			"Group partitions that went into conflict (a group in use on the destination, a group-name conflict, a destination "+
 				"offset ahead of the source's) since this member started.", []string{"mirror"}, nil),
 		reg:    prometheus.NewRegistry(),
-		lag:    prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored.", labels, nil),
+		lag:    prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored; "+
+			"absent while the source's end is unknown (a partition starting, or stopped before its first fetch).", labels, nil),
 		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
 		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
 		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
@@ -131,7 +132,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, st := range m.engine.Statuses() {
 		l := []string{st.Key.Mirror, st.Key.Topic, itoa(st.Key.Partition)}
-		ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.Lag), l...)
+		if st.SourceEnd >= 0 { // unknown: no series rather than a 0 that reads as caught up
+			ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.Lag), l...)
+		}
 		ch <- prometheus.MustNewConstMetric(m.srcPos, prometheus.GaugeValue, float64(st.Position.SourceOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)

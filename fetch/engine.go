@@ -316,13 +316,15 @@ func (e *Engine) Statuses() []Status {
 	out := make([]Status, 0, len(e.parts))
 	for k, p := range e.parts {
 		st := p.status()
-		if !p.resumed && p.state != Diverged {
-			// Not resumed yet (starting, or failed before its first
-			// resume): the position is the checkpoint, not the zero
-			// value, or unknown (-1).
-			st.Position = Position{SourceOffset: -1, DestinationOffset: -1}
+		if !p.resumed {
+			// Not resumed yet (starting, or failed or diverged in its
+			// first resume): the position is the checkpoint, not the
+			// zero value; else unknown (-1), but for a partition held
+			// DIVERGED by the control plane, which keeps its start offset.
 			if cp, ok := e.store.checkpointOf(k); ok {
 				st.Position = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+			} else if p.state != Diverged {
+				st.Position = Position{SourceOffset: -1, DestinationOffset: -1}
 			}
 		}
 		out = append(out, st)

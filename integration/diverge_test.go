@@ -99,6 +99,17 @@ func TestForeignWriteDiverges(t *testing.T) {
 	if !strings.Contains(row.Reason, "beyond the source's committed data") {
 		t.Fatalf("reason %q does not say what happened", row.Reason)
 	}
+	// Diverged in its first resume after the restart: describe shows the
+	// last checkpoint's destination offset (it showed 0), and the source's
+	// end and the lag as unknown (-1, never 0, which a lag alert reads as
+	// caught up).
+	if row.DestinationOffset != 1000 || row.Lag == 0 {
+		t.Fatalf("foreign-walk DIVERGED at resume shows destination offset %d, lag %d; want the checkpoint's 1000 and an unknown lag", row.DestinationOffset, row.Lag)
+	}
+	if text := metricsText(t, m); strings.Contains(text, `kmirror_partition_lag_records{mirror="dsrc",partition="0",topic="foreign-walk"}`) ||
+		!strings.Contains(text, `kmirror_partition_destination_offset{mirror="dsrc",partition="0",topic="foreign-walk"} 1000`) {
+		t.Fatalf("/metrics for foreign-walk: want no lag series (unknown) and destination offset 1000:\n%s", text)
+	}
 	if !strings.Contains(metricsText(t, m), "kmirror_divergences_total 1") {
 		t.Fatalf("/metrics does not count the divergence after restart:\n%s", metricsText(t, m))
 	}

@@ -425,6 +425,13 @@ func TestGroupZombie(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// members says why raft cannot reach it: a timeout (frozen), not a
+	// refusal.
+	for _, r := range g.memberRows(watcher) {
+		if r.ID == zombieID && (r.State != "unreachable" || !strings.Contains(r.Error, "no answer in time")) {
+			t.Fatalf("members shows the stopped member as %+v; want unreachable with an error saying it does not answer", r)
+		}
+	}
 	time.Sleep(3 * time.Second) // the new owners write
 	zombie.cmd.Process.Signal(syscall.SIGCONT)
 	t.Logf("resumed %s (SIGCONT)", zombieID)

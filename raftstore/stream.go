@@ -88,11 +88,9 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 			s.setDialErr(addr, err)
 			return nil, err
 		}
-		c = &dialedConn{Conn: tc, addr: addr, s: s}
-	} else {
-		s.setDialErr(addr, nil) // no TLS: a connection is all it takes
+		c = tc
 	}
-	return s.track(c), nil
+	return s.track(&dialedConn{Conn: c, addr: addr, s: s}), nil
 }
 
 func (s *streamLayer) setDialErr(addr raft.ServerAddress, err error) {
@@ -107,15 +105,32 @@ func (s *streamLayer) setDialErr(addr raft.ServerAddress, err error) {
 
 // handshakeHint says what a failed client handshake most likely means.
 func handshakeHint(err error) string {
-	var netErr net.Error
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
-		return "no answer in time: the member is overloaded, stopped (SIGSTOP) or cut off; not a certificate problem"
-	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+	case isTimeout(err):
+		return connHint(err) + "; not a certificate problem"
+	case isClosed(err):
 		return "the member closed the connection: is raft_tls set on it too? Every member needs the same raft_tls settings"
 	}
 	return "raft_tls: the member's certificate must be signed by ca_file and hold the host it is dialed by"
 }
+
+// connHint says what a failed read on a raft connection most likely means.
+func connHint(err error) string {
+	switch {
+	case isTimeout(err):
+		return "no answer in time: the member is overloaded, stopped (SIGSTOP) or cut off"
+	case isClosed(err):
+		return "the member closed the connection: it restarted or stopped"
+	}
+	return "see the member's log"
+}
+
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
+}
+
+func isClosed(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) }
 
 // dialErr returns why the last connection to addr failed, or nil.
 func (s *streamLayer) dialErr(addr raft.ServerAddress) error {
@@ -124,27 +139,37 @@ func (s *streamLayer) dialErr(addr raft.ServerAddress) error {
 	return s.dialErrs[addr]
 }
 
-// dialedConn is a TLS connection this member dialed; its first read says
-// whether the member accepted it (see streamLayer.dialErrs).
+// dialedConn is a connection this member dialed. Its first data clears
+// the member's last error; a failed read records why (see
+// streamLayer.dialErrs): with TLS 1.3, the member refusing this member's
+// certificate shows up here, not in the handshake; a member that stopped
+// answering shows up as a read timeout of raft's heartbeat.
 type dialedConn struct {
 	net.Conn
 	addr raft.ServerAddress
 	s    *streamLayer
-	read atomic.Bool // a first read has returned
+	read atomic.Bool // data has arrived
 }
 
 func (c *dialedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if c.read.CompareAndSwap(false, true) {
-		switch {
-		case n > 0:
-			c.s.setDialErr(c.addr, nil)
-		case err != nil && !errors.Is(err, net.ErrClosed):
-			c.s.setDialErr(c.addr, fmt.Errorf("raft connection to member %s refused by it: %w "+
-				"(raft_tls: its ca_file must hold the CA that signed the dialing member's raft certificate)", c.addr, err))
-		}
+	if n > 0 && c.read.CompareAndSwap(false, true) {
+		c.s.setDialErr(c.addr, nil)
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		c.s.setDialErr(c.addr, readError(c.addr, err))
 	}
 	return n, err
+}
+
+// readError words a failed read on a raft connection to addr.
+func readError(addr raft.ServerAddress, err error) error {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "remote error" { // a TLS alert from the member
+		return fmt.Errorf("raft connection to member %s refused by it: %w "+
+			"(raft_tls: its ca_file must hold the CA that signed the dialing member's raft certificate)", addr, err)
+	}
+	return fmt.Errorf("raft connection to member %s: %w (%s)", addr, err, connHint(err))
 }
 
 // Accept implements net.Listener; while cut, incoming connections are

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +29,23 @@ func TestHandshakeHint(t *testing.T) {
 	} {
 		if got := handshakeHint(c.err); !strings.Contains(got, c.want) {
 			t.Errorf("handshakeHint(%v) = %q, want it to say %q", c.err, got, c.want)
+		}
+	}
+}
+
+// TestReadError: a failed read on a dialed raft connection says what it
+// most likely means (a frozen member is a timeout, not a TLS problem).
+func TestReadError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, "no answer in time"},
+		{io.EOF, "it restarted or stopped"},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}, "refused by it"},
+	} {
+		if got := readError("127.0.0.1:7000", c.err).Error(); !strings.Contains(got, c.want) {
+			t.Errorf("readError(%v) = %q, want it to say %q", c.err, got, c.want)
 		}
 	}
 }
