@@ -79,8 +79,8 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		groupConfls: prometheus.NewDesc("kmirror_group_conflicts_total",
 			"Group partitions that went into conflict (a group in use on the destination, a group-name conflict, a destination "+
 				"offset ahead of the source's) since this member started.", []string{"mirror"}, nil),
-		reg:    prometheus.NewRegistry(),
-		lag:    prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored; "+
+		reg: prometheus.NewRegistry(),
+		lag: prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored; "+
 			"absent while the source's end is unknown (a partition starting, or stopped before its first fetch).", labels, nil),
 		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
 		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),

@@ -10,11 +10,12 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zapcore"
 )
 
 const testWait = 10 * time.Second
@@ -66,12 +67,41 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func fastConfig(t *testing.T, id string) Config {
 	return Config{
 		NodeID:             id,
-		Logger:             zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(id),
+		Logger:             testLogger(t).Named(id),
 		HeartbeatTimeout:   50 * time.Millisecond,
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,
 		CommitTimeout:      5 * time.Millisecond,
 	}
+}
+
+// testLogger logs warnings and errors to t until the test's last cleanup
+// (registered first, run last). hashicorp/raft's connection goroutines
+// can still log after Store.Close has returned, and testing panics on a
+// log after the test has completed.
+func testLogger(t *testing.T) *zap.Logger {
+	w := &cutOffWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.done = true
+	})
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(w), zap.WarnLevel))
+}
+
+type cutOffWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *cutOffWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
 }
 
 func ctxT(t *testing.T) context.Context {
