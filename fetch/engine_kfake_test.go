@@ -332,7 +332,7 @@ func TestEngineDivergesOnForeignWrite(t *testing.T) {
 			}
 		}
 		if p0.State == Diverged && p1.State == Mirroring && p1.Lag == 0 && p1.SourceEnd > 0 {
-			if !strings.Contains(p0.Reason, "another producer") {
+			if !strings.Contains(p0.Reason, "Another producer") {
 				t.Fatalf("DIVERGED reason %q does not name the foreign writer", p0.Reason)
 			}
 			break

@@ -433,13 +433,24 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, s
 		_, ok := res.own[id]
 		return id, ok && id.ID >= 0
 	}
+	// writer names who wrote b; advice, for someone else's batch, what
+	// to do (it ends the reason, after what was found).
 	writer := func(b kwire.Batch) string {
 		if id, ok := ownID(b); ok {
 			return fmt.Sprintf("written by kmirror's producer ID %d", id.ID)
 		}
-		return fmt.Sprintf("written by producer ID %d, kmirror's is %d: another producer has written to the destination partition "+
-			"(mirror topics must stay read-only until failover). To go on, stop that producer, then either kmirror remove the topic "+
-			"(failover: the destination is the copy to use) or delete the destination topic, remove and add it again", b.ProducerID(), pid.ID)
+		if b.ProducerID() < 0 {
+			return fmt.Sprintf("written by a producer that is not idempotent (no producer ID; kmirror's is %d)", pid.ID)
+		}
+		return fmt.Sprintf("written by producer ID %d, kmirror's is %d", b.ProducerID(), pid.ID)
+	}
+	advice := func(b kwire.Batch) string {
+		if _, ok := ownID(b); ok {
+			return ""
+		}
+		return ". Another producer has written to the destination partition (mirror topics must stay read-only until failover). " +
+			"To go on, stop that producer, then either kmirror remove the topic (failover: the destination is the copy to use) " +
+			"or delete the destination topic, remove and add it again"
 	}
 	for {
 		batches, hw, err := dst.next(ctx)
@@ -504,11 +515,11 @@ func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, s
 				if !ok {
 					return res, &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
 						"destination offset %d (%s) holds a record beyond the source's committed data (source offset %d): "+
-							"the destination was written by someone else or the source lost records", r.Offset, writer(b), srcIt.r.offset)}}
+							"the destination was written by someone else or the source lost records%s", r.Offset, writer(b), srcIt.r.offset, advice(b))}}
 				}
 				if why := recordDiff(sr, r); why != "" {
 					return res, diverge("destination offset %d (%s) does not match source offset %d (%s): "+
-						"the destination was written by someone else or the source log changed", r.Offset, writer(b), sr.Offset, why)
+						"the destination was written by someone else or the source log changed%s", r.Offset, writer(b), sr.Offset, why, advice(b))
 				}
 				if en, ok := xl.Observe(sr.Offset, r.Offset); ok {
 					res.entries = append(res.entries, en)

@@ -69,7 +69,7 @@ func TestForeignWriteDiverges(t *testing.T) {
 	// for ever, and blocked remove).
 	produceSync(t, kgoClient(t, env.dst, kgo.DefaultProduceTopic("foreign-idle")), []*kgo.Record{{Value: []byte("foreign")}})
 	row := waitState(t, m, "dsrc", "foreign-idle", "DIVERGED")
-	if !strings.Contains(row.Reason, "beyond the source's committed data") || !strings.Contains(row.Reason, "another producer has written") {
+	if !strings.Contains(row.Reason, "beyond the source's committed data") || !strings.Contains(row.Reason, "Another producer has written") {
 		t.Fatalf("reason %q does not say what happened", row.Reason)
 	}
 
@@ -77,7 +77,7 @@ func TestForeignWriteDiverges(t *testing.T) {
 	produceSync(t, kgoClient(t, env.dst, kgo.DefaultProduceTopic("foreign-live")), []*kgo.Record{{Value: []byte("foreign")}})
 	streamRecords(t, "foreign-live", 10, 100_000)()
 	row = waitState(t, m, "dsrc", "foreign-live", "DIVERGED")
-	if !strings.Contains(row.Reason, "another producer has written") {
+	if !strings.Contains(row.Reason, "Another producer has written") {
 		t.Fatalf("reason %q does not say what happened", row.Reason)
 	}
 	// The batch that revealed the foreign write has landed (a write is seen
