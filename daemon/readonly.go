@@ -147,12 +147,14 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 		}
 		m.log.Info("mirror topic writable again: DENY WRITE ACLs removed", zap.String("topic", topic), zap.Strings("principals", principals))
 	}
-	lifted := ""
+	unliftedStatus := ""
 	if len(unlifted) > 0 {
-		lifted = "; failed-over or removed topics " + strings.Join(unlifted, ", ") + " are still read-only for other principals: " +
+		unliftedStatus = "; failed-over or removed topics " + strings.Join(unlifted, ", ") + " are still read-only for other principals: " +
 			readOnlyError(liftErr, "to make them writable again")
 	}
-	set := func(status string, unprotected int) { m.readOnly.set(m, status+lifted, unprotected, len(unlifted)) }
+	set := func(status string, unprotected int) {
+		m.readOnly.set(m, status+unliftedStatus, unprotected, len(unlifted))
+	}
 	if len(active) == 0 {
 		set("no mirrored topics", 0)
 		return

@@ -465,9 +465,9 @@ func (s *Store) Servers() ([]Server, error) {
 }
 
 // PeerDialError returns why this member's last raft connection to addr
-// failed before any data came back (refused, timed out, a TLS handshake
-// or certificate error), or nil once a connection works. Nil with a test
-// transport.
+// failed (refused, a TLS handshake or certificate error, a read that timed
+// out or was refused by the member's TLS), or nil once data arrives from
+// it again. Nil with a test transport.
 func (s *Store) PeerDialError(addr string) error {
 	if s.stream == nil {
 		return nil

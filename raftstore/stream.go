@@ -31,12 +31,14 @@ type streamLayer struct {
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
-	// dialErrs holds, per member address, why the last connection to it
-	// failed before its first byte arrived (dial, TLS handshake, or the
-	// member's TLS alert: with TLS 1.3 the client's handshake ends before
-	// the server has checked the client's certificate). Cleared by a
-	// connection that reads data.
-	dialErrs map[raft.ServerAddress]error
+	// dialErrs holds, per member address, why the last connection this
+	// member dialed to it failed: the dial, the TLS handshake, or a read
+	// (the member's TLS alert: with TLS 1.3 the client's handshake ends
+	// before the server has checked the client's certificate; or a
+	// heartbeat's read timeout). Data read from the member clears it.
+	// nDialErrs is len(dialErrs), read without the lock on every read.
+	dialErrs  map[raft.ServerAddress]error
+	nDialErrs atomic.Int32
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -101,6 +103,7 @@ func (s *streamLayer) setDialErr(addr raft.ServerAddress, err error) {
 	} else {
 		s.dialErrs[addr] = err
 	}
+	s.nDialErrs.Store(int32(len(s.dialErrs)))
 }
 
 // handshakeHint says what a failed client handshake most likely means.
@@ -139,21 +142,18 @@ func (s *streamLayer) dialErr(addr raft.ServerAddress) error {
 	return s.dialErrs[addr]
 }
 
-// dialedConn is a connection this member dialed. Its first data clears
-// the member's last error; a failed read records why (see
-// streamLayer.dialErrs): with TLS 1.3, the member refusing this member's
-// certificate shows up here, not in the handshake; a member that stopped
-// answering shows up as a read timeout of raft's heartbeat.
+// dialedConn is a connection this member dialed. Data from the member
+// clears its recorded error; a failed read records why (see
+// streamLayer.dialErrs).
 type dialedConn struct {
 	net.Conn
 	addr raft.ServerAddress
 	s    *streamLayer
-	read atomic.Bool // data has arrived
 }
 
 func (c *dialedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if n > 0 && c.read.CompareAndSwap(false, true) {
+	if n > 0 && c.s.nDialErrs.Load() > 0 {
 		c.s.setDialErr(c.addr, nil)
 	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
