@@ -38,8 +38,10 @@
 //
 // Files by job: engine.go (the engine, routing, checkpoints), lifecycle.go
 // (a partition's states in the engine), release.go (ending a partition's
-// run here), resume.go (takeover and the walk), confirm.go (unknown produce
-// outcomes), fetcher.go and sender.go (the fetch and produce loops),
-// partition.go and items.go (per-partition state and the produce queue),
-// idle.go, offsets.go, translate.go, cluster.go, admin.go.
+// run here), resume.go (takeover), walk.go (reading source and destination
+// side by side), realign.go (the walk after the source deleted records it
+// had copied), confirm.go (unknown produce outcomes), fetcher.go and
+// sender.go (the fetch and produce loops), partition.go and items.go
+// (per-partition state and the produce queue), idle.go, offsets.go,
+// translate.go, cluster.go, admin.go.
 package fetch

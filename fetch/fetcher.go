@@ -21,7 +21,22 @@ const minFetchBudget = 256 << 10
 type session struct {
 	id    int32
 	epoch int32 // 0: open a new session with a full fetch
-	parts map[Key]kwire.FetchPartition
+	parts map[Key]fetchWant
+	// ends is each partition's last stable offset and high watermark as
+	// the broker last answered them in this session (see restarted).
+	ends map[Key]sourceEnd
+}
+
+// sourceEnd is a partition's last stable offset and high watermark.
+type sourceEnd struct{ lso, hw int64 }
+
+// fetchWant is one partition a fetch loop asks for.
+type fetchWant struct {
+	kwire.FetchPartition
+	// run and gen name the partition's run in the engine, to notice one
+	// that starts again while the session holds it.
+	run *partition
+	gen int
 }
 
 // reset makes the next request a full fetch that opens a new session. It
@@ -30,28 +45,41 @@ type session struct {
 // reset after a lost connection frees the old session's slot in the
 // broker's cache instead of leaving it until eviction (franz-go does the
 // same).
-func (s *session) reset() { s.epoch, s.parts = 0, map[Key]kwire.FetchPartition{} }
+func (s *session) reset() {
+	s.epoch, s.parts, s.ends = 0, map[Key]fetchWant{}, map[Key]sourceEnd{}
+}
 
 // build turns the wanted partitions into a full or incremental request.
-func (s *session) build(req *kwire.FetchRequest, want map[Key]kwire.FetchPartition) {
+// restarted lists the partitions the session holds whose run changed (a
+// resume after a lost lease, or kmirror resume): in an incremental fetch
+// the broker answers only for partitions whose data or offsets changed
+// since its last answer (KIP-227), so an idle one that starts again at the
+// same offset gets no answer, and its source end must come from ends.
+func (s *session) build(req *kwire.FetchRequest, want map[Key]fetchWant) (restarted []Key) {
 	req.SessionID, req.SessionEpoch = s.id, s.epoch
 	for k, fp := range want {
-		if old, ok := s.parts[k]; s.epoch == 0 || !ok || old != fp {
-			req.Partitions = append(req.Partitions, fp)
+		old, ok := s.parts[k]
+		if s.epoch == 0 || !ok || old.FetchPartition != fp.FetchPartition {
+			req.Partitions = append(req.Partitions, fp.FetchPartition)
+		}
+		if s.epoch != 0 && ok && (old.run != fp.run || old.gen != fp.gen) {
+			restarted = append(restarted, k)
 		}
 	}
 	if s.epoch == 0 {
-		return
+		return restarted
 	}
 	for k := range s.parts {
 		if _, ok := want[k]; !ok {
 			req.Forgotten = append(req.Forgotten, kwire.TopicPartition{Topic: k.Topic, Partition: k.Partition})
+			delete(s.ends, k)
 		}
 	}
+	return restarted
 }
 
-// advance records a successful exchange.
-func (s *session) advance(want map[Key]kwire.FetchPartition, id int32) {
+// advance records a successful exchange and the offsets it answered.
+func (s *session) advance(want map[Key]fetchWant, id int32, mirror string, res []kwire.FetchedPartition) {
 	if s.epoch == 0 {
 		if id == 0 {
 			return // the broker opened no session: keep sending full fetches
@@ -63,6 +91,11 @@ func (s *session) advance(want map[Key]kwire.FetchPartition, id int32) {
 		s.epoch = 1 // epochs wrap to 1; 0 would open a new session
 	}
 	s.parts = want
+	for _, fp := range res {
+		if fp.Err == 0 {
+			s.ends[Key{mirror, fp.Topic, fp.Partition}] = sourceEnd{lso: fp.LastStableOffset, hw: fp.HighWatermark}
+		}
+	}
 }
 
 // fetchLoop is the one fetch loop for a source broker: a single
@@ -75,7 +108,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			conn.Close()
 		}
 	}()
-	sess := session{parts: map[Key]kwire.FetchPartition{}}
+	sess := session{parts: map[Key]fetchWant{}, ends: map[Key]sourceEnd{}}
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
 		want, current := e.fetchWanted(mirror, src, w)
@@ -99,7 +132,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			}
 			continue
 		}
-		sess.build(req, want)
+		restarted := sess.build(req, want)
 		var err error
 		if conn == nil {
 			conn, err = src.cl.dial(e.ctx, w.addr)
@@ -137,10 +170,11 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			continue
 		}
 		backoff = e.cfg.RetryBackoff
-		sess.advance(want, res.SessionID)
+		sess.advance(want, res.SessionID, mirror, res.Partitions)
 		for _, fp := range res.Partitions {
 			src.cl.fetchedBytes.Add(int64(len(fp.Records)))
 		}
+		e.seedSourceEnds(want, restarted, sess.ends)
 		if e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions) {
 			// A partition answered with an error: the broker answers such
 			// fetches at once, so pause instead of spinning.
@@ -175,7 +209,7 @@ func (e *Engine) reroute(keys []Key, err error) {
 // fetchWanted returns the partitions a broker's fetch loop should fetch
 // now: those it leads with room in their queues, none when the memory
 // budget is spent. current is false when the loop was replaced.
-func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]kwire.FetchPartition, current bool) {
+func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]fetchWant, current bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if src.fetchers[w.broker] != w || e.sources[mirror] != src {
@@ -185,7 +219,7 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 		return nil, true
 	}
 	limit := int64(e.cfg.PartitionBytes) * 2
-	want = map[Key]kwire.FetchPartition{}
+	want = map[Key]fetchWant{}
 	for k, p := range e.parts {
 		if k.Mirror != mirror || p.srcLeader != w.broker || !p.wantsFetch(limit) {
 			continue
@@ -193,12 +227,30 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 		if p.fetchBytes == 0 {
 			p.fetchBytes = e.cfg.PartitionBytes
 		}
-		want[k] = kwire.FetchPartition{
+		want[k] = fetchWant{FetchPartition: kwire.FetchPartition{
 			Topic: k.Topic, Partition: k.Partition, Offset: p.fetchOffset,
 			LeaderEpoch: p.srcEpoch, MaxBytes: p.fetchBytes,
-		}
+		}, run: p, gen: p.gen}
 	}
 	return want, true
+}
+
+// seedSourceEnds gives restarted partitions that have no source end yet
+// the one the session last answered: the broker leaves a partition out of
+// an incremental answer only while its offsets are what it last answered.
+func (e *Engine) seedSourceEnds(want map[Key]fetchWant, restarted []Key, ends map[Key]sourceEnd) {
+	if len(restarted) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, k := range restarted {
+		w := want[k]
+		end, known := ends[k]
+		if p := e.parts[k]; known && p == w.run && p.gen == w.gen && p.srcEnd < 0 {
+			p.srcEnd, p.srcHW = end.lso, end.hw
+		}
+	}
 }
 
 // newFetchRequest sizes a fetch to the memory budget left and reserves
@@ -236,7 +288,7 @@ func (e *Engine) unreserve(n int64) {
 
 // handleFetch turns a fetch response into produce-queue items.
 // It reports whether any partition answered with an error.
-func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map[Key]kwire.FetchPartition, res []kwire.FetchedPartition) (errored bool) {
+func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map[Key]fetchWant, res []kwire.FetchedPartition) (errored bool) {
 	kicks := map[int32]bool{}
 	for _, fp := range res {
 		k := Key{mirror, fp.Topic, fp.Partition}

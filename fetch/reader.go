@@ -196,3 +196,31 @@ func (r *partitionReader) next(ctx context.Context) ([]kwire.Batch, int64, error
 		return out, fp.HighWatermark, nil
 	}
 }
+
+// nextSettled returns the next batches at r.offset, or ended once the
+// reader is at the high watermark and the leader holds nothing above it.
+// Records above the high watermark are waited for until they are committed
+// or truncated by a leader change (DESIGN.md): deciding earlier would let
+// such a batch become visible later as a duplicate of what is sent next.
+func (r *partitionReader) nextSettled(ctx context.Context) (batches []kwire.Batch, ended bool, err error) {
+	for {
+		batches, hw, err := r.next(ctx)
+		if err != nil || len(batches) > 0 {
+			return batches, false, err
+		}
+		if r.offset < hw {
+			return nil, false, fmt.Errorf("%s/%d on the %s: no data readable at offset %d below high watermark %d", r.topic, r.partition, r.cl.name, r.offset, hw)
+		}
+		leo, err := r.logEndOffset(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		if leo <= hw {
+			return nil, true, nil
+		}
+		sleepCtx(ctx, uncommittedPoll)
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+	}
+}

@@ -33,8 +33,10 @@ var brokerProps = map[string]string{
 	// timestamp is older than producer.id.expiration.ms; checking every
 	// second (not every 10 minutes) makes that happen within a test.
 	"producer.id.expiration.check.interval.ms": "1000",
-	"message.max.bytes":                        "4194304",
-	"replica.fetch.max.bytes":                  "4194304",
+	// Size and time retention act within a second, not five minutes.
+	"log.retention.check.interval.ms": "1000",
+	"message.max.bytes":               "4194304",
+	"replica.fetch.max.bytes":         "4194304",
 }
 
 func TestMain(m *testing.M) {

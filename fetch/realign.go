@@ -1,0 +1,338 @@
+package fetch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch/kwire"
+)
+
+// Realigning a walk after the source deleted records kmirror had already
+// copied (DESIGN.md, "Source records deleted after they were mirrored").
+//
+// A walk starts at a checkpoint, which lags the data by up to
+// checkpoint_interval. When the source's retention (or DeleteRecords)
+// removes records past the checkpoint before a crash, pause or takeover
+// resumes the partition, the walk cannot read them any more. The
+// destination still holds kmirror's copies, and those can be proven
+// kmirror's own without the source: each carries one of the partition's
+// producer identities with exactly the next sequence, so (destination
+// batches being a pure function of the source batches) it is the copy of
+// the next source batch, whoever sent it. realign accepts such batches as
+// mirrored, finds the copy of the source's first surviving batch among
+// them by its content, and lets the walk verify from there as usual.
+
+// realignMaxRefetch bounds how often realign starts over at a log start
+// that moved while it read (retention running at that moment).
+const realignMaxRefetch = 5
+
+// firstSurvivor is the source's first batch at or after its log start.
+type firstSurvivor struct {
+	logStart int64
+	// base is the offset of the first batch a fetch at logStart returns
+	// (at or below logStart: DeleteRecords can cut inside a batch).
+	base int64
+	// data is the first item the data path would mirror from base, nil
+	// when the source holds nothing to mirror past logStart; digest its
+	// records' content.
+	data   *item
+	digest [sha256.Size]byte
+}
+
+// firstSourceBatch reads the source from its log start (logStart, or later
+// if retention moves it meanwhile) to the first batch the data path would
+// mirror, taking no record below after (the walk's source position).
+func (e *Engine) firstSourceBatch(ctx context.Context, srcCl *cluster, k Key, logStart, after int64) (firstSurvivor, error) {
+	fs := firstSurvivor{logStart: logStart, base: -1}
+	r, err := openPartitionReader(ctx, srcCl, k.Topic, k.Partition, logStart, true)
+	if err != nil {
+		return fs, err
+	}
+	defer r.close()
+	for refetch := 0; ; {
+		fp, err := r.fetch(ctx)
+		var oor *outOfRange
+		if errors.As(err, &oor) && oor.offset < oor.logStart && refetch < realignMaxRefetch {
+			refetch++
+			fs.logStart, fs.base, r.offset = oor.logStart, -1, oor.logStart
+			continue
+		}
+		if err != nil {
+			return fs, err
+		}
+		batches, need, err := kwire.SplitBatches(fp.Records)
+		if err != nil {
+			return fs, err
+		}
+		from := int64(-1)
+		for _, b := range batches {
+			if b.LastOffset() >= r.offset {
+				from = b.BaseOffset()
+				break
+			}
+		}
+		if from < 0 && need > 0 {
+			r.maxBytes = growFetch(r.maxBytes, need)
+			continue
+		}
+		if from < 0 {
+			if fs.base < 0 {
+				fs.base = fs.logStart
+			}
+			return fs, nil // nothing more committed
+		}
+		// Never below the walk's own position: a walk that started inside
+		// a source batch (a re-encoded start) compares from there.
+		from = max(min(from, r.offset), after)
+		if fs.base < 0 {
+			fs.base = from
+		}
+		items, next, _, err := buildItems(fp.Records, fp.Aborted, from)
+		if err != nil {
+			return fs, err
+		}
+		for _, it := range items {
+			if it.skip() {
+				continue
+			}
+			recs, err := it.records()
+			if err != nil {
+				return fs, err
+			}
+			fs.data, fs.digest = it, recordsDigest(recs)
+			return fs, nil
+		}
+		r.offset = next // only aborted or control batches so far
+	}
+}
+
+// recordsDigest hashes what a mirrored copy keeps of records: timestamp,
+// key, value and headers, in order (not offsets or producer fields, which
+// the copy changes).
+func recordsDigest(recs []kwire.Record) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	put := func(v int64) {
+		binary.BigEndian.PutUint64(n[:], uint64(v))
+		h.Write(n[:])
+	}
+	bytesOf := func(b []byte) {
+		if b == nil {
+			put(-1)
+			return
+		}
+		put(int64(len(b)))
+		h.Write(b)
+	}
+	put(int64(len(recs)))
+	for _, r := range recs {
+		put(r.Timestamp)
+		bytesOf(r.Key)
+		bytesOf(r.Value)
+		put(int64(len(r.Headers)))
+		for _, hd := range r.Headers {
+			bytesOf([]byte(hd.Key))
+			bytesOf(hd.Value)
+		}
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// candidate is a destination batch whose records are the source's first
+// surviving batch, with kmirror's sequences as they stand before it.
+type candidate struct {
+	dst  int64
+	own  ownSeqs
+	dups int // duplicates found before it
+}
+
+// realign continues a walk that met source offsets sd.at.Src..logStart-1
+// deleted at destination offset sd.at.Dst. It reads kmirror's batches on
+// the destination from sd.at.Dst, each of which must carry one of the
+// partition's identities with exactly that identity's next sequence (a
+// repeat of an earlier sequence is a duplicate, stepped over as the walk
+// does), and looks among them for the copy of the source's first surviving
+// batch: as many destination records lie before it as mirrored source
+// records were deleted, at most one per deleted offset. It sets res.end
+// to where the walk goes on and returns the offset to fetch the source at.
+//
+// It finds, in this order:
+//   - the copy (the one nearest the linear mapping, which holds unless the
+//     deleted offsets held transaction markers or aborted records): the
+//     batches before it are mirrored records, the walk verifies from it;
+//   - no copy, and kmirror's batches end where the linear mapping puts the
+//     source's log start: all deleted records were mirrored, nothing to
+//     verify, mirroring goes on at the log start;
+//   - no copy, and kmirror's batches end before that: the rest were
+//     deleted before they were mirrored, a gap (DIVERGED with GapBelow, or
+//     skipped and recorded under resume --accept-gap, gapBelow);
+//   - a batch that is not kmirror's, a sequence that skips ahead, or
+//     kmirror's batches going past the copy's place without it: they cannot
+//     be re-verified, DIVERGED with what is known.
+func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Translation, res *walkResult, sd sourceDeleted, pid ProducerID, gapBelow int64) (fetchAt int64, err error) {
+	s, d := sd.at.Src, sd.at.Dst
+	fs, err := e.firstSourceBatch(ctx, srcCl, k, sd.logStart, s)
+	if err != nil {
+		return 0, err
+	}
+	ls := fs.logStart
+	// The copy of the batch at fs.base follows at most one destination
+	// record per source offset before it.
+	dLin := d + (fs.base - s)
+	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, d, false)
+	if err != nil {
+		return 0, err
+	}
+	defer dst.close()
+	own := res.own.clone()
+	var cands []candidate
+	var dups []duplicate
+	var dupRecords int64
+	end := d // destination offset after kmirror's batches read so far
+	deletedDst := int64(0)
+	first := true
+	passed := false
+	deleted := fmt.Sprintf("the source has since deleted offsets %d..%d", s, ls-1)
+	cannot := func(format string, args ...any) error {
+		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...) + ", so they cannot be re-verified. To go on: kmirror remove --mirror " +
+			k.Mirror + " --topic " + k.Topic + " (failover: the destination keeps what it has), or delete the destination topic, remove and add it again"}
+	}
+	for !passed {
+		batches, ended, err := dst.nextSettled(ctx)
+		var oor *outOfRange
+		if errors.As(err, &oor) && oor.offset < oor.logStart && first {
+			// Destination retention deleted kmirror's copies too.
+			if dLin < oor.logStart {
+				// The source's first surviving batch was copied to a
+				// destination offset that is gone as well: go on there
+				// (linear mapping), and the walk maps the destination's
+				// deleted records to source records from fs.base.
+				res.own[pid] = kwire.NextSequence(res.own[pid], int32(dLin-d))
+				res.walked += dLin - d
+				res.observe(xl, sd.at, dLin > d)
+				res.end = Entry{Src: fs.base, Dst: dLin}
+				e.logRealigned(k, sd, res.end, "both sides deleted the records past the checkpoint")
+				return ls, nil
+			}
+			deletedDst, dst.offset, end = oor.logStart-d, oor.logStart, oor.logStart
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if ended {
+			break
+		}
+		for _, b := range batches {
+			if fs.data != nil && b.BaseOffset() > dLin {
+				passed = true // the copy would have been among the batches before
+				break
+			}
+			id, ok := res.ownID(b)
+			if !ok {
+				return 0, &Divergence{Key: k, Reason: fmt.Sprintf("destination offset %d past kmirror's last checkpoint (source offset %d) is %s; %s, so it cannot be compared%s",
+					b.BaseOffset(), s, res.writer(b, pid), deleted, res.foreignAdvice(b))}
+			}
+			want := own[id]
+			if first && deletedDst > 0 {
+				want = kwire.NextSequence(want, int32(deletedDst))
+			}
+			first = false
+			if seqBehind(b.BaseSequence(), want) {
+				dups = append(dups, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: id, seq: b.BaseSequence()})
+				dupRecords += b.LastOffset() + 1 - b.BaseOffset()
+				end = b.LastOffset() + 1
+				continue
+			}
+			if b.BaseSequence() != want {
+				return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint, but its batch at %d has sequence %d "+
+					"where %d was next (a batch of its is missing); %s", d, b.LastOffset(), b.BaseOffset(), b.BaseSequence(), want, deleted)
+			}
+			if fs.data != nil {
+				recs, err := b.Records()
+				if err != nil {
+					return 0, fmt.Errorf("destination %s/%d: %w", k.Topic, k.Partition, err)
+				}
+				if recordsDigest(recs) == fs.digest {
+					snap := own.clone()
+					snap[id] = want
+					cands = append(cands, candidate{dst: b.BaseOffset(), own: snap, dups: len(dups)})
+				}
+			}
+			own[id] = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
+			end = b.LastOffset() + 1
+		}
+	}
+	if n := len(cands); n > 0 {
+		c := cands[n-1]
+		res.own = c.own
+		res.duplicates = append(res.duplicates, dups[:c.dups]...)
+		res.walked += c.dst - d
+		for _, du := range dups[:c.dups] {
+			res.walked -= du.records() // stepped over, not mirrored records
+		}
+		res.observe(xl, sd.at, c.dst > d)
+		res.end = Entry{Src: fs.base, Dst: c.dst}
+		e.logRealigned(k, sd, res.end, "kmirror's own batches accepted as mirrored")
+		return ls, nil
+	}
+	if passed || (fs.data != nil && end > dLin) {
+		return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and none of them holds "+
+			"the source's first surviving batch (offset %d)", d, end-1, deleted, fs.base)
+	}
+	mirrored := end - d - dupRecords // source records the copies stand for
+	pLin := s + mirrored
+	if pLin > ls {
+		return 0, &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
+			"destination offsets %d..%d were written by kmirror after its last checkpoint, more records than the source had at offsets %d..%d "+
+				"before it deleted them, and the source holds nothing after them: the source lost records that were mirrored", d, end-1, s, ls-1)}}
+	}
+	if pLin < ls {
+		if gapBelow < 0 || res.gap != nil || (gapBelow > 0 && ls > gapBelow) {
+			kept := ""
+			if mirrored > 0 {
+				kept = fmt.Sprintf(" (destination offsets %d..%d past kmirror's last checkpoint are its own copies of the source's records from offset %d, and are kept; "+
+					"fewer records are missing if offsets in between held transaction markers or aborted records)", d, end-1, s)
+			}
+			return 0, &Divergence{Key: k, Reason: sourceGapReason(k, pLin, ls) + kept, GapBelow: ls}
+		}
+		res.gap = &gapRange{from: pLin, to: ls}
+	}
+	res.own = own
+	res.duplicates = append(res.duplicates, dups...)
+	res.walked += mirrored
+	res.observe(xl, sd.at, mirrored > 0)
+	res.end = Entry{Src: ls, Dst: end}
+	e.logRealigned(k, sd, res.end, "every record deleted on the source had been mirrored, or was skipped as a gap")
+	return ls, nil
+}
+
+// observe records in xl that the copies accepted from at on (when any)
+// start there: the copy of source offset at.Src, or of the first record
+// after it, is destination offset at.Dst. Translating a source offset
+// among the deleted ones then lands on the first mirrored record at or
+// after it, assuming no transaction markers or aborted records among
+// them (they are no longer readable to tell).
+func (w *walkResult) observe(xl *Translation, at Entry, any bool) {
+	if !any {
+		return
+	}
+	if en, ok := xl.Observe(at.Src, at.Dst); ok {
+		w.entries = append(w.entries, en)
+	}
+}
+
+// logRealigned says where a walk went on after the source deleted records
+// it had to read.
+func (e *Engine) logRealigned(k Key, sd sourceDeleted, to Entry, why string) {
+	e.log.Info("the source deleted records past the checkpoint; walking on", zap.Stringer("partition", k),
+		zap.Int64("deleted_from", sd.at.Src), zap.Int64("source_log_start", sd.logStart),
+		zap.Int64("source_offset", to.Src), zap.Int64("destination_offset", to.Dst), zap.String("how", why))
+}
