@@ -124,10 +124,22 @@ func startSecure(t *testing.T) *secure {
 func (s *secure) write(t *testing.T, name string, data []byte) string {
 	t.Helper()
 	path := filepath.Join(s.dir, name)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	replaceFile(t, path, data)
+	return path
+}
+
+// replaceFile writes path whole at once (a new file renamed over it), as
+// an operator's tooling replaces a certificate or secret: kmirror reads
+// these files at every connection and must never see one half-written.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (s *secure) issue(t *testing.T, name string, o harness.CertOptions) string {
@@ -362,10 +374,10 @@ func TestSecurity(t *testing.T) {
 		}
 		// The certificate file is replaced by an expired one.
 		data, _ := os.ReadFile(good)
-		os.WriteFile(good, append(append([]byte(nil), expiredIss.KeyPEM...), expiredIss.CertPEM...), 0o600)
+		replaceFile(t, good, append(append([]byte(nil), expiredIss.KeyPEM...), expiredIss.CertPEM...))
 		produceTo(t, s.src, "sec-plain", 3, 90, "expired")
 		failedWith(t, "mplain", "sec-plain", "source cluster of mirror mplain", "kmirror's certificate CN=kmirror-plain is valid from", "renew it")
-		os.WriteFile(good, data, 0o600)
+		replaceFile(t, good, data)
 		recovered(t, "mplain", "sec-plain")
 	})
 	t.Run("WrongHostName", func(t *testing.T) {
