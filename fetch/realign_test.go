@@ -94,6 +94,35 @@ func TestWalkRealignsAfterSourceDeleted(t *testing.T) {
 	}
 }
 
+// TestWalkRealignBothSidesDeleted: destination retention deleted some or
+// all of kmirror's copies too. The walk continues the sequence over the
+// destination's deleted offsets and ends at the source's end either way.
+func TestWalkRealignBothSidesDeleted(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		dstLogStart, srcLogStart int64
+	}{
+		{"the copy of the first surviving batch still there", 20, 25},
+		{"every copy deleted", 30, 25},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := newKfakePair(t)
+			x.createTopic("b", 1)
+			x.produceBatches(x.src, "b", 0, 30, 10)
+			k, pid := x.mirrorThenRelease("b")
+			x.deleteRecords(x.dst, "b", c.dstLogStart)
+			x.deleteRecords(x.src, "b", c.srcLogStart)
+			w, err := x.walkFromStart(k, pid, -1)
+			if err != nil {
+				t.Fatalf("walk: %v", err)
+			}
+			if w.end != (Entry{Src: 30, Dst: 30}) || w.nextSeq != 30 || w.walked != 30 {
+				t.Fatalf("walk ended at %+v, next sequence %d, walked %d; want 30/30, 30, 30", w.end, w.nextSeq, w.walked)
+			}
+		})
+	}
+}
+
 // TestWalkRealignGapAndForeign: records deleted before kmirror copied them
 // are a gap (DIVERGED with the source's log start, or skipped when the
 // operator accepted it), kmirror's copies before them are kept; a batch of
