@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -198,13 +199,12 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 	end := d // destination offset after kmirror's batches read so far
 	deletedDst := int64(0)
 	first := true
-	passed := false
 	deleted := fmt.Sprintf("the source has since deleted offsets %d..%d", s, ls-1)
 	cannot := func(format string, args ...any) error {
 		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...) + ", so they cannot be re-verified. To go on: kmirror remove --mirror " +
 			k.Mirror + " --topic " + k.Topic + " (failover: the destination keeps what it has), or delete the destination topic, remove and add it again"}
 	}
-	for !passed {
+	for {
 		batches, ended, err := dst.nextSettled(ctx)
 		var oor *outOfRange
 		if errors.As(err, &oor) && oor.offset < oor.logStart && first {
@@ -218,6 +218,7 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 				res.walked += dLin - d
 				res.observe(xl, sd.at, dLin > d)
 				res.end = Entry{Src: fs.base, Dst: dLin}
+				res.realigned = true
 				e.logRealigned(k, sd, res.end, "both sides deleted the records past the checkpoint")
 				return ls, nil
 			}
@@ -232,8 +233,10 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 		}
 		for _, b := range batches {
 			if fs.data != nil && b.BaseOffset() > dLin {
-				passed = true // the copy would have been among the batches before
-				break
+				// Past where the copy can be: counted, and verified by
+				// the walk if a copy was found.
+				end = b.LastOffset() + 1
+				continue
 			}
 			id, ok := res.ownID(b)
 			if !ok {
@@ -270,8 +273,27 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 			end = b.LastOffset() + 1
 		}
 	}
-	if n := len(cands); n > 0 {
-		c := cands[n-1]
+	mirrored := end - d - dupRecords // source records the copies stand for
+	// Without a copy, kmirror's batches stand for deleted offsets only:
+	// at most one record per offset before the surviving batch.
+	noCopy := fs.data == nil || mirrored <= fs.base-s
+	if n := len(cands); n > 1 || (n == 1 && noCopy) {
+		// Repeated content: more than one reading of the destination fits
+		// the source, and picking one could lose or duplicate records.
+		at := make([]string, n)
+		for i, c := range cands {
+			at[i] = fmt.Sprint(c.dst)
+		}
+		also := ""
+		if noCopy {
+			also = ", or none of them if the source's records before it were deleted before they were mirrored"
+		}
+		return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and the source's first surviving batch "+
+			"(offset %d) has the same records as kmirror's batch at destination offset %s%s: which one copies it cannot be told",
+			d, end-1, deleted, fs.base, strings.Join(at, ", "), also)
+	}
+	if len(cands) == 1 {
+		c := cands[0]
 		res.own = c.own
 		res.duplicates = append(res.duplicates, dups[:c.dups]...)
 		res.walked += c.dst - d
@@ -280,14 +302,14 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 		}
 		res.observe(xl, sd.at, c.dst > d)
 		res.end = Entry{Src: fs.base, Dst: c.dst}
+		res.realigned = true
 		e.logRealigned(k, sd, res.end, "kmirror's own batches accepted as mirrored")
 		return ls, nil
 	}
-	if passed || (fs.data != nil && end > dLin) {
+	if !noCopy {
 		return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and none of them holds "+
 			"the source's first surviving batch (offset %d)", d, end-1, deleted, fs.base)
 	}
-	mirrored := end - d - dupRecords // source records the copies stand for
 	pLin := s + mirrored
 	if pLin > ls {
 		return 0, &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
@@ -296,12 +318,11 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 	}
 	if pLin < ls {
 		if gapBelow < 0 || res.gap != nil || (gapBelow > 0 && ls > gapBelow) {
-			kept := ""
+			reason := sourceGapReason(k, pLin, ls)
 			if mirrored > 0 {
-				kept = fmt.Sprintf(" (destination offsets %d..%d past kmirror's last checkpoint are its own copies of the source's records from offset %d, and are kept; "+
-					"fewer records are missing if offsets in between held transaction markers or aborted records)", d, end-1, s)
+				reason = copiedGapReason(k, Entry{Src: s, Dst: d}, end, pLin, ls)
 			}
-			return 0, &Divergence{Key: k, Reason: sourceGapReason(k, pLin, ls) + kept, GapBelow: ls}
+			return 0, &Divergence{Key: k, Reason: reason, GapBelow: ls}
 		}
 		res.gap = &gapRange{from: pLin, to: ls}
 	}
@@ -310,8 +331,25 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 	res.walked += mirrored
 	res.observe(xl, sd.at, mirrored > 0)
 	res.end = Entry{Src: ls, Dst: end}
+	res.realigned = true
 	e.logRealigned(k, sd, res.end, "every record deleted on the source had been mirrored, or was skipped as a gap")
 	return ls, nil
+}
+
+// copiedGapReason explains source offsets from..logStart-1 that are not
+// on the destination, after kmirror's copies (destination offsets at.Dst
+// up to end) of the source's records from at.Src, which the source has
+// deleted since: they held records never mirrored, or transaction markers
+// and aborted records, which are not copied; which, the deleted records
+// can no longer tell.
+func copiedGapReason(k Key, at Entry, end, from, logStart int64) string {
+	return fmt.Sprintf("source offsets %d..%d of %s were deleted on the source and are not on the destination: destination offsets %d..%d, "+
+		"written by kmirror after its last checkpoint, are its own copies of the source's records from offset %d on, and the source has since "+
+		"deleted offsets %d..%d, so whether %d..%d held records that were never mirrored or only transaction markers and aborted records "+
+		"(which are not copied) cannot be told; the source log starts at %d. Nothing after them is lost. To mirror on from %d, counting "+
+		"at most %d records as lost: kmirror resume --mirror %s --topic %s --partition %d --accept-gap",
+		from, logStart-1, k, at.Dst, end-1, at.Src, at.Src, logStart-1, from, logStart-1, logStart, logStart, logStart-from,
+		k.Mirror, k.Topic, k.Partition)
 }
 
 // observe records in xl that the copies accepted from at on (when any)

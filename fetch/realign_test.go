@@ -138,7 +138,7 @@ func TestWalkRealignGapAndForeign(t *testing.T) {
 	_, err := x.walkFromStart(k, pid, -1)
 	var dv *Divergence
 	if !errors.As(err, &dv) || dv.GapBelow != 30 || !strings.Contains(dv.Reason, "source offsets 20..29") ||
-		!strings.Contains(dv.Reason, "destination offsets 0..19 past kmirror's last checkpoint are its own copies") {
+		!strings.Contains(dv.Reason, "destination offsets 0..19, written by kmirror after its last checkpoint, are its own copies") {
 		t.Fatalf("walk over a real gap: %v; want a gap 20..29 below log start 30 that keeps kmirror's copies", err)
 	}
 	w, err := x.walkFromStart(k, pid, 30)
@@ -158,6 +158,54 @@ func TestWalkRealignGapAndForeign(t *testing.T) {
 	if _, err := x.walkFromStart(fk, fpid, 0); !errors.As(err, &dv) || !strings.Contains(dv.Reason, "destination offset 20 past kmirror's last checkpoint") ||
 		!strings.Contains(dv.Reason, "Another producer has written") {
 		t.Fatalf("walk over a foreign batch: %v; want DIVERGED naming the foreign write", err)
+	}
+}
+
+// TestWalkRealignRefusesRepeatedContent: when the source's first surviving
+// batch has the same records as more than one of kmirror's batches, or as
+// one while the destination might as well hold no copy of it (the records
+// before it deleted unmirrored), any choice could lose or duplicate
+// records: DIVERGED, never a silent pick.
+func TestWalkRealignRefusesRepeatedContent(t *testing.T) {
+	x := newKfakePair(t)
+	same := func(topic string, n int) []*kgo.Record {
+		var recs []*kgo.Record
+		for range n {
+			recs = append(recs, &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte("same"), Timestamp: time.UnixMilli(1700000000000)})
+		}
+		return recs
+	}
+	prod := x.client(x.src)
+	produce := func(recs []*kgo.Record) {
+		t.Helper()
+		if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One copy fits, and so does none: 0..4 and E mirrored; 6..15 and E
+	// again written while kmirror was down; the source deleted up to the
+	// second E. Taking the first E as its copy would lose 6..15 silently.
+	x.createTopic("one", 1)
+	x.produceBatches(x.src, "one", 0, 5, 5)
+	produce(same("one", 1))
+	k, pid := x.mirrorThenRelease("one")
+	x.produceBatches(x.src, "one", 6, 10, 10)
+	produce(same("one", 1))
+	x.deleteRecords(x.src, "one", 16)
+	var dv *Divergence
+	if _, err := x.walkFromStart(k, pid, 0); !errors.As(err, &dv) || !strings.Contains(dv.Reason, "cannot be told") {
+		t.Fatalf("walk with one copy or none fitting: %v; want DIVERGED, cannot be told", err)
+	}
+	// Two copies fit: two identical batches, the source's first surviving
+	// batch is the second.
+	x.createTopic("two", 1)
+	produce(same("two", 10))
+	produce(same("two", 10))
+	k2, pid2 := x.mirrorThenRelease("two")
+	x.produceBatches(x.src, "two", 20, 10, 10)
+	x.deleteRecords(x.src, "two", 15)
+	if _, err := x.walkFromStart(k2, pid2, 0); !errors.As(err, &dv) || !strings.Contains(dv.Reason, "destination offset 0, 10") {
+		t.Fatalf("walk with two copies fitting: %v; want DIVERGED naming both", err)
 	}
 }
 

@@ -129,6 +129,12 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	}
 	e.noteDuplicatesLocked(p, w.duplicates)
 	e.mirrorFromLocked(p, pid, seq, w.own, Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, xl)
+	if w.realigned || w.gap != nil {
+		// Not at the next checkpoint_interval: a crash before it would
+		// walk over the deleted records again (and meet an accepted gap
+		// a second time, its permission used up).
+		e.goLoop(e.checkpoint)
+	}
 	e.log.Info("partition resumed", zap.Stringer("partition", k), zap.Int64("source_offset", w.end.Src),
 		zap.Int64("destination_offset", w.end.Dst), zap.Int64("walked_records", w.walked),
 		zap.Int64("producer_id", pid.ID), zap.Int32("sequence", seq))

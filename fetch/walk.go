@@ -28,6 +28,10 @@ type walkResult struct {
 	duplicates []duplicate
 	// gap is the source range the walk skipped under AcceptGap, if any.
 	gap *gapRange
+	// realigned: the walk went on past source records deleted after its
+	// start (realign.go); its end is worth a checkpoint at once, so a
+	// crash does not make the next walk do it again.
+	realigned bool
 }
 
 // gapRange is source offsets from..to-1, deleted on the source before they

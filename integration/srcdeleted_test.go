@@ -249,7 +249,7 @@ func TestSourceGapAfterUncheckpointedCopies(t *testing.T) {
 	m.start()
 
 	r := waitAllStates(t, m, "sdgap", topic, "DIVERGED", "source offsets 100..149", time.Minute)[0]
-	for _, want := range []string{"the source log starts at 150", "--accept-gap", "destination offsets 0..99 past kmirror's last checkpoint are its own copies"} {
+	for _, want := range []string{"the source log starts at 150", "--accept-gap", "destination offsets 0..99, written by kmirror after its last checkpoint, are its own copies", "counting at most 50 records"} {
 		if !strings.Contains(r.Reason, want) {
 			t.Fatalf("reason %q lacks %q", r.Reason, want)
 		}
@@ -268,6 +268,15 @@ func TestSourceGapAfterUncheckpointedCopies(t *testing.T) {
 		if err != nil || tr.DestinationOffset != c.dst {
 			t.Fatalf("translate(%d) = %+v, %v; want %d", c.src, tr, err, c.dst)
 		}
+	}
+	// The resume past the gap is checkpointed at once: a kill -9 right
+	// after it, with nothing new to mirror, neither meets the gap again
+	// nor counts it twice.
+	m.kill9()
+	m.start()
+	rows = waitCaughtUp(t, m, "sdgap", topic)
+	if rows[0].SkippedRecords != 50 || rows[0].DestinationOffset != 110 {
+		t.Fatalf("after a kill -9 past the accepted gap: %+v; want MIRRORING at 110 with 50 skipped", rows[0])
 	}
 }
 

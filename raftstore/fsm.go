@@ -490,9 +490,11 @@ func (s *State) applyRecordGap(c RecordGap, _ uint64) error {
 		return fmt.Errorf("%w: gap %d..%d of partition %s ends before it starts", ErrInvalid, c.From, c.To-1, c.Key)
 	}
 	p.AcceptGap, p.AcceptGapBelow = false, 0 // used up, also by a start that found no gap
-	if c.To > c.From {
+	// The same range again (accepted, then the partition restarted from a
+	// checkpoint before it): counted once.
+	if gap := fmt.Sprintf("%d..%d", c.From, c.To-1); c.To > c.From && gap != p.LastGap {
 		p.SkippedRecords += c.To - c.From
-		p.LastGap = fmt.Sprintf("%d..%d", c.From, c.To-1)
+		p.LastGap = gap
 	}
 	return nil
 }

@@ -544,4 +544,13 @@ func TestApplyResumeAndRecordGap(t *testing.T) {
 	if p, _ = x.state().Partition(p1); p.AcceptGap || p.SkippedRecords != 50 {
 		t.Fatalf("after an empty gap: %+v", p)
 	}
+	// The same gap accepted again (the partition restarted from a
+	// checkpoint before it) is counted once.
+	x.mustApply(SetPartitionState{Key: p1, State: StateDiverged, Reason: "gap"})
+	x.mustApply(ResumePartition{Key: p1, AcceptGap: true})
+	p, _ = x.state().Partition(p1)
+	x.mustApply(RecordGap{Key: p1, Lease: Lease{Owner: "n1", Generation: p.Generation}, From: 100, To: 150})
+	if p, _ = x.state().Partition(p1); p.SkippedRecords != 50 || p.LastGap != "100..149" {
+		t.Fatalf("after the same gap again: %+v; want it counted once", p)
+	}
 }
