@@ -165,18 +165,22 @@ type candidate struct {
 // to where the walk goes on and returns the offset to fetch the source at.
 //
 // It finds, in this order:
-//   - the copy (the one nearest the linear mapping, which holds unless the
-//     deleted offsets held transaction markers or aborted records): the
-//     batches before it are mirrored records, the walk verifies from it;
-//   - no copy, and kmirror's batches end where the linear mapping puts the
-//     source's log start: all deleted records were mirrored, nothing to
-//     verify, mirroring goes on at the log start;
-//   - no copy, and kmirror's batches end before that: the rest were
-//     deleted before they were mirrored, a gap (DIVERGED with GapBelow, or
-//     skipped and recorded under resume --accept-gap, gapBelow);
-//   - a batch that is not kmirror's, a sequence that skips ahead, or
-//     kmirror's batches going past the copy's place without it: they cannot
-//     be re-verified, DIVERGED with what is known.
+//   - more than one batch with the copy's records, or one while kmirror's
+//     batches stand for no more records than the offsets before it (so
+//     "no copy" fits as well): repeated content, DIVERGED, since any pick
+//     could lose or duplicate records;
+//   - the copy: the batches before it are mirrored records, the walk
+//     verifies from it;
+//   - kmirror's batches going past the copy's place without it, a batch
+//     that is not kmirror's, or a sequence that skips ahead: they cannot be
+//     re-verified, DIVERGED with what is known;
+//   - no copy, and kmirror's batches stand for every deleted offset: all
+//     were mirrored, mirroring goes on at the log start;
+//   - no copy, and they stand for fewer: the rest is not on the
+//     destination (never mirrored, or only transaction markers and aborted
+//     records: the deleted records can no longer tell), a gap (DIVERGED
+//     with GapBelow, or skipped and recorded under resume --accept-gap,
+//     gapBelow).
 func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Translation, res *walkResult, sd sourceDeleted, pid ProducerID, gapBelow int64) (fetchAt int64, err error) {
 	s, d := sd.at.Src, sd.at.Dst
 	fs, err := e.firstSourceBatch(ctx, srcCl, k, sd.logStart, s)
