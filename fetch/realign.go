@@ -324,7 +324,7 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 		if gapBelow < 0 || res.gap != nil || (gapBelow > 0 && ls > gapBelow) {
 			reason := sourceGapReason(k, pLin, ls)
 			if mirrored > 0 {
-				reason = copiedGapReason(k, Entry{Src: s, Dst: d}, end, pLin, ls)
+				reason = copiedGapReason(k, Entry{Src: s, Dst: d}, end, mirrored, pLin, ls)
 			}
 			return 0, &Divergence{Key: k, Reason: reason, GapBelow: ls}
 		}
@@ -340,20 +340,21 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 	return ls, nil
 }
 
-// copiedGapReason explains source offsets from..logStart-1 that are not
-// on the destination, after kmirror's copies (destination offsets at.Dst
-// up to end) of the source's records from at.Src, which the source has
-// deleted since: they held records never mirrored, or transaction markers
-// and aborted records, which are not copied; which, the deleted records
-// can no longer tell.
-func copiedGapReason(k Key, at Entry, end, from, logStart int64) string {
-	return fmt.Sprintf("source offsets %d..%d of %s were deleted on the source and are not on the destination: destination offsets %d..%d, "+
-		"written by kmirror after its last checkpoint, are its own copies of the source's records from offset %d on, and the source has since "+
-		"deleted offsets %d..%d, so whether %d..%d held records that were never mirrored or only transaction markers and aborted records "+
-		"(which are not copied) cannot be told; the source log starts at %d. Nothing after them is lost. To mirror on from %d, counting "+
-		"at most %d records as lost: kmirror resume --mirror %s --topic %s --partition %d --accept-gap",
-		from, logStart-1, k, at.Dst, end-1, at.Src, at.Src, logStart-1, from, logStart-1, logStart, logStart, logStart-from,
-		k.Mirror, k.Topic, k.Partition)
+// copiedGapReason explains source offsets deleted since at.Src (up to
+// logStart) of which kmirror's copies (destination offsets at.Dst up to
+// end) stand for only some: the others held records never mirrored, or
+// only transaction markers and aborted records, which are not copied; the
+// deleted records can no longer tell which. mirrored is how many records
+// the copies hold (duplicates aside); from is where the missing ones start
+// if there were no markers.
+func copiedGapReason(k Key, at Entry, end, mirrored, from, logStart int64) string {
+	missing := logStart - from
+	return fmt.Sprintf("the source has deleted offsets %d..%d of %s, and kmirror's copies on the destination (offsets %d..%d, written after its "+
+		"last checkpoint) stand for %d of them: the other %d (source offsets %d..%d if the deleted ones held no transaction markers or aborted "+
+		"records, which are not copied) were never mirrored, or were only such markers and aborted records; the deleted records can no longer "+
+		"tell which. The source log starts at %d. Nothing after them is lost. To mirror on from %d, counting at most %d records as lost: "+
+		"kmirror resume --mirror %s --topic %s --partition %d --accept-gap",
+		at.Src, logStart-1, k, at.Dst, end-1, mirrored, missing, from, logStart-1, logStart, logStart, missing, k.Mirror, k.Topic, k.Partition)
 }
 
 // observe records in xl that the copies accepted from at on (when any)

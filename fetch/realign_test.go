@@ -138,7 +138,7 @@ func TestWalkRealignGapAndForeign(t *testing.T) {
 	_, err := x.walkFromStart(k, pid, -1)
 	var dv *Divergence
 	if !errors.As(err, &dv) || dv.GapBelow != 30 || !strings.Contains(dv.Reason, "source offsets 20..29") ||
-		!strings.Contains(dv.Reason, "destination offsets 0..19, written by kmirror after its last checkpoint, are its own copies") {
+		!strings.Contains(dv.Reason, "kmirror's copies on the destination (offsets 0..19, written after its last checkpoint) stand for 20 of them") {
 		t.Fatalf("walk over a real gap: %v; want a gap 20..29 below log start 30 that keeps kmirror's copies", err)
 	}
 	w, err := x.walkFromStart(k, pid, 30)

@@ -249,7 +249,7 @@ func TestSourceGapAfterUncheckpointedCopies(t *testing.T) {
 	m.start()
 
 	r := waitAllStates(t, m, "sdgap", topic, "DIVERGED", "source offsets 100..149", time.Minute)[0]
-	for _, want := range []string{"the source log starts at 150", "--accept-gap", "destination offsets 0..99, written by kmirror after its last checkpoint, are its own copies", "counting at most 50 records"} {
+	for _, want := range []string{"the source log starts at 150", "--accept-gap", "kmirror's copies on the destination (offsets 0..99, written after its last checkpoint) stand for 100 of them", "counting at most 50 records"} {
 		if !strings.Contains(r.Reason, want) {
 			t.Fatalf("reason %q lacks %q", r.Reason, want)
 		}
