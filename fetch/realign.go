@@ -352,7 +352,7 @@ func copiedGapReason(k Key, at Entry, end, mirrored, from, logStart int64) strin
 	return fmt.Sprintf("the source has deleted offsets %d..%d of %s, and kmirror's copies on the destination (offsets %d..%d, written after its "+
 		"last checkpoint) stand for %d of them: the other %d (source offsets %d..%d if the deleted ones held no transaction markers or aborted "+
 		"records, which are not copied) were never mirrored, or were only such markers and aborted records; the deleted records can no longer "+
-		"tell which. The source log starts at %d. Nothing after them is lost. To mirror on from %d, counting at most %d records as lost: "+
+		"tell which; the source log starts at %d. Nothing after them is lost. To mirror on from %d, counting at most %d records as lost: "+
 		"kmirror resume --mirror %s --topic %s --partition %d --accept-gap",
 		at.Src, logStart-1, k, at.Dst, end-1, mirrored, missing, from, logStart-1, logStart, logStart, missing, k.Mirror, k.Topic, k.Partition)
 }

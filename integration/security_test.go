@@ -375,9 +375,18 @@ func TestSecurity(t *testing.T) {
 		// The certificate file is replaced by an expired one.
 		data, _ := os.ReadFile(good)
 		replaceFile(t, good, append(append([]byte(nil), expiredIss.KeyPEM...), expiredIss.CertPEM...))
+		// Put the good certificate back even if this subtest fails, so the
+		// later ones do not inherit the expired one.
+		restored := false
+		defer func() {
+			if !restored {
+				replaceFile(t, good, data)
+			}
+		}()
 		produceTo(t, s.src, "sec-plain", 3, 90, "expired")
 		failedWith(t, "mplain", "sec-plain", "source cluster of mirror mplain", "kmirror's certificate CN=kmirror-plain is valid from", "renew it")
 		replaceFile(t, good, data)
+		restored = true
 		recovered(t, "mplain", "sec-plain")
 	})
 	t.Run("WrongHostName", func(t *testing.T) {
