@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
@@ -28,22 +29,22 @@ type plannedTopic struct {
 // topic exists; destination topic absent, or one kmirror wrote and whose
 // last mirrored position it finds); only then is anything created, so a
 // bad request leaves nothing half-done.
-func (m *Member) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult, error) {
+func (m *Member) AddTopics(ctx context.Context, req api.AddTopicsRequest) (api.AddResult, error) {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
-			return AddResult{}, err
+			return api.AddResult{}, err
 		}
 		return c.AddTopics(ctx, req)
 	}
 	req.DryRun = false
-	res := AddResult{Status: "added"}
+	res := api.AddResult{Status: "added"}
 	_, err := m.addTopics(ctx, req, &res)
 	return res, err
 }
 
 // PlanTopics is add --dry-run: what AddTopics would do with each topic,
 // changing nothing.
-func (m *Member) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+func (m *Member) PlanTopics(ctx context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return nil, err
@@ -54,9 +55,9 @@ func (m *Member) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]trunca
 	return m.addTopics(ctx, req, nil)
 }
 
-func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddResult) ([]truncate.Plan, error) {
+func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.AddResult) ([]truncate.Plan, error) {
 	if len(req.Topics) == 0 {
-		return nil, fmt.Errorf("%w: name at least one --topic", ErrInvalid)
+		return nil, fmt.Errorf("%w: name at least one --topic", api.ErrInvalid)
 	}
 	which := fetch.Earliest
 	switch req.StartFrom {
@@ -64,7 +65,7 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddRe
 	case "latest":
 		which = fetch.Latest
 	default:
-		return nil, fmt.Errorf("%w: start-from %q: use earliest or latest", ErrInvalid, req.StartFrom)
+		return nil, fmt.Errorf("%w: start-from %q: use earliest or latest", api.ErrInvalid, req.StartFrom)
 	}
 	var mir raftstore.Mirror
 	found := false
@@ -82,7 +83,7 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddRe
 		}
 	})
 	if !found {
-		return nil, fmt.Errorf("%w: mirror %s does not exist (create it with kmirror create)", ErrNotFound, req.Mirror)
+		return nil, fmt.Errorf("%w: mirror %s does not exist (create it with kmirror create)", api.ErrNotFound, req.Mirror)
 	}
 	// Every topic is checked; a dry run reports each topic's refusal in
 	// its plan, a real add stops at the first.
@@ -106,11 +107,11 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddRe
 		owner, isTaken := taken[t]
 		switch {
 		case seen[t]:
-			err = fmt.Errorf("%w: topic %s named twice", ErrInvalid, t)
+			err = fmt.Errorf("%w: topic %s named twice", api.ErrInvalid, t)
 		case isTaken:
-			err = fmt.Errorf("%w: topic %s is already mirrored by mirror %s", ErrExists, t, owner)
+			err = fmt.Errorf("%w: topic %s is already mirrored by mirror %s", api.ErrExists, t, owner)
 		case strings.HasPrefix(t, "__"):
-			err = fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", ErrInvalid, t)
+			err = fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", api.ErrInvalid, t)
 		}
 		seen[t] = true
 		var p plannedTopic
@@ -139,7 +140,7 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddRe
 	if len(refused) > 0 && !req.Truncate {
 		return nil, fmt.Errorf("%w: %s. Nothing was added: kmirror add --dry-run shows the plan; kmirror add --truncate copies the divergent "+
 			"records into a quarantine topic TOPIC.kmirror-diverged.N, deletes the destination topic and mirrors it again from the source",
-			ErrConflict, strings.Join(refused, "; "))
+			api.ErrConflict, strings.Join(refused, "; "))
 	}
 	for _, p := range plan {
 		if owner, ok := stopped[p.topic.Topic]; ok && owner == req.Mirror {
@@ -147,7 +148,7 @@ func (m *Member) addTopics(ctx context.Context, req AddTopicsRequest, res *AddRe
 			// translation must not be taken for the new start (a
 			// continued one is seeded below from what was read).
 			if err := m.engine.ForgetTopic(cctx, req.Mirror, p.topic.Topic); err != nil {
-				return nil, fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", ErrUnavailable, p.topic.Topic, err)
+				return nil, fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", api.ErrUnavailable, p.topic.Topic, err)
 			}
 		}
 	}
@@ -185,21 +186,21 @@ func topicNames(plan []plannedTopic) string {
 
 func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
 	if !validName.MatchString(topic) || topic == "." || topic == ".." {
-		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", ErrInvalid, topic)
+		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", api.ErrInvalid, topic)
 	}
 	srcTopic, err := src.Topic(ctx, topic)
 	n := srcTopic.Partitions
 	if errors.Is(err, fetch.ErrTopicNotFound) {
 		return plannedTopic{}, fmt.Errorf("%w: source topic %s does not exist on the source cluster of mirror %s (%s)",
-			ErrNotFound, topic, mir.Name, strings.Join(mir.Bootstrap, ","))
+			api.ErrNotFound, topic, mir.Name, strings.Join(mir.Bootstrap, ","))
 	}
 	if err != nil {
-		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	if _, err := m.dest.Partitions(ctx, topic); err == nil {
 		existing, err := m.findExisting(ctx, src, mir, topic)
 		if err != nil {
-			return plannedTopic{}, fmt.Errorf("%w: looking for the last mirrored position of %s: %v", ErrUnavailable, topic, err)
+			return plannedTopic{}, fmt.Errorf("%w: looking for the last mirrored position of %s: %v", api.ErrUnavailable, topic, err)
 		}
 		if existing != nil {
 			return m.existingTopic(mir, srcTopic, existing), nil
@@ -208,28 +209,28 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 	if _, err := m.dest.Partitions(ctx, topic); err == nil && removed {
 		return plannedTopic{}, fmt.Errorf("%w: destination topic %s was mirrored by mirror %s, but its last mirrored position does not "+
 			"match the source topic any more (was the source topic recreated?): to mirror the topic again from the start, delete it on "+
-			"the destination cluster first", ErrConflict, topic, mir.Name)
+			"the destination cluster first", api.ErrConflict, topic, mir.Name)
 	} else if err == nil {
 		return plannedTopic{}, fmt.Errorf("%w: destination topic %s already exists and no last mirrored position of it was found "+
 			"(neither in the destination's nor in the source's %s for these clusters and topic IDs): it was not written by kmirror; "+
-			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic, truncate.StateTopic)
+			"delete it on the destination cluster or mirror into a cluster without it", api.ErrConflict, topic, truncate.StateTopic)
 	} else if !errors.Is(err, fetch.ErrTopicNotFound) {
-		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	offsets, err := src.Offsets(ctx, topic, n, which)
 	if err != nil {
-		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	configs, err := src.TopicConfigs(ctx, topic)
 	if err != nil {
-		return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	create, deferred := fetch.DeferCompaction(configs)
 	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: topic, State: raftstore.StatePending,
 		SourceTopicID: srcTopic.ID, DestinationConfigs: create, Partitions: make([]raftstore.PartitionInfo, n)}
 	if deferred != nil {
 		if mt.DeferUntil, err = src.HighWatermarks(ctx, topic, n); err != nil {
-			return plannedTopic{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 		}
 		mt.DeferredConfigs = deferred
 	}
@@ -304,12 +305,12 @@ func (m *Member) createDestination(ctx context.Context, t raftstore.MirrorTopic)
 func destinationError(topic string, err error) error {
 	switch {
 	case fetch.IsRequestError(err):
-		return fmt.Errorf("%w: the destination cluster refused to create topic %s: %v", ErrInvalid, topic, err)
+		return fmt.Errorf("%w: the destination cluster refused to create topic %s: %v", api.ErrInvalid, topic, err)
 	case fetch.IsTopicExists(err):
 		return fmt.Errorf("%w: destination topic %s already exists (created by someone else meanwhile): %v; "+
-			"delete it on the destination cluster or mirror into a cluster without it", ErrConflict, topic, err)
+			"delete it on the destination cluster or mirror into a cluster without it", api.ErrConflict, topic, err)
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 }
 
 // pendingRetry is how often the leader retries creating the destination

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // APIConfig secures the HTTP API (config section api). Every member of a
@@ -244,7 +246,7 @@ func (a *apiAuth) warnEvery(m *Member, key string, msg string, fields ...zap.Fie
 // peerFailed logs, with the peer's ID, a member that refused this one's
 // API call for a reason no retry fixes: its token or TLS settings differ.
 func (a *apiAuth) peerFailed(m *Member, id string, err error) {
-	if a == nil || (!errors.Is(err, ErrUnauthorized) && !strings.Contains(err.Error(), "certificate")) {
+	if a == nil || (!errors.Is(err, api.ErrUnauthorized) && !strings.Contains(err.Error(), "certificate")) {
 		return
 	}
 	a.warnEvery(m, "peer "+id, "a member refused this member's API call: the api settings (token_file, tls.ca_file, the API certificate's hosts) must suit every member",
@@ -266,7 +268,7 @@ func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 		want, err := a.token.get()
 		if err != nil {
 			a.warnEvery(m, "token file", "this member cannot read api.token_file: it refuses every API request until the file is fixed", zap.Error(err))
-			writeJSON(w, http.StatusServiceUnavailable, errorBody{Code: "not_leader", Error: "this member cannot read its api.token_file (fix the file on the member); ask another member"})
+			writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Code: "not_leader", Error: "this member cannot read its api.token_file (fix the file on the member); ask another member"})
 			return
 		}
 		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -280,11 +282,11 @@ func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 		switch {
 		case !strings.EqualFold(scheme, "Bearer") || got == "":
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Code: "unauthorized", Error: "this kmirror API needs a bearer token: pass --token-file FILE (or KMIRROR_TOKEN_FILE) " +
+			writeJSON(w, http.StatusUnauthorized, api.ErrorBody{Code: "unauthorized", Error: "this kmirror API needs a bearer token: pass --token-file FILE (or KMIRROR_TOKEN_FILE) " +
 				"to the CLI, or send Authorization: Bearer <token>; the token is in the file named by api.token_file on the members"})
 		case !valid:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror", error="invalid_token"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Code: "unauthorized", Error: "the bearer token is not this kmirror group's: check --token-file (or KMIRROR_TOKEN_FILE) against api.token_file on the members"})
+			writeJSON(w, http.StatusUnauthorized, api.ErrorBody{Code: "unauthorized", Error: "the bearer token is not this kmirror group's: check --token-file (or KMIRROR_TOKEN_FILE) against api.token_file on the members"})
 		default:
 			h.ServeHTTP(w, r)
 		}
@@ -293,8 +295,8 @@ func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 
 // clientFor returns a client of the API at addr (host:port) as this member
 // calls it.
-func (a *apiAuth) clientFor(addr string, timeout time.Duration) (*Client, error) {
-	c, err := NewClient(a.scheme()+addr, timeout)
+func (a *apiAuth) clientFor(addr string, timeout time.Duration) (*api.Client, error) {
+	c, err := api.NewClient(a.scheme()+addr, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -42,16 +43,16 @@ func TestAPIToken(t *testing.T) {
 	srv := httptest.NewServer(auth.require(&Member{log: zaptest.NewLogger(t)}, NewHandler(f, zaptest.NewLogger(t), http.NotFoundHandler())))
 	defer srv.Close()
 	ctx := context.Background()
-	client := func(token string) *Client {
-		c, err := NewClient(srv.URL, 5*time.Second)
+	client := func(token string) *api.Client {
+		c, err := api.NewClient(srv.URL, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c.WithAuth(nil, token)
 	}
 	for token, want := range map[string]string{"": "needs a bearer token: pass --token-file", "wrong": "the bearer token is not this kmirror group's"} {
-		err := client(token).CreateMirror(ctx, CreateMirrorRequest{Name: "m9", Properties: map[string]string{"bootstrap.servers": "a:1"}})
-		if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), want) {
+		err := client(token).CreateMirror(ctx, api.CreateMirrorRequest{Name: "m9", Properties: map[string]string{"bootstrap.servers": "a:1"}})
+		if !errors.Is(err, api.ErrUnauthorized) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("create with token %q: %v, want ErrUnauthorized saying %q", token, err, want)
 		}
 	}
@@ -75,7 +76,7 @@ func TestAPIToken(t *testing.T) {
 	// Rotation: the file is replaced; the old token stops working.
 	time.Sleep(10 * time.Millisecond) // a distinct modification time
 	writeTemp(t, dir, "token", "second-token-longer\n")
-	if _, err := client("first-token-0123456789").ListMirrors(ctx); !errors.Is(err, ErrUnauthorized) {
+	if _, err := client("first-token-0123456789").ListMirrors(ctx); !errors.Is(err, api.ErrUnauthorized) {
 		t.Fatalf("the replaced token still works: %v", err)
 	}
 	if _, err := client("second-token-longer").ListMirrors(ctx); err != nil {
@@ -152,12 +153,12 @@ func TestAPITLS(t *testing.T) {
 	if _, err := member.ListMirrors(ctx); err != nil {
 		t.Fatalf("a member calling another over TLS: %v", err)
 	}
-	plain, _ := NewClient(srv.URL, 5*time.Second)
+	plain, _ := api.NewClient(srv.URL, 5*time.Second)
 	if _, err := plain.WithAuth(&tls.Config{RootCAs: x509.NewCertPool()}, "").ListMirrors(ctx); err == nil ||
 		!strings.Contains(err.Error(), "pass --ca FILE (or KMIRROR_CA)") {
 		t.Fatalf("client without the CA: %v", err)
 	}
-	http1, _ := NewClient("http://"+addr, 5*time.Second)
+	http1, _ := api.NewClient("http://"+addr, 5*time.Second)
 	if _, err := http1.ListMirrors(ctx); err == nil || !strings.Contains(err.Error(), "serves HTTPS (api.tls): use https://") {
 		t.Fatalf("plain HTTP client: %v", err)
 	}

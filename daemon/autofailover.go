@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -29,16 +30,6 @@ const (
 	sourceProbeInterval = time.Second
 	sourceProbeTimeout  = 3 * time.Second
 )
-
-// SourceReach is one member's view of a mirror's source cluster
-// (GET /v1/internal/sources).
-type SourceReach struct {
-	Mirror string `json:"mirror"`
-	// UnreachableMs is how long the source has not answered (0 while it
-	// answers), in ms; Error is the last failure.
-	UnreachableMs int64  `json:"unreachable_ms"`
-	Error         string `json:"error,omitempty"`
-}
 
 // sourceProbe is a member's probe of every mirror's source cluster.
 type sourceProbe struct {
@@ -157,12 +148,12 @@ func (p *sourceProbe) closeAdmins(keep map[string]raftstore.Mirror) {
 }
 
 // reach returns this member's view of every mirror's source.
-func (p *sourceProbe) reach() []SourceReach {
+func (p *sourceProbe) reach() []api.SourceReach {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]SourceReach, 0, len(p.admins))
+	out := make([]api.SourceReach, 0, len(p.admins))
 	for n := range p.admins {
-		r := SourceReach{Mirror: n}
+		r := api.SourceReach{Mirror: n}
 		if since, ok := p.down[n]; ok {
 			r.UnreachableMs, r.Error = max(time.Since(since).Milliseconds(), 1), p.why[n]
 		}
@@ -185,7 +176,7 @@ func (p *sourceProbe) setBlocked(mirror string, on bool) {
 }
 
 // localSourceReach serves /v1/internal/sources.
-func (m *Member) localSourceReach() []SourceReach { return m.sources.reach() }
+func (m *Member) localSourceReach() []api.SourceReach { return m.sources.reach() }
 
 // checkAutoFailover is the leader's decision, once per round: for each
 // mirror with failover.auto.after.ms set and topics still mirroring, it
@@ -255,8 +246,8 @@ func (m *Member) checkAutoFailover(ctx context.Context) {
 
 // sourceViews asks every member (this one locally) for its source view;
 // a member that does not answer within 2 s is left out.
-func (m *Member) sourceViews(ctx context.Context) map[string][]SourceReach {
-	views, _ := askOthers(ctx, m, 2*time.Second, (*Client).sourceReach)
+func (m *Member) sourceViews(ctx context.Context) map[string][]api.SourceReach {
+	views, _ := askOthers(ctx, m, 2*time.Second, (*api.Client).InternalSources)
 	views[m.cfg.NodeID] = m.sources.reach()
 	return views
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
@@ -69,12 +69,12 @@ func (m *Member) continueTopic(ctx context.Context, p plannedTopic) error {
 	for _, pp := range p.existing.Partitions {
 		k := fetch.Key{Mirror: p.topic.Mirror, Topic: p.topic.Topic, Partition: pp.Partition}
 		if err := m.engine.Seed(cctx, k, fetch.Entry{Src: pp.SourceOffset, Dst: pp.DestinationOffset}, pp.SourceLeaderEpoch, pp.Translation); err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 		}
 	}
 	tm, err := m.dest.Topic(cctx, p.topic.Topic)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	m.log.Info("topic continues from its last mirrored position", zap.String("mirror", p.topic.Mirror), zap.String("topic", p.topic.Topic),
 		zap.String("kind", p.existing.Kind), zap.String("from", p.existing.From))
@@ -102,16 +102,16 @@ func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir rafts
 	if rf == 0 {
 		rf = m.cfg.Destination.ReplicationFactor
 	}
-	tctx, cancel := context.WithTimeout(ctx, truncateTimeout)
+	tctx, cancel := context.WithTimeout(ctx, api.TruncateTimeout)
 	defer cancel()
 	res, err := truncate.Truncate(tctx, m.dest, p.existing, rf)
 	if err != nil {
-		return res, fmt.Errorf("%w: truncate %s: %v", ErrUnavailable, p.topic.Topic, err)
+		return res, fmt.Errorf("%w: truncate %s: %v", api.ErrUnavailable, p.topic.Topic, err)
 	}
 	m.log.Warn("destination topic truncated: divergent records quarantined, topic deleted for its rebuild", zap.String("mirror", mir.Name),
 		zap.String("topic", p.topic.Topic), zap.String("quarantine", res.Quarantine), zap.Int64s("copied", res.Copied))
 	if err := m.engine.ForgetTopic(tctx, mir.Name, p.topic.Topic); err != nil {
-		return res, fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", ErrUnavailable, p.topic.Topic, err)
+		return res, fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", api.ErrUnavailable, p.topic.Topic, err)
 	}
 	fresh, err := m.planTopic(tctx, src, mir, p.topic.Topic, fetch.Earliest, false)
 	if err != nil {
@@ -119,7 +119,3 @@ func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir rafts
 	}
 	return res, m.createTopic(ctx, fresh, rf)
 }
-
-// truncateTimeout bounds a truncation: the quarantine copy of the
-// divergent records and the topic's deletion.
-const truncateTimeout = 10 * time.Minute

@@ -8,13 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
-
-// forwardedHeader marks a request one member forwarded to another; it is
-// never forwarded again, so a leader change cannot make it loop.
-const forwardedHeader = "X-Kmirror-Forwarded"
 
 type ctxKey int
 
@@ -48,30 +45,29 @@ func (m *Member) memberHTTP(id string) string {
 }
 
 // memberClient is a client of member id for forwarded requests.
-func (m *Member) memberClient(id string) (*Client, error) {
+func (m *Member) memberClient(id string) (*api.Client, error) {
 	addr := m.memberHTTP(id)
 	if addr == "" {
-		return nil, fmt.Errorf("%w: member %s has no known HTTP address", ErrUnavailable, id)
+		return nil, fmt.Errorf("%w: member %s has no known HTTP address", api.ErrUnavailable, id)
 	}
 	c, err := m.auth.clientFor(addr, memberTimeout)
 	if err != nil {
 		return nil, err
 	}
-	c.forwarded = true
-	return c, nil
+	return c.AsForwarded(), nil
 }
 
 // leaderClient is a client of the raft leader.
-func (m *Member) leaderClient() (*Client, error) {
+func (m *Member) leaderClient() (*api.Client, error) {
 	_, id := m.store.Leader()
 	if id == "" {
 		if err := m.notInGroup(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: no raft leader is known right now; retry in a few seconds", ErrNotLeader)
+		return nil, fmt.Errorf("%w: no raft leader is known right now; retry in a few seconds", api.ErrNotLeader)
 	}
 	if id == m.cfg.NodeID {
-		return nil, fmt.Errorf("%w: leadership is changing; retry in a few seconds", ErrNotLeader)
+		return nil, fmt.Errorf("%w: leadership is changing; retry in a few seconds", api.ErrNotLeader)
 	}
 	return m.memberClient(id)
 }
@@ -89,18 +85,18 @@ func (m *Member) notInGroup() error {
 		}
 	}
 	return fmt.Errorf("%w: this member (%s) is not in the raft group: it was removed (kmirror members remove); ask another member, "+
-		"or add it again with kmirror members add %s --raft %s --http %s", ErrNotLeader, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.advertisedHTTP())
+		"or add it again with kmirror members add %s --raft %s --http %s", api.ErrNotLeader, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.advertisedHTTP())
 }
 
 // toLeader returns nil when this member is the leader and should serve a
 // write itself, or a client of the leader to forward it to. A request
 // that was forwarded already is not forwarded again.
-func (m *Member) toLeader(ctx context.Context) (*Client, error) {
+func (m *Member) toLeader(ctx context.Context) (*api.Client, error) {
 	if m.store.IsLeader() {
 		return nil, nil
 	}
 	if isForwarded(ctx) {
-		return nil, fmt.Errorf("%w: this member stopped being the leader while the request was forwarded; retry", ErrNotLeader)
+		return nil, fmt.Errorf("%w: this member stopped being the leader while the request was forwarded; retry", api.ErrNotLeader)
 	}
 	return m.leaderClient()
 }
@@ -121,7 +117,7 @@ func (m *Member) submit(ctx context.Context, cmd raftstore.Command) error {
 	if err != nil {
 		return err
 	}
-	return c.applyInternal(ctx, entry)
+	return c.ApplyInternal(ctx, entry)
 }
 
 // memberCommands are the commands a member may submit to the leader: its
@@ -141,26 +137,26 @@ var memberCommands = map[raftstore.CommandType]bool{
 func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
 	cmd, err := raftstore.Decode(entry)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	if !memberCommands[cmd.Type()] {
-		return fmt.Errorf("%w: members may not submit %s", ErrInvalid, cmd.Type())
+		return fmt.Errorf("%w: members may not submit %s", api.ErrInvalid, cmd.Type())
 	}
 	if sp, ok := cmd.(raftstore.SetPartitionState); ok && sp.Owner == "" {
-		return fmt.Errorf("%w: a member's partition report must name its lease", ErrInvalid)
+		return fmt.Errorf("%w: a member's partition report must name its lease", api.ErrInvalid)
 	}
 	if !m.store.IsLeader() {
-		return fmt.Errorf("%w: this member is not the leader", ErrNotLeader)
+		return fmt.Errorf("%w: this member is not the leader", api.ErrNotLeader)
 	}
 	return mapStoreErr(m.store.Apply(ctx, cmd))
 }
 
 // LocalStatuses are the partitions this member's data path runs.
-func (m *Member) LocalStatuses() []LiveStatus {
+func (m *Member) LocalStatuses() []api.LiveStatus {
 	sts := m.engine.Statuses()
-	out := make([]LiveStatus, 0, len(sts))
+	out := make([]api.LiveStatus, 0, len(sts))
 	for _, st := range sts {
-		out = append(out, LiveStatus{
+		out = append(out, api.LiveStatus{
 			Mirror: st.Key.Mirror, Topic: st.Key.Topic, Partition: st.Key.Partition,
 			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd, SourcePosition: st.Position.SourceOffset,
 			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,
@@ -173,14 +169,14 @@ func (m *Member) LocalStatuses() []LiveStatus {
 // liveStatuses collects what every member's data path reports right now,
 // keyed by partition; members that do not answer within a few seconds are
 // left out (their partitions show without offsets) and named in silent.
-func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]LiveStatus, silent map[string]bool) {
-	out = map[fetch.Key]LiveStatus{}
-	add := func(sts []LiveStatus) {
+func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]api.LiveStatus, silent map[string]bool) {
+	out = map[fetch.Key]api.LiveStatus{}
+	add := func(sts []api.LiveStatus) {
 		for _, st := range sts {
 			out[fetch.Key{Mirror: st.Mirror, Topic: st.Topic, Partition: st.Partition}] = st
 		}
 	}
-	answers, silent := askOthers(ctx, m, 3*time.Second, (*Client).liveStatuses)
+	answers, silent := askOthers(ctx, m, 3*time.Second, (*api.Client).InternalStatus)
 	for _, sts := range answers {
 		add(sts)
 	}
@@ -192,7 +188,7 @@ func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]LiveStatus
 // askOthers asks every other member of the group at once, each within
 // timeout, and returns the answers by member ID; members that cannot be
 // reached or fail are named in failed.
-func askOthers[T any](ctx context.Context, m *Member, timeout time.Duration, ask func(*Client, context.Context) (T, error)) (answers map[string]T, failed map[string]bool) {
+func askOthers[T any](ctx context.Context, m *Member, timeout time.Duration, ask func(*api.Client, context.Context) (T, error)) (answers map[string]T, failed map[string]bool) {
 	answers, failed = map[string]T{}, map[string]bool{}
 	var ids []string
 	m.store.Read(func(s *raftstore.State) {
@@ -244,9 +240,9 @@ func (m *Member) mirrorsSnapshot() map[string]raftstore.Mirror {
 // internalAPI is what members serve each other under /v1/internal.
 type internalAPI interface {
 	ApplyInternal(ctx context.Context, entry []byte) error
-	LocalStatuses() []LiveStatus
-	localGroupRows() []GroupStatus
-	localSourceReach() []SourceReach
+	LocalStatuses() []api.LiveStatus
+	localGroupRows() []api.GroupStatus
+	localSourceReach() []api.SourceReach
 	blockSource(mirror string, on bool)
 	probe() raftProbe
 	// testHooks reports whether test_hooks is on; SetRaftIsolated is
@@ -267,23 +263,23 @@ func (h *handler) raftIsolation(r *http.Request) (int, any, error) {
 	}
 	on, err := strconv.ParseBool(q["on"])
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: on=%q: use true or false", ErrInvalid, q["on"])
+		return 0, nil, fmt.Errorf("%w: on=%q: use true or false", api.ErrInvalid, q["on"])
 	}
 	if err := h.internal.SetRaftIsolated(on); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{fmt.Sprintf("raft isolated: %t", on)}, nil
+	return http.StatusOK, api.StatusBody{Status: fmt.Sprintf("raft isolated: %t", on)}, nil
 }
 
 func (h *handler) applyInternal(r *http.Request) (int, any, error) {
-	var req internalApply
+	var req api.InternalApplyRequest
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := h.internal.ApplyInternal(r.Context(), req.Entry); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{"applied"}, nil
+	return http.StatusOK, api.StatusBody{Status: "applied"}, nil
 }
 
 func (h *handler) localSources(*http.Request) (int, any, error) {
@@ -302,7 +298,7 @@ func (h *handler) blockSource(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	h.internal.blockSource(req.Mirror, req.On)
-	return http.StatusOK, statusBody{"ok"}, nil
+	return http.StatusOK, api.StatusBody{Status: "ok"}, nil
 }
 
 func (m *Member) blockSource(mirror string, on bool) { m.sources.setBlocked(mirror, on) }
@@ -320,9 +316,11 @@ func (h *handler) localStatuses(*http.Request) (int, any, error) {
 func startingHandler(m *Member) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, m.probe()) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, statusBody{"ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, api.StatusBody{Status: "ok"})
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{
+		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{
 			Error: "this kmirror member is starting: it is forming or joining the raft group (see its log)", Code: "not_leader"})
 	})
 	return mux

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kwire"
 	"github.com/kmirror/kmirror/raftstore"
@@ -22,43 +23,14 @@ import (
 // and commits them on the destination, only for groups without members
 // there and never backwards.
 
-// Group sync states shown by describe --groups.
-const (
-	GroupSynced   = "synced"   // the destination holds the translated source commit
-	GroupPending  = "pending"  // not synced yet: the reason says what it waits for
-	GroupConflict = "conflict" // left alone: the reason says why and what to do
-)
-
-// GroupStatus is one row of describe --groups: one group's committed
-// offset of one mirrored partition on both clusters.
-type GroupStatus struct {
-	Mirror    string `json:"mirror"`
-	Group     string `json:"group"`
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	// SourceCommitted and DestinationCommitted are the committed offsets
-	// (the next offset the group reads); -1 when the destination has none.
-	SourceCommitted      int64  `json:"source_committed"`
-	DestinationCommitted int64  `json:"destination_committed"`
-	State                string `json:"state"`
-	Reason               string `json:"reason,omitempty"`
-	// SyncLagMs is how long the source's current commit has waited
-	// without reaching the destination (0 when synced), in ms.
-	SyncLagMs int64 `json:"sync_lag_ms"`
-	// Member is the kmirror member that syncs the partition.
-	Member string `json:"member"`
-	// SyncedAtMs is when the sync round that produced the row started
-	// (Unix ms): a planned switchover waits for a round that began after
-	// the topic caught up.
-	SyncedAtMs int64 `json:"synced_at_ms"`
-}
-
 type groupRowKey struct {
 	Mirror, Group, Topic string
 	Partition            int32
 }
 
-func (g GroupStatus) key() groupRowKey { return groupRowKey{g.Mirror, g.Group, g.Topic, g.Partition} }
+func rowKeyOf(g api.GroupStatus) groupRowKey {
+	return groupRowKey{g.Mirror, g.Group, g.Topic, g.Partition}
+}
 
 // translator maps a committed source offset to the destination offset to
 // commit (Engine.TranslateCommitted's contract).
@@ -69,10 +41,10 @@ type groupSync struct {
 	m *Member
 
 	mu   sync.Mutex
-	rows map[groupRowKey]GroupStatus
+	rows map[groupRowKey]api.GroupStatus
 	// final holds the rows of the last sync of partitions that stopped
 	// (remove), shown until their topic is added again or deleted.
-	final map[groupRowKey]GroupStatus
+	final map[groupRowKey]api.GroupStatus
 	// since is when each row's current source commit was first seen
 	// without being synced, for SyncLagMs.
 	since     map[groupRowKey]seenCommit
@@ -93,7 +65,7 @@ type groupSource struct {
 }
 
 func newGroupSync(m *Member) *groupSync {
-	return &groupSync{m: m, rows: map[groupRowKey]GroupStatus{}, final: map[groupRowKey]GroupStatus{},
+	return &groupSync{m: m, rows: map[groupRowKey]api.GroupStatus{}, final: map[groupRowKey]api.GroupStatus{},
 		since: map[groupRowKey]seenCommit{}, conflicts: map[string]int64{}, sources: map[string]*groupSource{},
 		due: map[string]time.Time{}, warned: map[string]string{}}
 }
@@ -188,7 +160,7 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 			keys = append(keys, st.Key)
 		}
 	}
-	var rows []GroupStatus
+	var rows []api.GroupStatus
 	var err error
 	if len(keys) > 0 {
 		rows, err = g.sync(ctx, mir, settings, keys, g.m.engine.TranslateCommitted)
@@ -212,13 +184,13 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 
 // pendingRows keeps the last rows that match as pending, with why they
 // could not be refreshed.
-func (g *groupSync) pendingRows(match func(groupRowKey) bool, why string) []GroupStatus {
+func (g *groupSync) pendingRows(match func(groupRowKey) bool, why string) []api.GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var out []GroupStatus
+	var out []api.GroupStatus
 	for k, r := range g.rows {
 		if match(k) {
-			r.State, r.Reason = GroupPending, why
+			r.State, r.Reason = api.GroupPending, why
 			out = append(out, r)
 		}
 	}
@@ -227,19 +199,19 @@ func (g *groupSync) pendingRows(match func(groupRowKey) bool, why string) []Grou
 
 // replaceRows installs the rows of one sync: all rows of the mirror (a
 // periodic sync) or, with final, rows of stopped partitions.
-func (g *groupSync) replaceRows(mirror string, rows []GroupStatus, final bool) {
+func (g *groupSync) replaceRows(mirror string, rows []api.GroupStatus, final bool) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	fresh := map[groupRowKey]bool{}
 	for _, r := range rows {
-		k := r.key()
+		k := rowKeyOf(r)
 		fresh[k] = true
 		old, had := g.rows[k]
-		if r.State == GroupConflict && (!had || old.State != GroupConflict) {
+		if r.State == api.GroupConflict && (!had || old.State != api.GroupConflict) {
 			g.conflicts[mirror]++
 		}
-		if r.State == GroupSynced {
+		if r.State == api.GroupSynced {
 			delete(g.since, k)
 		} else if s, ok := g.since[k]; !ok || s.offset != r.SourceCommitted {
 			g.since[k] = seenCommit{offset: r.SourceCommitted, at: now}
@@ -268,7 +240,7 @@ func (g *groupSync) replaceRows(mirror string, rows []GroupStatus, final bool) {
 
 // sync syncs every included group's committed offsets of keys and returns
 // a row per (group, partition) the source group has committed.
-func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorSettings, keys []fetch.Key, tr translator) ([]GroupStatus, error) {
+func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorSettings, keys []fetch.Key, tr translator) ([]api.GroupStatus, error) {
 	started := time.Now().UnixMilli()
 	src := g.source(mir)
 	srcGroups, err := src.ListGroups(ctx)
@@ -287,7 +259,7 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 	for i, k := range keys {
 		parts[i] = fetch.TopicPartition{Topic: k.Topic, Partition: k.Partition}
 	}
-	var rows []GroupStatus
+	var rows []api.GroupStatus
 	seen := map[string]bool{}
 	for _, sg := range srcGroups {
 		if seen[sg.ID] || !settings.syncsGroup(sg.ID) {
@@ -320,7 +292,7 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 
 // syncGroup syncs one group; committed holds its source commits.
 func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwire.GroupListing, exists bool,
-	committed map[fetch.TopicPartition]fetch.Committed, tr translator) []GroupStatus {
+	committed map[fetch.TopicPartition]fetch.Committed, tr translator) []api.GroupStatus {
 	tps := make([]fetch.TopicPartition, 0, len(committed))
 	for tp := range committed {
 		tps = append(tps, tp)
@@ -328,23 +300,23 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 	sort.Slice(tps, func(i, j int) bool {
 		return tps[i].Topic < tps[j].Topic || (tps[i].Topic == tps[j].Topic && tps[i].Partition < tps[j].Partition)
 	})
-	rows := make([]GroupStatus, len(tps))
+	rows := make([]api.GroupStatus, len(tps))
 	for i, tp := range tps {
-		rows[i] = GroupStatus{Mirror: mirror, Group: group, Topic: tp.Topic, Partition: tp.Partition,
+		rows[i] = api.GroupStatus{Mirror: mirror, Group: group, Topic: tp.Topic, Partition: tp.Partition,
 			SourceCommitted: committed[tp].Offset, DestinationCommitted: -1, Member: g.m.cfg.NodeID}
 	}
-	setAll := func(state, reason string) []GroupStatus {
+	setAll := func(state, reason string) []api.GroupStatus {
 		for i := range rows {
 			rows[i].State, rows[i].Reason = state, reason
 		}
 		return rows
 	}
 	if reason := groupNameConflict(group, dg, exists); reason != "" {
-		return setAll(GroupConflict, reason)
+		return setAll(api.GroupConflict, reason)
 	}
 	dst, err := g.m.dest.CommittedOffsets(ctx, group, tps)
 	if err != nil {
-		return setAll(GroupPending, "destination committed offsets unknown: "+err.Error())
+		return setAll(api.GroupPending, "destination committed offsets unknown: "+err.Error())
 	}
 	for i, tp := range tps {
 		if c, ok := dst[tp]; ok {
@@ -352,7 +324,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		}
 	}
 	if exists && dg.State != "Empty" {
-		return setAll(GroupConflict, fmt.Sprintf("group %s has members on the destination (state %s): kmirror commits only for a group "+
+		return setAll(api.GroupConflict, fmt.Sprintf("group %s has members on the destination (state %s): kmirror commits only for a group "+
 			"nobody uses there, so it leaves this one alone; stop its consumers on the destination until failover, or exclude the group "+
 			"with %s (kmirror alter)", group, dg.State, propGroupsExclude))
 	}
@@ -365,26 +337,26 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		var before *fetch.BeforeStartError
 		switch {
 		case errors.As(err, &before):
-			r.State, r.Reason = GroupPending, err.Error()+"; kmirror commits nothing for it: set the destination offset yourself "+
+			r.State, r.Reason = api.GroupPending, err.Error()+"; kmirror commits nothing for it: set the destination offset yourself "+
 				"(kafka-consumer-groups.sh --reset-offsets) if skipping them is right"
 			continue
 		case err != nil:
-			r.State, r.Reason = GroupPending, "no translation: "+err.Error()
+			r.State, r.Reason = api.GroupPending, "no translation: "+err.Error()
 			continue
 		}
 		target[i] = d
 		switch {
 		case r.DestinationCommitted > d:
-			r.State, r.Reason = GroupConflict, fmt.Sprintf("the destination's committed offset %d is ahead of %d, the translation of the source's %d: "+
+			r.State, r.Reason = api.GroupConflict, fmt.Sprintf("the destination's committed offset %d is ahead of %d, the translation of the source's %d: "+
 				"kmirror never moves a committed offset backwards; if the source group was reset on purpose, reset the destination group "+
 				"too (kafka-consumer-groups.sh --reset-offsets --to-offset %d) or delete it there", r.DestinationCommitted, d, r.SourceCommitted, d)
 		case r.DestinationCommitted < d:
 			commit[tp] = fetch.Committed{Offset: d, Metadata: committed[tp].Metadata}
 			fallthrough
 		default:
-			r.State = GroupSynced
+			r.State = api.GroupSynced
 			if capped {
-				r.State, r.Reason = GroupPending, fmt.Sprintf("the source commit is past what is mirrored so far: committed the destination end %d; "+
+				r.State, r.Reason = api.GroupPending, fmt.Sprintf("the source commit is past what is mirrored so far: committed the destination end %d; "+
 					"it follows as mirroring catches up", d)
 			}
 		}
@@ -406,10 +378,10 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		case rerr == nil:
 			r.DestinationCommitted = target[i]
 		case fetch.IsGroupInUse(rerr):
-			r.State, r.Reason = GroupConflict, fmt.Sprintf("group %s got members on the destination (the commit was refused: %v): "+
+			r.State, r.Reason = api.GroupConflict, fmt.Sprintf("group %s got members on the destination (the commit was refused: %v): "+
 				"kmirror leaves a group in use alone", group, rerr)
 		default:
-			r.State, r.Reason = GroupPending, "commit failed, retrying: "+rerr.Error()
+			r.State, r.Reason = api.GroupPending, "commit failed, retrying: "+rerr.Error()
 		}
 	}
 	return rows
@@ -474,7 +446,7 @@ func (g *groupSync) freeze(k fetch.Key, why string) {
 	defer g.mu.Unlock()
 	for rk, r := range g.rows {
 		if rk.Mirror == k.Mirror && rk.Topic == k.Topic && rk.Partition == k.Partition {
-			if r.State != GroupSynced {
+			if r.State != api.GroupSynced {
 				r.Reason = why + "; before it: " + r.Reason
 			}
 			g.final[rk] = r
@@ -486,13 +458,13 @@ func (g *groupSync) freeze(k fetch.Key, why string) {
 
 // liveRows returns the rows of the partitions this member syncs now
 // (not the final rows of stopped ones), for /metrics.
-func (g *groupSync) liveRows() []GroupStatus {
+func (g *groupSync) liveRows() []api.GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	out := make([]GroupStatus, 0, len(g.rows))
+	out := make([]api.GroupStatus, 0, len(g.rows))
 	for k, r := range g.rows {
-		if s, ok := g.since[k]; ok && r.State != GroupSynced {
+		if s, ok := g.since[k]; ok && r.State != api.GroupSynced {
 			r.SyncLagMs = now.Sub(s.at).Milliseconds()
 		}
 		out = append(out, r)
@@ -501,7 +473,7 @@ func (g *groupSync) liveRows() []GroupStatus {
 }
 
 // localRows returns this member's rows.
-func (g *groupSync) localRows() []GroupStatus {
+func (g *groupSync) localRows() []api.GroupStatus {
 	out := g.liveRows()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -523,12 +495,12 @@ func (g *groupSync) conflictCounts() map[string]int64 {
 }
 
 // localGroupRows serves /v1/internal/groups.
-func (m *Member) localGroupRows() []GroupStatus { return m.groups.localRows() }
+func (m *Member) localGroupRows() []api.GroupStatus { return m.groups.localRows() }
 
 // DescribeGroups shows the group offset sync of every member: each member
 // reports the partitions it syncs. A member that does not answer within a
 // few seconds is left out.
-func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]GroupStatus, error) {
+func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]api.GroupStatus, error) {
 	if err := m.caughtUp(ctx); err != nil {
 		return nil, err
 	}
@@ -544,10 +516,10 @@ func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]GroupStat
 		}
 	})
 	if !found {
-		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, mirror)
 	}
 	all := m.groups.localRows()
-	answers, silent := askOthers(ctx, m, 3*time.Second, (*Client).groupRows)
+	answers, silent := askOthers(ctx, m, 3*time.Second, (*api.Client).InternalGroups)
 	for _, rows := range answers {
 		all = append(all, rows...)
 	}
@@ -556,19 +528,19 @@ func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]GroupStat
 	}
 	// A partition that just moved may be reported by its old and new
 	// member: the one that owns it now wins.
-	best := map[groupRowKey]GroupStatus{}
+	best := map[groupRowKey]api.GroupStatus{}
 	for _, r := range all {
 		if mirror != "" && r.Mirror != mirror {
 			continue
 		}
-		k := r.key()
+		k := rowKeyOf(r)
 		old, ok := best[k]
 		owner := owners[fetch.Key{Mirror: r.Mirror, Topic: r.Topic, Partition: r.Partition}]
 		if !ok || (old.Member != owner && r.Member == owner) {
 			best[k] = r
 		}
 	}
-	out := make([]GroupStatus, 0, len(best))
+	out := make([]api.GroupStatus, 0, len(best))
 	for _, r := range best {
 		out = append(out, r)
 	}

@@ -13,58 +13,16 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // maxBodyBytes bounds admin request bodies; real ones are a few KiB.
 const maxBodyBytes = 1 << 20
 
-// errorBody is the JSON body of every error reply. Code names the sentinel
-// error so clients can map 409 back to ErrExists or ErrConflict.
-type errorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code,omitempty"`
-}
-
-// statusBody is the JSON body of replies that carry no data.
-type statusBody struct {
-	Status string `json:"status"`
-}
-
-// errorCodes maps each sentinel error to its HTTP status and the code in
-// errorBody. Order matters only for errors that wrap more than one.
-var errorCodes = []struct {
-	err    error
-	status int
-	code   string
-}{
-	{ErrNotFound, http.StatusNotFound, "not_found"},
-	{ErrExists, http.StatusConflict, "exists"},
-	{ErrConflict, http.StatusConflict, "conflict"},
-	{ErrInvalid, http.StatusBadRequest, "invalid"},
-	{ErrNotLeader, http.StatusServiceUnavailable, "not_leader"},
-	{ErrUnavailable, http.StatusBadGateway, "unavailable"},
-	{ErrStale, http.StatusConflict, "stale"},
-	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
-}
-
-// classify returns the status and code for err; unknown errors are 500
-// without a code.
-func classify(err error) (status int, code string) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return http.StatusRequestEntityTooLarge, "invalid"
-	}
-	for _, c := range errorCodes {
-		if errors.Is(err, c.err) {
-			return c.status, c.code
-		}
-	}
-	return http.StatusInternalServerError, ""
-}
-
 // handler serves the admin API on top of an API implementation.
 type handler struct {
-	api      API
+	api      api.Service
 	internal internalAPI // nil: no member-to-member routes (tests)
 	log      *zap.Logger
 }
@@ -75,7 +33,7 @@ type apiFunc func(r *http.Request) (int, any, error)
 
 // NewHandler returns the HTTP handler of a member: the admin API under /v1,
 // /healthz, /readyz and, if metrics is not nil, /metrics.
-func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler {
+func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.Handler {
 	h := &handler{api: api, log: logger.Named("http")}
 	h.internal, _ = api.(internalAPI)
 	mux := http.NewServeMux()
@@ -119,7 +77,7 @@ func NewHandler(api API, logger *zap.Logger, metrics http.Handler) http.Handler 
 // mapped to a status and {"error": ...}.
 func (h *handler) wrap(fn apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(forwardedHeader) != "" {
+		if r.Header.Get(api.ForwardedHeader) != "" {
 			r = r.WithContext(context.WithValue(r.Context(), forwardedKey, true))
 		}
 		status, body, err := fn(r)
@@ -127,14 +85,14 @@ func (h *handler) wrap(fn apiFunc) http.Handler {
 			writeJSON(w, status, body)
 			return
 		}
-		status, code := classify(err)
+		status, code := api.Classify(err)
 		fields := []zap.Field{zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Int("status", status), zap.Error(err)}
 		if status >= 500 {
 			h.log.Warn("admin request failed", fields...)
 		} else {
 			h.log.Debug("admin request rejected", fields...)
 		}
-		writeJSON(w, status, errorBody{Error: err.Error(), Code: code})
+		writeJSON(w, status, api.ErrorBody{Error: err.Error(), Code: code})
 	})
 }
 
@@ -146,14 +104,14 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 }
 
 func (h *handler) createMirror(r *http.Request) (int, any, error) {
-	var req CreateMirrorRequest
+	var req api.CreateMirrorRequest
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := h.api.CreateMirror(r.Context(), req); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusCreated, statusBody{"created"}, nil
+	return http.StatusCreated, api.StatusBody{Status: "created"}, nil
 }
 
 func (h *handler) listMirrors(r *http.Request) (int, any, error) {
@@ -165,7 +123,7 @@ func (h *handler) listMirrors(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	if mirrors == nil {
-		mirrors = []MirrorSummary{}
+		mirrors = []api.MirrorSummary{}
 	}
 	return http.StatusOK, mirrors, nil
 }
@@ -178,23 +136,23 @@ func (h *handler) deleteMirror(r *http.Request) (int, any, error) {
 	force := false
 	if v := q["force"]; v != "" {
 		if force, err = strconv.ParseBool(v); err != nil {
-			return 0, nil, fmt.Errorf("%w: force=%q: use true or false", ErrInvalid, v)
+			return 0, nil, fmt.Errorf("%w: force=%q: use true or false", api.ErrInvalid, v)
 		}
 	}
 	if err := h.api.DeleteMirror(r.Context(), r.PathValue("name"), force); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{"deleted"}, nil
+	return http.StatusOK, api.StatusBody{Status: "deleted"}, nil
 }
 
 func (h *handler) addTopics(r *http.Request) (int, any, error) {
-	var req AddTopicsRequest
+	var req api.AddTopicsRequest
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	name := r.PathValue("name")
 	if req.Mirror != "" && req.Mirror != name {
-		return 0, nil, fmt.Errorf("%w: mirror %q in the body does not match %q in the path: leave it out of the body", ErrInvalid, req.Mirror, name)
+		return 0, nil, fmt.Errorf("%w: mirror %q in the body does not match %q in the path: leave it out of the body", api.ErrInvalid, req.Mirror, name)
 	}
 	req.Mirror = name
 	if req.DryRun {
@@ -202,7 +160,7 @@ func (h *handler) addTopics(r *http.Request) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, PlanResult{Plans: plans}, nil
+		return http.StatusOK, api.PlanResult{Plans: plans}, nil
 	}
 	res, err := h.api.AddTopics(r.Context(), req)
 	if err != nil {
@@ -220,7 +178,7 @@ func (h *handler) removeTopic(r *http.Request) (int, any, error) {
 	if w := q["wait_for_sync"]; w != "" {
 		d, perr := time.ParseDuration(w)
 		if perr != nil || d <= 0 {
-			return 0, nil, fmt.Errorf("%w: wait_for_sync=%s: give a positive duration such as 5m", ErrInvalid, w)
+			return 0, nil, fmt.Errorf("%w: wait_for_sync=%s: give a positive duration such as 5m", api.ErrInvalid, w)
 		}
 		err = h.api.SwitchoverTopic(r.Context(), name, topic, d)
 	} else {
@@ -229,24 +187,24 @@ func (h *handler) removeTopic(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{"removed"}, nil
+	return http.StatusOK, api.StatusBody{Status: "removed"}, nil
 }
 
 func (h *handler) resumeTopic(r *http.Request) (int, any, error) {
-	var req ResumeRequest
+	var req api.ResumeRequest
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	name, topic := r.PathValue("name"), r.PathValue("topic")
 	if (req.Mirror != "" && req.Mirror != name) || (req.Topic != "" && req.Topic != topic) {
-		return 0, nil, fmt.Errorf("%w: mirror or topic in the body does not match the path: leave them out of the body", ErrInvalid)
+		return 0, nil, fmt.Errorf("%w: mirror or topic in the body does not match the path: leave them out of the body", api.ErrInvalid)
 	}
 	req.Mirror, req.Topic = name, topic
 	resumed, err := h.api.ResumePartitions(r.Context(), req)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, ResumeResult{Resumed: resumed}, nil
+	return http.StatusOK, api.ResumeResult{Resumed: resumed}, nil
 }
 
 func (h *handler) members(r *http.Request) (int, any, error) {
@@ -258,27 +216,27 @@ func (h *handler) members(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	if rows == nil {
-		rows = []MemberStatus{}
+		rows = []api.MemberStatus{}
 	}
 	return http.StatusOK, rows, nil
 }
 
 func (h *handler) addMember(r *http.Request) (int, any, error) {
-	var req AddMemberRequest
+	var req api.AddMemberRequest
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := h.api.AddMember(r.Context(), req); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusCreated, statusBody{"added"}, nil
+	return http.StatusCreated, api.StatusBody{Status: "added"}, nil
 }
 
 func (h *handler) removeMember(r *http.Request) (int, any, error) {
 	if err := h.api.RemoveMember(r.Context(), r.PathValue("id")); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{"removed"}, nil
+	return http.StatusOK, api.StatusBody{Status: "removed"}, nil
 }
 
 func (h *handler) drainMember(r *http.Request) (int, any, error) {
@@ -287,9 +245,9 @@ func (h *handler) drainMember(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	if drain {
-		return http.StatusOK, statusBody{"draining"}, nil
+		return http.StatusOK, api.StatusBody{Status: "draining"}, nil
 	}
-	return http.StatusOK, statusBody{"not draining"}, nil
+	return http.StatusOK, api.StatusBody{Status: "not draining"}, nil
 }
 
 func (h *handler) describe(r *http.Request) (int, any, error) {
@@ -302,24 +260,24 @@ func (h *handler) describe(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	if rows == nil {
-		rows = []PartitionStatus{}
+		rows = []api.PartitionStatus{}
 	}
 	return http.StatusOK, rows, nil
 }
 
 func (h *handler) alterMirror(r *http.Request) (int, any, error) {
-	var req CreateMirrorRequest
+	var req api.CreateMirrorRequest
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Name != "" && req.Name != r.PathValue("name") {
-		return 0, nil, fmt.Errorf("%w: the body names mirror %s, the path %s: a mirror cannot be renamed", ErrInvalid, req.Name, r.PathValue("name"))
+		return 0, nil, fmt.Errorf("%w: the body names mirror %s, the path %s: a mirror cannot be renamed", api.ErrInvalid, req.Name, r.PathValue("name"))
 	}
 	req.Name = r.PathValue("name")
 	if err := h.api.AlterMirror(r.Context(), req); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, statusBody{"altered"}, nil
+	return http.StatusOK, api.StatusBody{Status: "altered"}, nil
 }
 
 func (h *handler) pause(pause bool) apiFunc {
@@ -336,7 +294,7 @@ func (h *handler) pause(pause bool) apiFunc {
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, PauseResult{Topics: topics}, nil
+		return http.StatusOK, api.PauseResult{Topics: topics}, nil
 	}
 }
 
@@ -350,7 +308,7 @@ func (h *handler) describeGroups(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	if rows == nil {
-		rows = []GroupStatus{}
+		rows = []api.GroupStatus{}
 	}
 	return http.StatusOK, rows, nil
 }
@@ -363,7 +321,7 @@ func (h *handler) translate(r *http.Request) (int, any, error) {
 	partition, err1 := strconv.ParseInt(q["partition"], 10, 32)
 	offset, err2 := strconv.ParseInt(q["offset"], 10, 64)
 	if q["mirror"] == "" || q["topic"] == "" || err1 != nil || err2 != nil || partition < 0 || offset < 0 {
-		return 0, nil, fmt.Errorf("%w: translate needs mirror, topic, partition and offset (non-negative integers)", ErrInvalid)
+		return 0, nil, fmt.Errorf("%w: translate needs mirror, topic, partition and offset (non-negative integers)", api.ErrInvalid)
 	}
 	res, err := h.api.Translate(r.Context(), q["mirror"], q["topic"], int32(partition), offset)
 	if err != nil {
@@ -375,18 +333,18 @@ func (h *handler) translate(r *http.Request) (int, any, error) {
 // healthz answers as long as the process serves HTTP; orchestrators restart
 // a member only when this fails.
 func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, statusBody{"ok"})
+	writeJSON(w, http.StatusOK, api.StatusBody{Status: "ok"})
 }
 
 // readyz is 503 whenever api.Ready fails, whatever the cause, so load
 // balancers take the member out of rotation.
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := h.api.Ready(r.Context()); err != nil {
-		_, code := classify(err)
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: code})
+		_, code := api.Classify(err)
+		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: err.Error(), Code: code})
 		return
 	}
-	writeJSON(w, http.StatusOK, statusBody{"ok"})
+	writeJSON(w, http.StatusOK, api.StatusBody{Status: "ok"})
 }
 
 // decodeBody decodes a JSON object into v, rejecting unknown fields, bodies
@@ -400,17 +358,17 @@ func decodeBody(r *http.Request, v any) error {
 		case errors.As(err, &tooLarge):
 			return fmt.Errorf("request body is larger than 1 MiB: %w", err)
 		case errors.Is(err, io.EOF):
-			return fmt.Errorf("%w: request body is empty: send a JSON object", ErrInvalid)
+			return fmt.Errorf("%w: request body is empty: send a JSON object", api.ErrInvalid)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			// encoding/json has no typed error for unknown fields.
 			field := strings.TrimPrefix(err.Error(), "json: unknown field ")
-			return fmt.Errorf("%w: request body has unknown field %s (allowed: %s)", ErrInvalid, field, strings.Join(jsonFields(v), ", "))
+			return fmt.Errorf("%w: request body has unknown field %s (allowed: %s)", api.ErrInvalid, field, strings.Join(jsonFields(v), ", "))
 		default:
-			return fmt.Errorf("%w: request body: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: request body: %v", api.ErrInvalid, err)
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: request body has data after the JSON object: send one object", ErrInvalid)
+		return fmt.Errorf("%w: request body has data after the JSON object: send one object", api.ErrInvalid)
 	}
 	return nil
 }
@@ -436,10 +394,10 @@ func queryParams(r *http.Request, allowed ...string) (map[string]string, error) 
 			if len(allowed) > 0 {
 				allowedText = strings.Join(allowed, ", ")
 			}
-			return nil, fmt.Errorf("%w: unknown query parameter %q (allowed: %s)", ErrInvalid, name, allowedText)
+			return nil, fmt.Errorf("%w: unknown query parameter %q (allowed: %s)", api.ErrInvalid, name, allowedText)
 		}
 		if len(v) > 1 {
-			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", ErrInvalid, name, len(v))
+			return nil, fmt.Errorf("%w: query parameter %q given %d times: give it once", api.ErrInvalid, name, len(v))
 		}
 		values[name] = v[0]
 	}

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/truncate"
 )
 
@@ -27,8 +28,8 @@ type fakeAPI struct {
 	calls    []string
 	err      error // returned by every method but Ready
 	readyErr error
-	mirrors  []MirrorSummary
-	rows     []PartitionStatus
+	mirrors  []api.MirrorSummary
+	rows     []api.PartitionStatus
 }
 
 func (f *fakeAPI) record(format string, args ...any) error {
@@ -47,7 +48,7 @@ func (f *fakeAPI) lastCall() string {
 	return f.calls[len(f.calls)-1]
 }
 
-func (f *fakeAPI) CreateMirror(_ context.Context, req CreateMirrorRequest) error {
+func (f *fakeAPI) CreateMirror(_ context.Context, req api.CreateMirrorRequest) error {
 	return f.record("CreateMirror %s %v", req.Name, req.Properties)
 }
 
@@ -55,37 +56,37 @@ func (f *fakeAPI) DeleteMirror(_ context.Context, name string, force bool) error
 	return f.record("DeleteMirror %s force=%t", name, force)
 }
 
-func (f *fakeAPI) AddTopics(_ context.Context, req AddTopicsRequest) (AddResult, error) {
-	return AddResult{Status: "added"}, f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
+func (f *fakeAPI) AddTopics(_ context.Context, req api.AddTopicsRequest) (api.AddResult, error) {
+	return api.AddResult{Status: "added"}, f.record("AddTopics %s %v from=%s rf=%d", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor)
 }
 
 func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
 	return f.record("RemoveTopic %s %s", mirror, topic)
 }
 
-func (f *fakeAPI) ListMirrors(context.Context) ([]MirrorSummary, error) {
+func (f *fakeAPI) ListMirrors(context.Context) ([]api.MirrorSummary, error) {
 	if err := f.record("ListMirrors"); err != nil {
 		return nil, err
 	}
 	return f.mirrors, nil
 }
 
-func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]PartitionStatus, error) {
+func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]api.PartitionStatus, error) {
 	if err := f.record("Describe mirror=%s topic=%s", mirror, topic); err != nil {
 		return nil, err
 	}
 	return f.rows, nil
 }
 
-func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (Translation, error) {
-	return Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
+func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (api.Translation, error) {
+	return api.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
 }
 
-func (f *fakeAPI) Members(context.Context) ([]MemberStatus, error) {
-	return []MemberStatus{{ID: "n1", Role: "leader", State: "alive"}}, f.record("members")
+func (f *fakeAPI) Members(context.Context) ([]api.MemberStatus, error) {
+	return []api.MemberStatus{{ID: "n1", Role: "leader", State: "alive"}}, f.record("members")
 }
 
-func (f *fakeAPI) AddMember(_ context.Context, req AddMemberRequest) error {
+func (f *fakeAPI) AddMember(_ context.Context, req api.AddMemberRequest) error {
 	return f.record("add-member %s %s %s %t", req.ID, req.RaftAddr, req.HTTPAddr, req.NonVoter)
 }
 
@@ -97,7 +98,7 @@ func (f *fakeAPI) DrainMember(_ context.Context, id string, drain bool) error {
 	return f.record("drain-member %s %t", id, drain)
 }
 
-func (f *fakeAPI) ResumePartitions(_ context.Context, req ResumeRequest) ([]int32, error) {
+func (f *fakeAPI) ResumePartitions(_ context.Context, req api.ResumeRequest) ([]int32, error) {
 	return req.Partitions, f.record("resume %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
 }
 
@@ -105,7 +106,7 @@ func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeo
 	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
 }
 
-func (f *fakeAPI) PlanTopics(_ context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
+func (f *fakeAPI) PlanTopics(_ context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {
 	return []truncate.Plan{{Mirror: req.Mirror, Topic: "orders", Kind: truncate.KindFailback, From: "east-old",
 			Partitions: []truncate.PartitionPlan{{Partition: 0, SourceOffset: 40, DestinationOffset: 50, DestinationEnd: 53, DivergentFrom: 50, Divergent: 3, Reason: "written after"}}}},
 		f.record("PlanTopics %s %v", req.Mirror, req.Topics)
@@ -119,11 +120,11 @@ func (f *fakeAPI) UnpauseTopics(_ context.Context, mirror, topic string) ([]stri
 	return []string{"orders"}, f.record("UnpauseTopics %s %s", mirror, topic)
 }
 
-func (f *fakeAPI) AlterMirror(_ context.Context, req CreateMirrorRequest) error {
+func (f *fakeAPI) AlterMirror(_ context.Context, req api.CreateMirrorRequest) error {
 	return f.record("alter %s %v", req.Name, req.Properties)
 }
 
-func (f *fakeAPI) DescribeGroups(_ context.Context, mirror string) ([]GroupStatus, error) {
+func (f *fakeAPI) DescribeGroups(_ context.Context, mirror string) ([]api.GroupStatus, error) {
 	return testGroupRows, f.record("groups %s", mirror)
 }
 
@@ -134,9 +135,9 @@ func (f *fakeAPI) Ready(context.Context) error {
 }
 
 var (
-	testMirrors   = []MirrorSummary{{Name: "a", Topics: []string{"t1", "t2"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}}
-	testGroupRows = []GroupStatus{{Mirror: "a", Group: "g", Topic: "t1", Partition: 0, SourceCommitted: 5, DestinationCommitted: 4, State: GroupSynced, Member: "m1"}}
-	testRows      = []PartitionStatus{{Mirror: "a", Topic: "t1", Partition: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "MIRRORING", Owner: "m1"}}
+	testMirrors   = []api.MirrorSummary{{Name: "a", Topics: []string{"t1", "t2"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}}
+	testGroupRows = []api.GroupStatus{{Mirror: "a", Group: "g", Topic: "t1", Partition: 0, SourceCommitted: 5, DestinationCommitted: 4, State: api.GroupSynced, Member: "m1"}}
+	testRows      = []api.PartitionStatus{{Mirror: "a", Topic: "t1", Partition: 0, SourceOffset: 10, DestinationOffset: 8, Lag: 2, State: "MIRRORING", Owner: "m1"}}
 )
 
 func newTestHandler(t *testing.T, f *fakeAPI) http.Handler {
@@ -223,7 +224,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestReadyzNotReady(t *testing.T) {
-	f := &fakeAPI{readyErr: fmt.Errorf("destination cluster: %w: dial tcp b1:9092: connection refused", ErrUnavailable)}
+	f := &fakeAPI{readyErr: fmt.Errorf("destination cluster: %w: dial tcp b1:9092: connection refused", api.ErrUnavailable)}
 	rec := serve(newTestHandler(t, f), "GET", "/readyz", "")
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("status %d, want 503", rec.Code)
@@ -244,12 +245,12 @@ func TestErrorStatus(t *testing.T) {
 		status int
 		code   string
 	}{
-		{fmt.Errorf("mirror %q: %w", "a", ErrNotFound), 404, "not_found"},
-		{fmt.Errorf("mirror %q: %w", "a", ErrExists), 409, "exists"},
-		{fmt.Errorf("topic t1 is STOPPING: %w", ErrConflict), 409, "conflict"},
-		{fmt.Errorf("%w: topic name %q", ErrInvalid, "a b"), 400, "invalid"},
-		{fmt.Errorf("%w: leader is m2", ErrNotLeader), 503, "not_leader"},
-		{fmt.Errorf("source cluster: %w", ErrUnavailable), 502, "unavailable"},
+		{fmt.Errorf("mirror %q: %w", "a", api.ErrNotFound), 404, "not_found"},
+		{fmt.Errorf("mirror %q: %w", "a", api.ErrExists), 409, "exists"},
+		{fmt.Errorf("topic t1 is STOPPING: %w", api.ErrConflict), 409, "conflict"},
+		{fmt.Errorf("%w: topic name %q", api.ErrInvalid, "a b"), 400, "invalid"},
+		{fmt.Errorf("%w: leader is m2", api.ErrNotLeader), 503, "not_leader"},
+		{fmt.Errorf("source cluster: %w", api.ErrUnavailable), 502, "unavailable"},
 		{errors.New("disk full"), 500, ""},
 	}
 	for _, tt := range tests {
@@ -258,11 +259,11 @@ func TestErrorStatus(t *testing.T) {
 			if rec.Code != tt.status {
 				t.Errorf("status %d, want %d", rec.Code, tt.status)
 			}
-			var body errorBody
+			var body api.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatal(err)
 			}
-			if body != (errorBody{Error: tt.err.Error(), Code: tt.code}) {
+			if body != (api.ErrorBody{Error: tt.err.Error(), Code: tt.code}) {
 				t.Errorf("body %+v", body)
 			}
 		})
@@ -301,7 +302,7 @@ func TestBadRequests(t *testing.T) {
 			if rec.Code != tt.status {
 				t.Errorf("status %d, want %d", rec.Code, tt.status)
 			}
-			var body errorBody
+			var body api.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatalf("reply %q: %v", rec.Body, err)
 			}
@@ -325,10 +326,10 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	}
 }
 
-func newTestClient(t *testing.T, f *fakeAPI) *Client {
+func newTestClient(t *testing.T, f *fakeAPI) *api.Client {
 	srv := httptest.NewServer(newTestHandler(t, f))
 	t.Cleanup(srv.Close)
-	c, err := NewClient(srv.URL+"/", 5*time.Second)
+	c, err := api.NewClient(srv.URL+"/", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,16 +346,16 @@ func TestClientRoundTrip(t *testing.T) {
 		want string
 	}{
 		{func() error {
-			return c.CreateMirror(ctx, CreateMirrorRequest{Name: "a", Properties: map[string]string{"bootstrap.servers": "a1:9092"}})
+			return c.CreateMirror(ctx, api.CreateMirrorRequest{Name: "a", Properties: map[string]string{"bootstrap.servers": "a1:9092"}})
 		}, "CreateMirror a map[bootstrap.servers:a1:9092]"},
 		{func() error {
-			_, err := c.AddTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"t1"}, StartFrom: "latest", ReplicationFactor: 3})
+			_, err := c.AddTopics(ctx, api.AddTopicsRequest{Mirror: "a", Topics: []string{"t1"}, StartFrom: "latest", ReplicationFactor: 3})
 			return err
 		}, "AddTopics a [t1] from=latest rf=3"},
 		{func() error { return c.RemoveTopic(ctx, "a", "t1") }, "RemoveTopic a t1"},
 		{func() error { _, err := c.PauseTopics(ctx, "a", "t1"); return err }, "PauseTopics a t1"},
 		{func() error {
-			plans, err := c.PlanTopics(ctx, AddTopicsRequest{Mirror: "a", Topics: []string{"orders"}})
+			plans, err := c.PlanTopics(ctx, api.AddTopicsRequest{Mirror: "a", Topics: []string{"orders"}})
 			if err == nil && (len(plans) != 1 || plans[0].Partitions[0].Divergent != 3) {
 				err = fmt.Errorf("PlanTopics = %+v", plans)
 			}
@@ -379,7 +380,7 @@ func TestClientRoundTrip(t *testing.T) {
 			return err
 		}, "Describe mirror=a topic="},
 		{func() error {
-			return c.AlterMirror(ctx, CreateMirrorRequest{Name: "a", Properties: map[string]string{"groups.include": "g.*"}})
+			return c.AlterMirror(ctx, api.CreateMirrorRequest{Name: "a", Properties: map[string]string{"groups.include": "g.*"}})
 		}, "alter a map[groups.include:g.*]"},
 		{func() error {
 			got, err := c.DescribeGroups(ctx, "a")
@@ -404,7 +405,7 @@ func TestClientRoundTrip(t *testing.T) {
 
 func TestClientErrors(t *testing.T) {
 	ctx := context.Background()
-	for _, sentinel := range []error{ErrNotFound, ErrExists, ErrConflict, ErrInvalid, ErrNotLeader, ErrUnavailable} {
+	for _, sentinel := range []error{api.ErrNotFound, api.ErrExists, api.ErrConflict, api.ErrInvalid, api.ErrNotLeader, api.ErrUnavailable} {
 		serverErr := fmt.Errorf("mirror %q: %w", "a", sentinel)
 		c := newTestClient(t, &fakeAPI{err: serverErr})
 		err := c.DeleteMirror(ctx, "a", false)
@@ -417,14 +418,14 @@ func TestClientErrors(t *testing.T) {
 	}
 
 	// A failed planned switchover comes back as the server's error.
-	c0 := newTestClient(t, &fakeAPI{err: fmt.Errorf("%w: not caught up", ErrConflict)})
-	if err := c0.SwitchoverTopic(ctx, "a", "t1", time.Minute); !errors.Is(err, ErrConflict) {
+	c0 := newTestClient(t, &fakeAPI{err: fmt.Errorf("%w: not caught up", api.ErrConflict)})
+	if err := c0.SwitchoverTopic(ctx, "a", "t1", time.Minute); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("SwitchoverTopic error %v, want ErrConflict", err)
 	}
 
 	// Exists and conflict share 409; the code keeps them apart.
-	c := newTestClient(t, &fakeAPI{err: ErrExists})
-	if err := c.CreateMirror(ctx, CreateMirrorRequest{Name: "a"}); errors.Is(err, ErrConflict) {
+	c := newTestClient(t, &fakeAPI{err: api.ErrExists})
+	if err := c.CreateMirror(ctx, api.CreateMirrorRequest{Name: "a"}); errors.Is(err, api.ErrConflict) {
 		t.Errorf("ErrExists came back as ErrConflict: %v", err)
 	}
 
@@ -434,11 +435,11 @@ func TestClientErrors(t *testing.T) {
 	}
 
 	c = newTestClient(t, &fakeAPI{readyErr: errors.New("raft has no leader")})
-	if err := c.Ready(ctx); err == nil || err.Error() != "raft has no leader" || errors.Is(err, ErrNotLeader) {
+	if err := c.Ready(ctx); err == nil || err.Error() != "raft has no leader" || errors.Is(err, api.ErrNotLeader) {
 		t.Errorf("Ready: %v", err)
 	}
 
-	if err := c.RemoveTopic(ctx, "a", ""); !errors.Is(err, ErrInvalid) {
+	if err := c.RemoveTopic(ctx, "a", ""); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("empty topic: %v", err)
 	}
 }
@@ -446,12 +447,12 @@ func TestClientErrors(t *testing.T) {
 func TestClientNonJSONReply(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()
-	c, err := NewClient(srv.URL, time.Second)
+	c, err := api.NewClient(srv.URL, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = c.RemoveTopic(context.Background(), "a", "t1")
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("error %v does not wrap ErrNotFound", err)
 	}
 	want := "DELETE /v1/mirrors/a/topics/t1: 404 Not Found: 404 page not found (the daemon may run an older kmirror version than this CLI)"
@@ -467,7 +468,7 @@ func TestClientConnectionRefused(t *testing.T) {
 	}
 	url := "http://" + l.Addr().String()
 	l.Close()
-	c, err := NewClient(url, time.Second)
+	c, err := api.NewClient(url, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +484,7 @@ func TestClientTimeout(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	c, err := NewClient(srv.URL, 50*time.Millisecond)
+	c, err := api.NewClient(srv.URL, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +496,7 @@ func TestClientTimeout(t *testing.T) {
 
 func TestNewClientRejectsBadURL(t *testing.T) {
 	for _, u := range []string{"", "127.0.0.1:8080", "ftp://host", "http://"} {
-		if _, err := NewClient(u, time.Second); err == nil {
+		if _, err := api.NewClient(u, time.Second); err == nil {
 			t.Errorf("NewClient(%q) accepted", u)
 		}
 	}
@@ -506,14 +507,14 @@ func TestNewClientRejectsBadURL(t *testing.T) {
 // answer, success or error, is final.
 func TestClientTriesTheNextMember(t *testing.T) {
 	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "not the raft leader: no leader known", Code: "not_leader"})
+		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: "not the raft leader: no leader known", Code: "not_leader"})
 	}))
 	defer busy.Close()
 	good := httptest.NewServer(NewHandler(&fakeAPI{mirrors: testMirrors}, zaptest.NewLogger(t), nil))
 	defer good.Close()
 	refused := "http://127.0.0.1:1"
 
-	c, err := NewClient(refused+","+busy.URL+","+good.URL, 5*time.Second)
+	c, err := api.NewClient(refused+","+busy.URL+","+good.URL, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,16 +523,16 @@ func TestClientTriesTheNextMember(t *testing.T) {
 		t.Fatalf("ListMirrors over a refused, a busy and a good member: %+v, %v", got, err)
 	}
 
-	c, _ = NewClient(busy.URL+","+refused, 5*time.Second)
+	c, _ = api.NewClient(busy.URL+","+refused, 5*time.Second)
 	_, err = c.ListMirrors(context.Background())
-	if !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "no kmirror member could serve the request") {
+	if !errors.Is(err, api.ErrNotLeader) || !strings.Contains(err.Error(), "no kmirror member could serve the request") {
 		t.Fatalf("every member busy or down: %v, want ErrNotLeader naming each", err)
 	}
 
-	notFound := httptest.NewServer(NewHandler(&fakeAPI{err: fmt.Errorf("%w: mirror x", ErrNotFound)}, zaptest.NewLogger(t), nil))
+	notFound := httptest.NewServer(NewHandler(&fakeAPI{err: fmt.Errorf("%w: mirror x", api.ErrNotFound)}, zaptest.NewLogger(t), nil))
 	defer notFound.Close()
-	c, _ = NewClient(notFound.URL+","+good.URL, 5*time.Second)
-	if err := c.DeleteMirror(context.Background(), "x", false); !errors.Is(err, ErrNotFound) {
+	c, _ = api.NewClient(notFound.URL+","+good.URL, 5*time.Second)
+	if err := c.DeleteMirror(context.Background(), "x", false); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("a member's real answer must be final: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -36,7 +37,7 @@ func checkNodeID(dataDir, nodeID string) error {
 	}
 	if got := strings.TrimSpace(string(b)); got != nodeID {
 		return fmt.Errorf("%w: data_dir %s holds the raft state of member %q, but node_id is %q: "+
-			"start with node_id: %s, or give this member its own empty data_dir", ErrRefused, dataDir, got, nodeID, got)
+			"start with node_id: %s, or give this member its own empty data_dir", api.ErrRefused, dataDir, got, nodeID, got)
 	}
 	return nil
 }
@@ -117,7 +118,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 						return false, fmt.Errorf("%w: data_dir %s holds no raft state, but member %s says the group already ran with member %s: "+
 							"a wiped member must not rejoin under its old ID (it could vote twice in a term). "+
 							"Remove it first (kmirror members remove %s), then add it again (kmirror members add %s --raft %s --http %s) and start it",
-							ErrRefused, m.cfg.DataDir, p.ID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.self().HTTP)
+							api.ErrRefused, m.cfg.DataDir, p.ID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.self().HTTP)
 					}
 				}
 				m.log.Info("joining the existing raft group", zap.String("peer", p.ID))
@@ -125,7 +126,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 			}
 			if theirs, mine := strings.Join(pr.Peers, ","), strings.Join(peersKey(m.cfg.Peers), ","); theirs != mine {
 				return false, fmt.Errorf("%w: member %s lists peers [%s], this member [%s]: a new group forms only from one peers list, "+
-					"the same on every member; fix the configs and start again", ErrRefused, p.ID, theirs, mine)
+					"the same on every member; fix the configs and start again", api.ErrRefused, p.ID, theirs, mine)
 			}
 			if p.IsVoter() {
 				fresh++

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 func TestCheckNodeID(t *testing.T) {
@@ -71,7 +73,7 @@ func TestBootstrapDecision(t *testing.T) {
 		other := &raftProbe{NodeID: "m2", Peers: []string{"m1=127.0.0.1:7001", "m2=x:1"}}
 		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, other)}, PeerConfig{ID: "m3", HTTP: down})
 		_, err := m.bootstrapDecision(ctx)
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "member m2 lists peers [m1=127.0.0.1:7001,m2=x:1]") {
+		if !errors.Is(err, api.ErrRefused) || !strings.Contains(err.Error(), "member m2 lists peers [m1=127.0.0.1:7001,m2=x:1]") {
 			t.Fatalf("got %v, want a refusal naming both peers lists", err)
 		}
 	})
@@ -84,7 +86,7 @@ func TestBootstrapDecision(t *testing.T) {
 	t.Run("a wiped member is refused", func(t *testing.T) {
 		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, ranBefore)}, PeerConfig{ID: "m3", HTTP: down})
 		_, err := m.bootstrapDecision(ctx)
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "could vote twice") || !strings.Contains(err.Error(), "kmirror members remove m1") {
+		if !errors.Is(err, api.ErrRefused) || !strings.Contains(err.Error(), "could vote twice") || !strings.Contains(err.Error(), "kmirror members remove m1") {
 			t.Fatalf("got %v, want the wiped-member refusal saying what to do", err)
 		}
 	})

@@ -7,11 +7,12 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
 // Members lists the group's members as the leader sees them.
-func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
+func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
 	c, err := m.toLeader(ctx)
 	if err != nil {
 		return nil, err
@@ -21,7 +22,7 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 	}
 	servers, err := m.store.Servers()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return nil, fmt.Errorf("%w: %v", api.ErrNotLeader, err)
 	}
 	_, leader := m.store.Leader()
 	alive, _ := m.aliveFunc()
@@ -39,10 +40,10 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 			members[id] = *mem
 		}
 	})
-	var out []MemberStatus
+	var out []api.MemberStatus
 	for _, srv := range servers {
 		mem := members[srv.ID]
-		row := MemberStatus{ID: srv.ID, RaftAddr: srv.Addr, HTTPAddr: mem.HTTPAddr, Partitions: owned[srv.ID], State: "alive"}
+		row := api.MemberStatus{ID: srv.ID, RaftAddr: srv.Addr, HTTPAddr: mem.HTTPAddr, Partitions: owned[srv.ID], State: "alive"}
 		switch {
 		case srv.ID == leader:
 			row.Role = "leader"
@@ -80,15 +81,15 @@ func (m *Member) Members(ctx context.Context) ([]MemberStatus, error) {
 }
 
 // AddMember adds a member to the raft configuration and the state.
-func (m *Member) AddMember(ctx context.Context, req AddMemberRequest) error {
+func (m *Member) AddMember(ctx context.Context, req api.AddMemberRequest) error {
 	if !nodeIDPattern.MatchString(req.ID) {
-		return fmt.Errorf("%w: member ID %q: use letters, digits, '.', '_' and '-' (the member's node_id)", ErrInvalid, req.ID)
+		return fmt.Errorf("%w: member ID %q: use letters, digits, '.', '_' and '-' (the member's node_id)", api.ErrInvalid, req.ID)
 	}
 	if err := checkAddress(req.RaftAddr, false); err != nil {
-		return fmt.Errorf("%w: --raft: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: --raft: %v", api.ErrInvalid, err)
 	}
 	if err := checkAddress(req.HTTPAddr, false); err != nil {
-		return fmt.Errorf("%w: --http: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: --http: %v", api.ErrInvalid, err)
 	}
 	c, err := m.toLeader(ctx)
 	if err != nil {
@@ -141,10 +142,10 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 	})
 	alive, inConfig := m.aliveFunc()
 	if !known && !inConfig[id] {
-		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", ErrNotFound, id)
+		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", api.ErrNotFound, id)
 	}
 	if n > 0 && alive(id) {
-		return fmt.Errorf("%w: member %s still holds %d partitions: drain it first (kmirror members drain %s), then remove it", ErrConflict, id, n, id)
+		return fmt.Errorf("%w: member %s still holds %d partitions: drain it first (kmirror members drain %s), then remove it", api.ErrConflict, id, n, id)
 	}
 	// Out of the raft configuration first: from then on the member is not
 	// alive for the leader, its partitions are taken over after the lease,
@@ -165,7 +166,7 @@ func (m *Member) DrainMember(ctx context.Context, id string, drain bool) error {
 	}
 	err = m.store.Apply(ctx, raftstore.SetDraining{ID: id, Draining: drain})
 	if errors.Is(err, raftstore.ErrNotFound) {
-		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", ErrNotFound, id)
+		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", api.ErrNotFound, id)
 	}
 	return mapStoreErr(err)
 }

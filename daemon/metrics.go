@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 )
 
@@ -186,7 +187,7 @@ func (m *metrics) collectGroups(ch chan<- prometheus.Metric) {
 		lag[r.Mirror] = max(lag[r.Mirror], r.SyncLagMs)
 	}
 	for mirror := range lag {
-		for _, st := range []string{GroupSynced, GroupPending, GroupConflict} {
+		for _, st := range []string{api.GroupSynced, api.GroupPending, api.GroupConflict} {
 			ch <- prometheus.MustNewConstMetric(m.groupRows, prometheus.GaugeValue, float64(counts[mirrorState{mirror, st}]), mirror, st)
 		}
 		ch <- prometheus.MustNewConstMetric(m.groupLag, prometheus.GaugeValue, float64(lag[mirror])/1000, mirror)

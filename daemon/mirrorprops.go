@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/ksec"
 	"github.com/kmirror/kmirror/fetch/kwire"
@@ -94,20 +95,20 @@ func parseMirrorSettings(name string, props map[string]string) (mirrorSettings, 
 			hint = " " + strings.Join(hints, " ")
 		}
 		return mirrorSettings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s and the security properties %s",
-			ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, propGroupsExclude, propGroupsInterval,
+			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, propGroupsExclude, propGroupsInterval,
 			propFailoverAuto, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
-		return mirrorSettings{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return mirrorSettings{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	s := mirrorSettings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval, Security: sec}
 	if len(s.Bootstrap) == 0 {
-		return mirrorSettings{}, fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", ErrInvalid)
+		return mirrorSettings{}, fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", api.ErrInvalid)
 	}
 	for _, b := range s.Bootstrap {
 		if err := checkHostPort(b); err != nil {
-			return mirrorSettings{}, fmt.Errorf("%w: bootstrap.servers entry %q: %v: give host:port of a source broker's listener, e.g. kafka1:9092", ErrInvalid, b, err)
+			return mirrorSettings{}, fmt.Errorf("%w: bootstrap.servers entry %q: %v: give host:port of a source broker's listener, e.g. kafka1:9092", api.ErrInvalid, b, err)
 		}
 	}
 	if s.GroupsInclude, err = groupRegexp(propGroupsInclude, props[propGroupsInclude], ".*"); err != nil {
@@ -122,7 +123,7 @@ func parseMirrorSettings(name string, props map[string]string) (mirrorSettings, 
 		d, err := parseInterval(v)
 		if err != nil || d < minGroupSyncInterval {
 			return mirrorSettings{}, fmt.Errorf("%w: %s=%s: give a duration of at least %s, as milliseconds (5000) or with a unit (5s, 1m)",
-				ErrInvalid, propGroupsInterval, v, minGroupSyncInterval)
+				api.ErrInvalid, propGroupsInterval, v, minGroupSyncInterval)
 		}
 		s.GroupSyncInterval = d
 	}
@@ -130,7 +131,7 @@ func parseMirrorSettings(name string, props map[string]string) (mirrorSettings, 
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || (n != 0 && time.Duration(n)*time.Millisecond < minFailoverAuto) || n < 0 {
 			return mirrorSettings{}, fmt.Errorf("%w: %s=%s: give milliseconds, at least %d, or 0 to turn automatic failover off",
-				ErrInvalid, propFailoverAuto, v, minFailoverAuto.Milliseconds())
+				api.ErrInvalid, propFailoverAuto, v, minFailoverAuto.Milliseconds())
 		}
 		s.FailoverAutoAfter = time.Duration(n) * time.Millisecond
 	}
@@ -149,7 +150,7 @@ func groupRegexp(prop, v, def string) (*regexp.Regexp, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s=%s is not a regular expression (%v): give one regex matched against the whole group name; "+
-			"combine several with |, e.g. orders-.*|billing", ErrInvalid, prop, v, err)
+			"combine several with |, e.g. orders-.*|billing", api.ErrInvalid, prop, v, err)
 	}
 	return regexp.MustCompile("^(?:" + v + ")$"), nil
 }
@@ -168,7 +169,7 @@ func parseInterval(v string) (time.Duration, error) {
 // security settings). New connection settings must reach the same source
 // cluster (its cluster ID is checked, with the new credentials): a mirror
 // never changes the cluster it mirrors.
-func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error {
+func (m *Member) AlterMirror(ctx context.Context, req api.CreateMirrorRequest) error {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
@@ -186,7 +187,7 @@ func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error
 		}
 	})
 	if mir == nil {
-		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, req.Name)
+		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, req.Name)
 	}
 	if _, oldKey := mirrorSecurity(*mir); !slices.Equal(settings.Bootstrap, mir.Bootstrap) || settings.Security.Key() != oldKey {
 		id, err := m.checkSource(ctx, settings)
@@ -195,7 +196,7 @@ func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error
 		}
 		if mir.SourceClusterID != "" && id != mir.SourceClusterID {
 			return fmt.Errorf("%w: bootstrap.servers %s reaches cluster %s, but mirror %s mirrors cluster %s: a mirror cannot move to "+
-				"another cluster; create a new mirror for it", ErrInvalid, strings.Join(settings.Bootstrap, ","), id, req.Name, mir.SourceClusterID)
+				"another cluster; create a new mirror for it", api.ErrInvalid, strings.Join(settings.Bootstrap, ","), id, req.Name, mir.SourceClusterID)
 		}
 	}
 	return mapStoreErr(m.store.Apply(ctx, raftstore.AlterMirror{Name: req.Name, Bootstrap: settings.Bootstrap, Properties: req.Properties}))
@@ -207,7 +208,7 @@ func (m *Member) AlterMirror(ctx context.Context, req CreateMirrorRequest) error
 // settings are wrong; an unreachable cluster is ErrUnavailable.
 func (m *Member) checkSource(ctx context.Context, settings mirrorSettings) (string, error) {
 	if _, err := settings.Security.Resolve(); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	src := fetch.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, securityOf(settings.Security))
 	defer src.Close()
@@ -216,9 +217,9 @@ func (m *Member) checkSource(ctx context.Context, settings mirrorSettings) (stri
 	id, err := src.ClusterID(cctx)
 	switch {
 	case errors.Is(err, kwire.ErrAuthentication):
-		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	case err != nil:
-		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	return id, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch/kwire"
 )
 
@@ -51,7 +52,7 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30s"}, "give milliseconds"},
 	} {
 		_, err := parseMirrorSettings("m1", tc.props)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want ErrInvalid with %q", tc.props, err, tc.want)
 		}
 	}

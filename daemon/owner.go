@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
@@ -358,7 +359,7 @@ func (m *Member) submitRetry(ctx context.Context, cmd raftstore.Command) {
 
 // permanent reports whether a refused command must not be retried.
 func permanent(err error) bool {
-	return errors.Is(err, ErrStale) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists)
+	return errors.Is(err, api.ErrStale) || errors.Is(err, api.ErrInvalid) || errors.Is(err, api.ErrNotFound) || errors.Is(err, api.ErrExists)
 }
 
 // handOffAll moves this member's partitions to the others before it stops
@@ -506,11 +507,21 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow
 	if !found || cur.Owner != c.m.cfg.NodeID || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
 		return
 	}
-	if cur.State == s && cur.Reason == reason && cur.GapBelow == gapBelow {
-		c.m.out.drop("state " + k.String()) // a newer report may be waiting: this one is the truth
+	key := "state " + k.String()
+	// This member's copy of the state may lag the leader's: a report it
+	// sent (FAILED, say) may be applied after this read. So the replicated
+	// state counts as told only if the last report this member put for the
+	// partition says the same; otherwise this one must still go out, or the
+	// late FAILED would stay shown for a partition that mirrors.
+	same := func(last raftstore.Command) bool {
+		l, ok := last.(raftstore.SetPartitionState)
+		return ok && l.State == s && l.Reason == reason && l.GapBelow == gapBelow
+	}
+	if cur.State == s && cur.Reason == reason && cur.GapBelow == gapBelow && c.m.out.lastIs(key, same) {
+		c.m.out.drop(key) // a newer report may be waiting: this one is the truth
 		return
 	}
-	c.m.out.put("state "+k.String(), raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason, GapBelow: gapBelow,
+	c.m.out.put(key, raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason, GapBelow: gapBelow,
 		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: cur.Generation}})
 }
 
@@ -537,6 +548,9 @@ type outbox struct {
 	m    *Member
 	mu   sync.Mutex
 	cmds map[string]pendingCmd
+	// last is the latest command put under each key, kept after it was
+	// sent (see lastIs).
+	last map[string]raftstore.Command
 	seq  uint64
 	kick chan struct{}
 }
@@ -547,13 +561,23 @@ type pendingCmd struct {
 }
 
 func newOutbox(m *Member) *outbox {
-	return &outbox{m: m, cmds: map[string]pendingCmd{}, kick: make(chan struct{}, 1)}
+	return &outbox{m: m, cmds: map[string]pendingCmd{}, last: map[string]raftstore.Command{}, kick: make(chan struct{}, 1)}
+}
+
+// lastIs reports whether the latest command put under key satisfies same,
+// or none was put since this member started.
+func (o *outbox) lastIs(key string, same func(raftstore.Command) bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	last, ok := o.last[key]
+	return !ok || same(last)
 }
 
 func (o *outbox) put(key string, cmd raftstore.Command) {
 	o.mu.Lock()
 	o.seq++
 	o.cmds[key] = pendingCmd{cmd, o.seq}
+	o.last[key] = cmd
 	o.mu.Unlock()
 	select {
 	case o.kick <- struct{}{}:
@@ -576,27 +600,33 @@ func (o *outbox) run() {
 		case <-o.kick:
 		case <-time.After(500 * time.Millisecond):
 		}
+		o.flush()
+	}
+}
+
+// flush submits each waiting command once; a command stays waiting when its
+// submit failed and may succeed later, or when a newer one replaced it.
+func (o *outbox) flush() {
+	o.mu.Lock()
+	batch := make(map[string]pendingCmd, len(o.cmds))
+	for k, c := range o.cmds {
+		batch[k] = c
+	}
+	o.mu.Unlock()
+	for key, pc := range batch {
+		ctx, cancel := context.WithTimeout(o.m.ctx, 5*time.Second)
+		err := o.m.submit(ctx, pc.cmd)
+		cancel()
+		if err != nil && !permanent(err) {
+			continue
+		}
+		if err != nil {
+			o.m.log.Info("report refused", zap.String("report", key), zap.Error(err))
+		}
 		o.mu.Lock()
-		batch := make(map[string]pendingCmd, len(o.cmds))
-		for k, c := range o.cmds {
-			batch[k] = c
+		if o.cmds[key].seq == pc.seq {
+			delete(o.cmds, key)
 		}
 		o.mu.Unlock()
-		for key, pc := range batch {
-			ctx, cancel := context.WithTimeout(o.m.ctx, 5*time.Second)
-			err := o.m.submit(ctx, pc.cmd)
-			cancel()
-			if err != nil && !permanent(err) {
-				continue
-			}
-			if err != nil {
-				o.m.log.Info("report refused", zap.String("report", key), zap.Error(err))
-			}
-			o.mu.Lock()
-			if o.cmds[key].seq == pc.seq {
-				delete(o.cmds, key)
-			}
-			o.mu.Unlock()
-		}
 	}
 }

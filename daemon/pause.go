@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -56,13 +57,13 @@ func (m *Member) setPaused(ctx context.Context, mirror, topic string, pause bool
 	})
 	switch {
 	case !mirrorFound:
-		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, mirror)
 	case topic != "" && topicState == "":
-		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
+		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, mirror, topic, mirror)
 	case topic != "" && topicState == to:
 		return []string{topic}, nil // already done: running it twice is fine
 	case topic != "" && len(topics) == 0:
-		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only a %s topic can %s", ErrConflict, topic, mirror, topicState, from, verb)
+		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only a %s topic can %s", api.ErrConflict, topic, mirror, topicState, from, verb)
 	case len(topics) == 0:
 		return nil, nil
 	}

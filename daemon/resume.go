@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -16,7 +17,7 @@ import (
 // owner walks source and destination again, so a cause that is gone is
 // verified, not assumed. With AcceptGap a partition whose source records
 // were deleted before they were mirrored skips them once and counts them.
-func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error) {
+func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([]int32, error) {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return nil, err
@@ -41,10 +42,10 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 		}
 	})
 	if !mirrorFound {
-		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, req.Mirror)
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, req.Mirror)
 	}
 	if !found {
-		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, req.Mirror, req.Topic, req.Mirror)
+		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, req.Mirror, req.Topic, req.Mirror)
 	}
 	if topicState == raftstore.StatePaused && len(req.Partitions) == 0 && !req.AcceptGap {
 		if _, err := m.UnpauseTopics(ctx, req.Mirror, req.Topic); err != nil {
@@ -57,7 +58,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 		return all, nil
 	}
 	if topicState != raftstore.StateMirroring && topicState != raftstore.StateFailed {
-		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only partitions of a mirroring topic resume", ErrConflict, req.Topic, req.Mirror, topicState)
+		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: only partitions of a mirroring topic resume", api.ErrConflict, req.Topic, req.Mirror, topicState)
 	}
 	want := req.Partitions
 	if len(want) == 0 {
@@ -72,10 +73,10 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 	}
 	for _, p := range want {
 		if p < 0 || int(p) >= len(states) {
-			return nil, fmt.Errorf("%w: topic %s has partitions 0..%d, not %d", ErrInvalid, req.Topic, len(states)-1, p)
+			return nil, fmt.Errorf("%w: topic %s has partitions 0..%d, not %d", api.ErrInvalid, req.Topic, len(states)-1, p)
 		}
 		if st := states[p]; st != raftstore.StateDiverged && st != raftstore.StateFailed {
-			return nil, fmt.Errorf("%w: partition %d of %s is %s, not DIVERGED or FAILED: nothing to resume", ErrConflict, p, req.Topic, st)
+			return nil, fmt.Errorf("%w: partition %d of %s is %s, not DIVERGED or FAILED: nothing to resume", api.ErrConflict, p, req.Topic, st)
 		}
 	}
 	var below []int64
@@ -88,7 +89,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 		defer cancel()
 		var err error
 		if below, err = src.Offsets(cctx, req.Topic, len(states), fetch.Earliest); err != nil {
-			return nil, fmt.Errorf("%w: reading the source's log start offsets to bound the accepted gap: %v", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: reading the source's log start offsets to bound the accepted gap: %v", api.ErrUnavailable, err)
 		}
 	}
 	for _, p := range want {

@@ -14,12 +14,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/ksec"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
-var _ API = (*Member)(nil)
+var _ api.Service = (*Member)(nil)
 
 // validName is what mirror names may be (Kafka's topic name alphabet).
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
@@ -28,7 +29,7 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 const adminTimeout = 15 * time.Second
 
 // CreateMirror defines a mirror after checking its source cluster answers.
-func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) error {
+func (m *Member) CreateMirror(ctx context.Context, req api.CreateMirrorRequest) error {
 	if c, err := m.toLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
@@ -36,7 +37,7 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 		return c.CreateMirror(ctx, req)
 	}
 	if !validName.MatchString(req.Name) {
-		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", ErrInvalid, req.Name)
+		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", api.ErrInvalid, req.Name)
 	}
 	settings, err := parseMirrorSettings(req.Name, req.Properties)
 	if err != nil {
@@ -46,7 +47,7 @@ func (m *Member) CreateMirror(ctx context.Context, req CreateMirrorRequest) erro
 	exists := false
 	m.store.Read(func(s *raftstore.State) { _, exists = s.Mirrors[req.Name] })
 	if exists {
-		return fmt.Errorf("%w: mirror %s already exists: delete it first or pick another name", ErrExists, req.Name)
+		return fmt.Errorf("%w: mirror %s already exists: delete it first or pick another name", api.ErrExists, req.Name)
 	}
 	clusterID, err := m.checkSource(ctx, settings)
 	if err != nil {
@@ -89,15 +90,15 @@ func mapStoreErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, raftstore.ErrNotFound):
-		return fmt.Errorf("%w: %v", ErrNotFound, err)
+		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
 	case errors.Is(err, raftstore.ErrExists):
-		return fmt.Errorf("%w: %v", ErrExists, err)
+		return fmt.Errorf("%w: %v", api.ErrExists, err)
 	case errors.Is(err, raftstore.ErrNotLeader):
-		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+		return fmt.Errorf("%w: %v", api.ErrNotLeader, err)
 	case errors.Is(err, raftstore.ErrStaleGeneration):
-		return fmt.Errorf("%w: %v", ErrStale, err)
+		return fmt.Errorf("%w: %v", api.ErrStale, err)
 	case errors.Is(err, raftstore.ErrInvalid):
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	return err
 }
@@ -122,12 +123,12 @@ func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) erro
 		}
 	})
 	if !found {
-		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, name)
+		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, name)
 	}
 	sort.Strings(active)
 	if len(active) > 0 && !force {
 		return fmt.Errorf("%w: mirror %s still mirrors %s: remove those topics first, or use --force to stop them and delete",
-			ErrConflict, name, strings.Join(active, ", "))
+			api.ErrConflict, name, strings.Join(active, ", "))
 	}
 	for _, t := range active {
 		if err := m.RemoveTopic(ctx, name, t); err != nil {
@@ -186,10 +187,6 @@ func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	}
 }
 
-// removeWait bounds how long remove waits for the owners to record the
-// last mirrored positions.
-const removeWait = 2 * time.Minute
-
 // RemoveTopic stops mirroring a topic: the topic becomes STOPPING in the
 // replicated state, and the owner of each partition (whichever member
 // holds it, or the next one if it crashes) stops fetching, produces what
@@ -212,7 +209,7 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 		}
 	})
 	if !found {
-		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
+		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, mirror, topic, mirror)
 	}
 	if state == raftstore.StateStopped {
 		return nil
@@ -238,7 +235,7 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 // waitStopped waits until every partition of the topic is STOPPED.
 func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, removeWait)
+	wctx, cancel := context.WithTimeout(ctx, api.RemoveWait)
 	defer cancel()
 	changed, stop := m.store.Watch()
 	defer stop()
@@ -259,7 +256,7 @@ func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
 			}
 		})
 		if gone {
-			return fmt.Errorf("%w: topic %s of mirror %s was deleted while it stopped", ErrNotFound, topic, mirror)
+			return fmt.Errorf("%w: topic %s of mirror %s was deleted while it stopped", api.ErrNotFound, topic, mirror)
 		}
 		if left == 0 {
 			m.liftReadOnly(ctx) // returns with the topic writable (README, Read-only mirror topics)
@@ -274,7 +271,7 @@ func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
 			}
 			return fmt.Errorf("%w: %d partitions of %s are still STOPPING after %s (owners: %s): they stop once their owners have "+
 				"drained them; check kmirror describe --mirror %s and the owners' logs, and run remove again to keep waiting",
-				ErrUnavailable, left, topic, time.Since(start).Round(time.Second), strings.Join(sortedKeys(owners), ", "), mirror)
+				api.ErrUnavailable, left, topic, time.Since(start).Round(time.Second), strings.Join(sortedKeys(owners), ", "), mirror)
 		}
 	}
 }
@@ -292,14 +289,14 @@ func sortedKeys(set map[string]bool) []string {
 }
 
 // ListMirrors summarises every mirror.
-func (m *Member) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
+func (m *Member) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
 	if err := m.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	var out []MirrorSummary
+	var out []api.MirrorSummary
 	m.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
-			sum := MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{}}
+			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{}}
 			var states []raftstore.TopicState
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {
@@ -352,12 +349,12 @@ func summarise(states []raftstore.TopicState) string {
 //
 // Any member answers for every partition of the group: offsets come from
 // the members that run the partitions, asked at the time of the request.
-func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error) {
+func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]api.PartitionStatus, error) {
 	if err := m.caughtUp(ctx); err != nil {
 		return nil, err
 	}
 	live, silent := m.liveStatuses(ctx)
-	var out []PartitionStatus
+	var out []api.PartitionStatus
 	var paused []int // rows of PAUSED partitions: their checkpoint is their position
 	mirrorFound := mirror == ""
 	m.store.Read(func(s *raftstore.State) {
@@ -369,7 +366,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 				continue
 			}
 			for i, p := range t.Partitions {
-				ps := PartitionStatus{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i),
+				ps := api.PartitionStatus{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i),
 					State: string(p.State), Reason: p.Reason, Owner: p.Owner, SourceOffset: -1, DestinationOffset: -1, Lag: -1,
 					SkippedRecords: p.SkippedRecords, LastGap: p.LastGap}
 				if t.State == raftstore.StatePending || t.State == raftstore.StateStopping {
@@ -414,7 +411,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 		}
 	})
 	if !mirrorFound {
-		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", ErrNotFound, mirror)
+		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, mirror)
 	}
 	for _, i := range paused {
 		ps := &out[i]
@@ -424,7 +421,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 		ps.Reason = "paused by the operator: nothing is fetched; kmirror resume continues from here"
 	}
 	if topic != "" && len(out) == 0 {
-		return nil, fmt.Errorf("%w: topic %s is not mirrored%s", ErrNotFound, topic, inMirror(mirror))
+		return nil, fmt.Errorf("%w: topic %s is not mirrored%s", api.ErrNotFound, topic, inMirror(mirror))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -480,13 +477,13 @@ func (m *Member) caughtUp(ctx context.Context) error {
 		if err := m.notInGroup(); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: no raft leader is known to this member, so its state may be stale; retry shortly or ask another member", ErrNotLeader)
+		return fmt.Errorf("%w: no raft leader is known to this member, so its state may be stale; retry shortly or ask another member", api.ErrNotLeader)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pr, err := m.auth.probePeer(cctx, m.auth.httpClient(2*time.Second), addr)
 	if err != nil {
-		return fmt.Errorf("%w: cannot ask the raft leader %s how far the state goes (%v); retry or ask another member", ErrNotLeader, id, err)
+		return fmt.Errorf("%w: cannot ask the raft leader %s how far the state goes (%v); retry or ask another member", api.ErrNotLeader, id, err)
 	}
 	for {
 		var applied uint64
@@ -496,7 +493,7 @@ func (m *Member) caughtUp(ctx context.Context) error {
 		}
 		select {
 		case <-cctx.Done():
-			return fmt.Errorf("%w: this member has applied the replicated state to index %d, the leader to %d; retry shortly", ErrNotLeader, applied, pr.StateIndex)
+			return fmt.Errorf("%w: this member has applied the replicated state to index %d, the leader to %d; retry shortly", api.ErrNotLeader, applied, pr.StateIndex)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -507,7 +504,7 @@ func (m *Member) caughtUp(ctx context.Context) error {
 //
 // Any member answers: the request goes to the member that runs the
 // partition, which holds its translation in memory.
-func (m *Member) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error) {
+func (m *Member) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (api.Translation, error) {
 	k := fetch.Key{Mirror: mirror, Topic: topic, Partition: partition}
 	owner := ""
 	m.store.Read(func(s *raftstore.State) {
@@ -518,7 +515,7 @@ func (m *Member) Translate(ctx context.Context, mirror, topic string, partition 
 	if owner != "" && owner != m.cfg.NodeID && !isForwarded(ctx) {
 		c, err := m.memberClient(owner)
 		if err != nil {
-			return Translation{}, err
+			return api.Translation{}, err
 		}
 		return c.Translate(ctx, mirror, topic, partition, sourceOffset)
 	}
@@ -526,12 +523,12 @@ func (m *Member) Translate(ctx context.Context, mirror, topic string, partition 
 	var before *fetch.BeforeStartError
 	switch {
 	case errors.As(err, &before):
-		return Translation{}, fmt.Errorf("%w: %v", ErrNotFound, err)
+		return api.Translation{}, fmt.Errorf("%w: %v", api.ErrNotFound, err)
 	case errors.Is(err, fetch.ErrNotMirroredYet):
-		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d yet: it is beyond what has been mirrored so far (%v)", ErrNotFound, k, sourceOffset, err)
+		return api.Translation{}, fmt.Errorf("%w: no translation for %s offset %d yet: it is beyond what has been mirrored so far (%v)", api.ErrNotFound, k, sourceOffset, err)
 	case err != nil:
-		return Translation{}, fmt.Errorf("%w: no translation for %s offset %d: the partition is not mirroring right now "+
-			"(not added, stopped, or moving between members: see kmirror describe)", ErrNotFound, k, sourceOffset)
+		return api.Translation{}, fmt.Errorf("%w: no translation for %s offset %d: the partition is not mirroring right now "+
+			"(not added, stopped, or moving between members: see kmirror describe)", api.ErrNotFound, k, sourceOffset)
 	}
-	return Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: sourceOffset, DestinationOffset: d}, nil
+	return api.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: sourceOffset, DestinationOffset: d}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -48,14 +49,14 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 	})
 	switch {
 	case mir == nil:
-		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", ErrNotFound, mirror, topic, mirror)
+		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, mirror, topic, mirror)
 	case state == raftstore.StateStopped:
 		return nil
 	case state == raftstore.StateStopping:
 		return m.waitStopped(ctx, mirror, topic)
 	case state != raftstore.StateMirroring:
 		return fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
-			"remove it without --wait-for-sync for an emergency failover", ErrConflict, topic, mirror, state)
+			"remove it without --wait-for-sync for an emergency failover", api.ErrConflict, topic, mirror, state)
 	}
 	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
 	if err != nil {
@@ -63,7 +64,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 	}
 	if least := switchoverQuiet + settings.GroupSyncInterval + switchoverPoll; timeout < least {
 		return fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
-			"groups.sync.interval=%s): give --wait-for-sync=%s or more", ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
+			"groups.sync.interval=%s): give --wait-for-sync=%s or more", api.ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
 	}
 	src := m.newSourceAdmin(*mir)
 	defer src.Close()
@@ -77,7 +78,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: planned switchover of %s (mirror %s) did not complete within %s: %s. Nothing was stopped: the topic is "+
 				"still MIRRORING; run remove --wait-for-sync again once that is dealt with, or remove without it for an emergency failover",
-				ErrConflict, topic, mirror, timeout, why)
+				api.ErrConflict, topic, mirror, timeout, why)
 		}
 		select {
 		case <-ctx.Done():
@@ -161,7 +162,7 @@ func (w *switchoverWait) blocker(ctx context.Context) string {
 			continue
 		}
 		switch {
-		case r.State != GroupSynced:
+		case r.State != api.GroupSynced:
 			unsynced = append(unsynced, fmt.Sprintf("group %s partition %d is %s (%s)", r.Group, r.Partition, r.State, r.Reason))
 		case r.SyncedAtMs < w.caughtUp.UnixMilli():
 			unsynced = append(unsynced, fmt.Sprintf("group %s partition %d: waiting for a sync after the topic caught up", r.Group, r.Partition))
@@ -198,7 +199,7 @@ func (w *switchoverWait) checkNoneLeft(ctx context.Context) error {
 	})
 	if len(left) > 0 {
 		return fmt.Errorf("%w: topic %s of mirror %s is STOPPED, but the source took records after the last sync check that are not on "+
-			"the destination (%s): a producer wrote to the source during the switchover", ErrConflict, w.topic, w.mirror, strings.Join(left, "; "))
+			"the destination (%s): a producer wrote to the source during the switchover", api.ErrConflict, w.topic, w.mirror, strings.Join(left, "; "))
 	}
 	return nil
 }

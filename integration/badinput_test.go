@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // cli runs the real kmirror binary against m and returns stdout, stderr
@@ -115,11 +115,11 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// What the caller must fix is a 400, not "dependency unavailable".
-	for _, req := range []daemon.AddTopicsRequest{
+	for _, req := range []api.AddTopicsRequest{
 		{Mirror: "badm", Topics: []string{"bad name!"}},
 		{Mirror: "badm", Topics: []string{"bad-good"}, ReplicationFactor: 3},
 	} {
-		if _, err := m.client.AddTopics(ctx, req); !errors.Is(err, daemon.ErrInvalid) {
+		if _, err := m.client.AddTopics(ctx, req); !errors.Is(err, api.ErrInvalid) {
 			t.Fatalf("add %+v: %v, want an invalid-request error", req, err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -187,7 +187,7 @@ func abbrev(b []byte) string {
 // MIRRORING with lag 0 against a source end offset at least the one the
 // source cluster reports when the wait starts: describe's source offset is
 // what kmirror saw at its last fetch, so lag 0 alone could be stale.
-func waitCaughtUp(t testing.TB, m *member, mirror string, topics ...string) []daemon.PartitionStatus {
+func waitCaughtUp(t testing.TB, m *member, mirror string, topics ...string) []api.PartitionStatus {
 	t.Helper()
 	ctx := context.Background()
 	src := m.src
@@ -204,13 +204,13 @@ func waitCaughtUp(t testing.TB, m *member, mirror string, topics ...string) []da
 		srcEnds[topic] = endOffsets(t, sc, topic, len(rows), true)
 	}
 	deadline := time.Now().Add(4 * time.Minute)
-	var last []daemon.PartitionStatus
+	var last []api.PartitionStatus
 	for time.Now().Before(deadline) {
 		ok := true
 		last = last[:0]
 		for _, topic := range topics {
 			rows, err := m.client.Describe(ctx, mirror, topic)
-			if errors.Is(err, daemon.ErrNotLeader) {
+			if errors.Is(err, api.ErrNotLeader) {
 				ok = false // a member of a group catching up after a leader change
 				continue
 			}
@@ -232,6 +232,12 @@ func waitCaughtUp(t testing.TB, m *member, mirror string, topics ...string) []da
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("not caught up within 4 minutes: %+v\nlog:\n%s", last, m.logTail())
+	var behind []api.PartitionStatus
+	for _, r := range last {
+		if r.State != "MIRRORING" || r.Lag != 0 || r.SourceOffset < srcEnds[r.Topic][r.Partition] {
+			behind = append(behind, r)
+		}
+	}
+	t.Fatalf("not caught up within 4 minutes: %d of %d partitions behind (source ends %v): %+v\nlog:\n%s", len(behind), len(last), srcEnds, behind, m.logTail())
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -31,6 +31,14 @@ func streamRecordsTo(t *testing.T, cl *harness.Cluster, topic string, n, rate in
 // (0: the producer's clock).
 func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, age time.Duration) (wait func()) {
 	t.Helper()
+	return streamAgedUntil(t, cl, topic, n, rate, age, nil)
+}
+
+// streamAgedUntil is streamAged that also ends, after fewer than n records,
+// once stop is closed (nil: never); wait then returns when every record
+// produced is acknowledged.
+func streamAgedUntil(t *testing.T, cl *harness.Cluster, topic string, n, rate int, age time.Duration, stop <-chan struct{}) (wait func()) {
+	t.Helper()
 	prod := kgoClient(t, cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	var mu sync.Mutex
@@ -45,6 +53,9 @@ func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, ag
 		defer cancel()
 		start := time.Now()
 		for i := 0; i < n; i++ {
+			if stopped(stop) {
+				break
+			}
 			if i%1000 == 0 {
 				// Pace the stream so it spans the whole test.
 				if ahead := time.Duration(i)*time.Second/time.Duration(rate) - time.Since(start); ahead > 0 {
@@ -89,6 +100,16 @@ func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, ag
 	}
 }
 
+// stopped reports whether stop is closed; a nil stop never is.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // TestCrashResume kills the daemon with SIGKILL at random moments while a
 // 300k-record stream is mirrored, restarting it each time (and once stops
 // it with SIGTERM), then requires the destination to equal the source
@@ -96,7 +117,7 @@ func streamAged(t *testing.T, cl *harness.Cluster, topic string, n, rate int, ag
 func TestCrashResume(t *testing.T) {
 	m := startMember(t, "crash", memberOpts{})
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: "crashsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -106,7 +127,7 @@ func TestCrashResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := streamRecords(t, topic, 300_000, 12_000)
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "crashsrc", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "crashsrc", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	seed := time.Now().UnixNano()

@@ -8,15 +8,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // waitState polls describe until partition 0 of topic reaches state, and
 // returns its row.
-func waitState(t *testing.T, m *member, mirror, topic, state string) daemon.PartitionStatus {
+func waitState(t *testing.T, m *member, mirror, topic, state string) api.PartitionStatus {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	var last []daemon.PartitionStatus
+	var last []api.PartitionStatus
 	for time.Now().Before(deadline) {
 		rows, err := m.client.Describe(context.Background(), mirror, topic)
 		if err != nil {
@@ -29,7 +29,7 @@ func waitState(t *testing.T, m *member, mirror, topic, state string) daemon.Part
 		<-time.After(100 * time.Millisecond)
 	}
 	t.Fatalf("%s never reached %s: %+v\n%s", topic, state, last, m.logTail())
-	return daemon.PartitionStatus{}
+	return api.PartitionStatus{}
 }
 
 func metricsText(t *testing.T, m *member) string {
@@ -45,7 +45,7 @@ func metricsText(t *testing.T, m *member) string {
 func TestForeignWriteDiverges(t *testing.T) {
 	m := startMember(t, "diverge", memberOpts{})
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: "dsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestForeignWriteDiverges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk", "foreign-idle"}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "dsrc", Topics: []string{"foreign-live", "foreign-walk", "foreign-idle"}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, "foreign-live", 1000, 100_000)()

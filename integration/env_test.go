@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -99,7 +99,7 @@ type member struct {
 	// kill, then a failure report).
 	exited  chan struct{}
 	exitErr error
-	client  *daemon.Client
+	client  *api.Client
 	src     *harness.Cluster // the source its waits compare with; nil = env.src
 	// httpc makes the test's own HTTP requests (TLS settings of an https
 	// API).
@@ -181,7 +181,7 @@ log_level: info
 		t.Fatal(err)
 	}
 	var err error
-	if m.client, err = daemon.NewClient(m.url, 2*time.Minute); err != nil {
+	if m.client, err = api.NewClient(m.url, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	m.client = m.client.WithAuth(o.apiTLS, o.token)
@@ -300,7 +300,7 @@ func sharedMirror(t *testing.T) *member {
 		return shared
 	}
 	shared = newMember(t, "shared", memberOpts{})
-	err := shared.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
+	err := shared.client.CreateMirror(context.Background(), api.CreateMirrorRequest{
 		Name: "src", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	})
 	if err != nil && !strings.Contains(err.Error(), "already exists") {

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -37,7 +37,7 @@ func TestOldBacklogDestinationKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamAged(t, env.src, topic, 40_000, 100_000, backlogAge)()
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	wait := streamAged(t, env.src, topic, 120_000, 8_000, backlogAge)
@@ -63,7 +63,7 @@ func TestOldBacklogDestinationKills(t *testing.T) {
 // "retrying: ..." reason (a checkpoint write or produce that met a broker
 // restart is retried at the next round), for at most 15 s, and returns
 // the rows.
-func waitRetriesDone(t *testing.T, m *member, mirror, topic string, rows []daemon.PartitionStatus) []daemon.PartitionStatus {
+func waitRetriesDone(t *testing.T, m *member, mirror, topic string, rows []api.PartitionStatus) []api.PartitionStatus {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -87,11 +87,22 @@ func waitRetriesDone(t *testing.T, m *member, mirror, topic string, rows []daemo
 // and logs how many of those verifications found the batch had landed.
 func requireConfirms(t *testing.T, m *member, topic string) {
 	t.Helper()
+	confirms, landed := countConfirms(t, m, topic)
+	if confirms == 0 {
+		t.Fatalf("no produce to %s had an unknown outcome: the test did not exercise the resend path", topic)
+	}
+	t.Logf("%d unknown produce outcomes of %s verified; in %d the batch had landed and was not resent", confirms, topic, landed)
+}
+
+// countConfirms counts the member log's verifications of unknown produce
+// outcomes to topic (confirms), and of those the ones that found the batch
+// had landed (landed).
+func countConfirms(t *testing.T, m *member, topic string) (confirms, landed int) {
+	t.Helper()
 	b, err := os.ReadFile(m.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	confirms, landed := 0, 0
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.Contains(line, "destination verified after the last acknowledged batch") && strings.Contains(line, ":"+topic) {
 			confirms++
@@ -100,14 +111,11 @@ func requireConfirms(t *testing.T, m *member, topic string) {
 			}
 		}
 	}
-	if confirms == 0 {
-		t.Fatalf("no produce to %s had an unknown outcome: the test did not exercise the resend path", topic)
-	}
-	t.Logf("%d unknown produce outcomes of %s verified; in %d the batch had landed and was not resent", confirms, topic, landed)
+	return confirms, landed
 }
 
 // requireNoDuplicates fails when describe counted any duplicate record.
-func requireNoDuplicates(t *testing.T, rows []daemon.PartitionStatus) {
+func requireNoDuplicates(t *testing.T, rows []api.PartitionStatus) {
 	t.Helper()
 	for _, r := range rows {
 		if r.DuplicateRecords != 0 || r.Reason != "" {
@@ -138,7 +146,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 	t.Cleanup(func() { dst.Close() })
 	proxy := dst.Proxy(0)
 	m := startMember(t, "lost", memberOpts{destination: dst.Bootstrap()})
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: "psrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -154,7 +162,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		}
 		const drops = 4
 		proxy.DropProduceResponses("lost-*", drops, 2500*time.Millisecond)
-		if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{"lost-one", "lost-eight"}}); err != nil {
+		if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "psrc", Topics: []string{"lost-one", "lost-eight"}}); err != nil {
 			t.Fatal(err)
 		}
 		waits := []func(){streamAged(t, env.src, "lost-one", 20_000, 4_000, backlogAge),
@@ -221,7 +229,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 		// found without another batch being sent, named and counted.
 		at1, n1 := lateCopy(func() {
 			streamAged(t, env.src, topic, 1000, 100_000, backlogAge)()
-			if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
+			if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "psrc", Topics: []string{topic}}); err != nil {
 				t.Fatal(err)
 			}
 		}, nothing)
@@ -278,7 +286,7 @@ func TestOldBacklogLostAnswers(t *testing.T) {
 
 // waitDuplicates polls describe until the partition 0 of topic counts n
 // duplicate records, and returns its row.
-func waitDuplicates(t *testing.T, m *member, mirror, topic string, n int64) daemon.PartitionStatus {
+func waitDuplicates(t *testing.T, m *member, mirror, topic string, n int64) api.PartitionStatus {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; <-time.After(200 * time.Millisecond) {
 		rows, err := m.client.Describe(context.Background(), mirror, topic)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -90,7 +90,7 @@ func TestFailbackRoundTrip(t *testing.T) {
 	}
 	produceTo(t, env.src, topic, partitions, 400, "a1")
 	mB := sideMember(t, "fb-beside-b", env.dst, env.src, "ab")
-	if err := mB.client.AlterMirror(ctx, daemon.CreateMirrorRequest{Name: "ab", Properties: map[string]string{
+	if err := mB.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "ab", Properties: map[string]string{
 		"bootstrap.servers": env.src.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestFailbackRoundTrip(t *testing.T) {
 
 	// Failback: a member beside A mirrors B->A.
 	mA := sideMember(t, "fb-beside-a", env.src, env.dst, "ba")
-	if err := mA.client.AlterMirror(ctx, daemon.CreateMirrorRequest{Name: "ba", Properties: map[string]string{
+	if err := mA.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "ba", Properties: map[string]string{
 		"bootstrap.servers": env.dst.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestReAddStoppedTopic(t *testing.T) {
 	if err := m.client.DeleteMirror(ctx, "ra", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "ra2", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()}}); err != nil {
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "ra2", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()}}); err != nil {
 		t.Fatal(err)
 	}
 	produceTo(t, env.src, topic, partitions, 20, "a3")

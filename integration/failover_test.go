@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 	"github.com/kmirror/kmirror/truncate"
 )
@@ -183,7 +183,7 @@ func TestPlannedSwitchover(t *testing.T) {
 func TestFailoverFinalGroupSync(t *testing.T) {
 	m := startMember(t, "final-sync", memberOpts{})
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "fs", Properties: map[string]string{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "fs", Properties: map[string]string{
 		"bootstrap.servers": env.src.Bootstrap(), "groups.sync.interval": "1h",
 	}}); err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestFailoverFinalGroupSync(t *testing.T) {
 		t.Fatalf("destination offsets of fs-group after remove: %v, want 40 (the final group sync)", got)
 	}
 	rows, err := m.client.DescribeGroups(ctx, "fs")
-	if err != nil || len(rows) != 1 || rows[0].State != daemon.GroupSynced || rows[0].DestinationCommitted != 40 {
+	if err != nil || len(rows) != 1 || rows[0].State != api.GroupSynced || rows[0].DestinationCommitted != 40 {
 		t.Fatalf("describe --groups after remove: %+v, %v; want the final sync's row", rows, err)
 	}
 }
@@ -286,7 +286,7 @@ func TestAutomaticFailover(t *testing.T) {
 	g := startGroup(t, "af", 3)
 	m := g.members[0]
 	m.src = src
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "af", Properties: map[string]string{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "af", Properties: map[string]string{
 		"bootstrap.servers": src.Bootstrap(), "failover.auto.after.ms": "4000",
 	}}); err != nil {
 		t.Fatal(err)

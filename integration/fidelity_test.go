@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // fidelityRecords are the awkward records every codec must carry intact:
@@ -117,7 +117,7 @@ func TestFidelity(t *testing.T) {
 				kgo.ProducerBatchCompression(cc.codec), kgo.ProducerBatchMaxBytes(4<<20),
 				kgo.ProducerLinger(5*time.Millisecond))
 			produceSync(t, prod, fidelityRecords(partitions, 0))
-			if _, err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+			if _, err := m.client.AddTopics(context.Background(), api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 				t.Fatal(err)
 			}
 			produceSync(t, prod, fidelityRecords(partitions, 1))
@@ -134,7 +134,7 @@ func TestFidelity(t *testing.T) {
 func TestSmallMemoryBudget(t *testing.T) {
 	m := startMember(t, "small", memberOpts{extra: "memory_budget: 1MiB\n"})
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: "smallsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestSmallMemoryBudget(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		produceSync(t, prod, fidelityRecords(partitions, round))
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "smallsrc", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "smallsrc", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, topic, 20_000, 50_000)()

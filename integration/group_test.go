@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch/kwire"
 	"github.com/kmirror/kmirror/integration/harness"
 )
@@ -95,7 +95,7 @@ func startGroupWith(t *testing.T, name string, n int, base memberOpts) *kgroup {
 func mirrorStreams(t *testing.T, m *member, name string, topics []string, partitions, perTopic, rate int) (wait func()) {
 	t.Helper()
 	ctx := context.Background()
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: name, Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	}); err != nil {
 		t.Fatalf("create mirror %s through %s: %v", name, memberID(m), err)
@@ -111,7 +111,7 @@ func mirrorStreams(t *testing.T, m *member, name string, topics []string, partit
 		}
 		waits = append(waits, streamRecords(t, topic, perTopic, rate))
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: name, Topics: topics}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: name, Topics: topics}); err != nil {
 		t.Fatalf("add %v through %s: %v", topics, memberID(m), err)
 	}
 	return func() {
@@ -150,9 +150,9 @@ func (g *kgroup) byID(id string) *member {
 }
 
 // members runs `kmirror members --output json` against m.
-func (g *kgroup) memberRows(m *member) []daemon.MemberStatus {
+func (g *kgroup) memberRows(m *member) []api.MemberStatus {
 	g.t.Helper()
-	var rows []daemon.MemberStatus
+	var rows []api.MemberStatus
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, errOut, code := cli(g.t, m, "--output", "json", "members")
@@ -184,7 +184,7 @@ func (g *kgroup) leaderID(m *member) string {
 func owners(t *testing.T, m *member, mirror string) map[string]string {
 	t.Helper()
 	rows, err := m.client.Describe(context.Background(), mirror, "")
-	for deadline := time.Now().Add(30 * time.Second); errors.Is(err, daemon.ErrNotLeader) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); errors.Is(err, api.ErrNotLeader) && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond) // a leader election is going on
 		rows, err = m.client.Describe(context.Background(), mirror, "")
 	}
@@ -293,7 +293,7 @@ func TestGroupMemberFaults(t *testing.T) {
 	m0 := g.members[0]
 	// Each member shows "not started" until its own announce has reached
 	// the leader, moments after it is ready.
-	var rows []daemon.MemberStatus
+	var rows []api.MemberStatus
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		rows = g.memberRows(m0)
 		roles, alive := map[string]int{}, 0
@@ -658,7 +658,7 @@ func TestGroupRemoveSurvivesKill(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	victim.start()
 	deadline := time.Now().Add(90 * time.Second)
-	var rows []daemon.PartitionStatus
+	var rows []api.PartitionStatus
 	for {
 		var err error
 		rows, err = watcher.client.Describe(ctx, "rmk", topic)

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -164,7 +164,7 @@ func waitGroupSynced(t *testing.T, m *member, mirror, group, topic string, srcCo
 		want[p] = tr.DestinationOffset
 	}
 	deadline := time.Now().Add(time.Minute)
-	var rows []daemon.GroupStatus
+	var rows []api.GroupStatus
 	for {
 		var err error
 		rows, err = m.client.DescribeGroups(ctx, mirror)
@@ -173,7 +173,7 @@ func waitGroupSynced(t *testing.T, m *member, mirror, group, topic string, srcCo
 		}
 		synced := 0
 		for _, r := range rows {
-			if r.Group == group && r.Topic == topic && r.State == daemon.GroupSynced &&
+			if r.Group == group && r.Topic == topic && r.State == api.GroupSynced &&
 				r.SourceCommitted == srcCommitted[r.Partition] && r.DestinationCommitted == want[r.Partition] {
 				synced++
 			}
@@ -193,7 +193,7 @@ func waitGroupSynced(t *testing.T, m *member, mirror, group, topic string, srcCo
 func groupMember(t *testing.T, name string) *member {
 	t.Helper()
 	m := startMember(t, name, memberOpts{})
-	if err := m.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{Name: "gs", Properties: map[string]string{
+	if err := m.client.CreateMirror(context.Background(), api.CreateMirrorRequest{Name: "gs", Properties: map[string]string{
 		"bootstrap.servers": env.src.Bootstrap(), "groups.sync.interval": "300ms", "groups.exclude": "ignored-.*",
 	}}); err != nil {
 		t.Fatal(err)
@@ -350,7 +350,7 @@ func waitGroupState(t *testing.T, cl *harness.Cluster, group, state string) {
 
 // waitGroupRows waits until every row of group shows state with a reason
 // containing reason.
-func waitGroupRows(t *testing.T, m *member, mirror, group, state, reason string, n int) []daemon.GroupStatus {
+func waitGroupRows(t *testing.T, m *member, mirror, group, state, reason string, n int) []api.GroupStatus {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -358,7 +358,7 @@ func waitGroupRows(t *testing.T, m *member, mirror, group, state, reason string,
 		if err != nil {
 			t.Fatal(err)
 		}
-		var mine []daemon.GroupStatus
+		var mine []api.GroupStatus
 		for _, r := range rows {
 			if r.Group == group && r.State == state && strings.Contains(r.Reason, reason) {
 				mine = append(mine, r)
@@ -410,14 +410,14 @@ func TestGroupSyncConflicts(t *testing.T) {
 	commitOn(t, env.dst, "gs-ahead", topic, map[int32]int64{0: 40})
 	commitOn(t, env.src, "ignored-group", topic, map[int32]int64{0: 5})
 
-	rows := waitGroupRows(t, m, "gs", "gs-busy", daemon.GroupConflict, "has members on the destination", 2)
+	rows := waitGroupRows(t, m, "gs", "gs-busy", api.GroupConflict, "has members on the destination", 2)
 	if rows[0].DestinationCommitted != -1 || rows[1].DestinationCommitted != -1 {
 		t.Fatalf("a group in use on the destination got offsets: %+v", rows)
 	}
 	if got := committedByTool(t, env.dst, "gs-busy", topic); len(got) != 0 {
 		t.Fatalf("kafka-consumer-groups shows offsets %v of %s for the busy group on the destination", got, topic)
 	}
-	ahead := waitGroupRows(t, m, "gs", "gs-ahead", daemon.GroupConflict, "never moves a committed offset backwards", 1)
+	ahead := waitGroupRows(t, m, "gs", "gs-ahead", api.GroupConflict, "never moves a committed offset backwards", 1)
 	if ahead[0].DestinationCommitted != 40 {
 		t.Fatalf("gs-ahead row %+v: want destination committed 40 kept", ahead[0])
 	}
@@ -461,7 +461,7 @@ func TestGroupSyncConflicts(t *testing.T) {
 	if out, errOut, code := cli(t, m, "alter", "--mirror", "gs", "--mirror-config", props); code != 0 {
 		t.Fatalf("kmirror alter: exit %d\n%s%s", code, out, errOut)
 	}
-	waitGroupRows(t, m, "gs", "gs-ahead", daemon.GroupConflict, "", 0)
+	waitGroupRows(t, m, "gs", "gs-ahead", api.GroupConflict, "", 0)
 	elsewhere := writeFile(t, "other.properties", "bootstrap.servers="+env.dst.Bootstrap()+"\n")
 	_, errOut, code := cli(t, m, "alter", "--mirror", "gs", "--mirror-config", elsewhere)
 	if code != 1 || !strings.Contains(errOut, "a mirror cannot move to another cluster") {

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -163,10 +163,10 @@ func waitPartitions(t *testing.T, m *member, mirror, topic string, n int) {
 
 // waitAllStates waits until every partition of topic is in state with a
 // reason containing want, and returns the rows.
-func waitAllStates(t *testing.T, m *member, mirror, topic, state, want string, within time.Duration) []daemon.PartitionStatus {
+func waitAllStates(t *testing.T, m *member, mirror, topic, state, want string, within time.Duration) []api.PartitionStatus {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	var rows []daemon.PartitionStatus
+	var rows []api.PartitionStatus
 	for {
 		var err error
 		rows, err = m.client.Describe(context.Background(), mirror, topic)
@@ -287,7 +287,7 @@ func TestHazardEffectiveConfigs(t *testing.T) {
 	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("small"), Value: []byte("before")}})
 	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("big"), Value: big}})
 	produceSync(t, c, []*kgo.Record{{Topic: topic, Key: []byte("small"), Value: []byte("after")}})
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := topicConfig(t, env.dst, topic, "max.message.bytes"); got != "6291456" {
@@ -400,7 +400,7 @@ func TestHazardSourceGap(t *testing.T) {
 		}
 	}
 	// A second resume has nothing to do, and says so without failing.
-	if got, err := m.client.ResumePartitions(ctx, daemon.ResumeRequest{Mirror: "hzgap", Topic: topic}); err != nil || len(got) != 0 {
+	if got, err := m.client.ResumePartitions(ctx, api.ResumeRequest{Mirror: "hzgap", Topic: topic}); err != nil || len(got) != 0 {
 		t.Fatalf("resume of a mirroring topic: %v, %v; want nothing resumed and no error", got, err)
 	}
 }
@@ -425,7 +425,7 @@ func TestHazardOpenTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	r := waitAllStates(t, m, "src", topic, "MIRRORING", "waiting for an open source transaction", time.Minute)[0]
@@ -594,7 +594,7 @@ func startMirrorMember(t *testing.T, name string, o memberOpts, mirror string, s
 	if src != env.src {
 		m.src = src
 	}
-	if err := m.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(context.Background(), api.CreateMirrorRequest{
 		Name: mirror, Properties: map[string]string{"bootstrap.servers": src.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -604,9 +604,9 @@ func startMirrorMember(t *testing.T, name string, o memberOpts, mirror string, s
 
 // addCaughtUp adds topic to mirror and waits until it is mirrored with
 // lag 0.
-func addCaughtUp(t *testing.T, m *member, mirror, topic string) []daemon.PartitionStatus {
+func addCaughtUp(t *testing.T, m *member, mirror, topic string) []api.PartitionStatus {
 	t.Helper()
-	if _, err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(context.Background(), api.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	return waitCaughtUp(t, m, mirror, topic)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -21,7 +21,7 @@ func TestDestinationLeaderChanges(t *testing.T) {
 	ctx := context.Background()
 	dst3 := startThreeBrokers(t, "destination3")
 	m := startMember(t, "leaders", memberOpts{destination: dst3.Bootstrap(), destExtra: "  replication_factor: 3\n"})
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: "lsrc", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -35,22 +35,33 @@ func TestDestinationLeaderChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic, oldTopic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "lsrc", Topics: []string{topic, oldTopic}}); err != nil {
 		t.Fatal(err)
 	}
-	wait := streamRecords(t, topic, 120_000, 6_000)
-	waitOld := streamAged(t, env.src, oldTopic, 120_000, 6_000, backlogAge)
-	for i := 0; i < 3; i++ {
+	// The streams run until the kills below are done. Whether a kill
+	// catches a produce to the old topic in flight is luck, so the brokers
+	// are killed in turn until one did (each at least once, at most
+	// maxKills kills); requireConfirms below fails if none did.
+	const maxKills = 15
+	stop := make(chan struct{})
+	wait := streamAgedUntil(t, env.src, topic, maxKills*6*6_000, 6_000, 0, stop)
+	waitOld := streamAgedUntil(t, env.src, oldTopic, maxKills*6*6_000, 6_000, backlogAge, stop)
+	for i := 0; i < maxKills; i++ {
+		if confirms, _ := countConfirms(t, m, oldTopic); i >= 3 && confirms > 0 {
+			break
+		}
 		<-time.After(3 * time.Second)
-		if err := dst3.KillBroker(i); err != nil {
+		if err := dst3.KillBroker(i % 3); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("killed destination broker %d", i)
+		t.Logf("killed destination broker %d", i%3)
 		<-time.After(3 * time.Second)
-		if err := dst3.StartBroker(ctx, i); err != nil {
+		if err := dst3.StartBroker(ctx, i%3); err != nil {
 			t.Fatal(err)
 		}
 	}
+	<-time.After(3 * time.Second)
+	close(stop)
 	wait()
 	waitOld()
 	requireNoDuplicates(t, waitCaughtUp(t, m, "lsrc", topic, oldTopic))
@@ -89,7 +100,7 @@ func TestSourceLeaderChanges(t *testing.T) {
 	src3 := startThreeBrokers(t, "source3")
 	m := startMember(t, "sleaders", memberOpts{})
 	m.src = src3
-	if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: "s3", Properties: map[string]string{"bootstrap.servers": src3.Bootstrap()},
 	}); err != nil {
 		t.Fatal(err)
@@ -98,7 +109,7 @@ func TestSourceLeaderChanges(t *testing.T) {
 	if err := src3.CreateTopic(ctx, topic, partitions, 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "s3", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "s3", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	wait := streamRecordsTo(t, src3, topic, 100_000, 6_000)

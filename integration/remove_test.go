@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -24,7 +24,7 @@ func TestRemoveRecordsLastMirroredPosition(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, topic, 3000, 100_000)()

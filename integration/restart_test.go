@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // TestBrokerRestarts restarts the source broker (graceful) and then kills
@@ -18,7 +18,7 @@ func TestBrokerRestarts(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	wait := streamRecords(t, topic, 150_000, 10_000)

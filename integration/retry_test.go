@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // TestRetriableErrorIsShown: while the destination cannot take writes (its
@@ -20,7 +20,7 @@ func TestRetriableErrorIsShown(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, 1, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	streamRecords(t, topic, 500, 100_000)()

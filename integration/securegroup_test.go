@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -116,7 +116,7 @@ raft_tls: {cert_file: %[1]s, key_file: %[2]s, ca_file: %[3]s}
 		t.Fatal(err)
 	}
 	httpAddr, raftAddr := freeAddr(t), freeAddr(t)
-	if err := follower.client.AddMember(context.Background(), daemon.AddMemberRequest{ID: "sg-4", RaftAddr: raftAddr, HTTPAddr: httpAddr, NonVoter: true}); err != nil {
+	if err := follower.client.AddMember(context.Background(), api.AddMemberRequest{ID: "sg-4", RaftAddr: raftAddr, HTTPAddr: httpAddr, NonVoter: true}); err != nil {
 		t.Fatal(err)
 	}
 	startMember(t, "sg-4", memberOpts{
@@ -130,7 +130,7 @@ peers:
 			strings.Join(g.peers, ""), raftAddr, httpAddr),
 		httpAddr: httpAddr, raftAddr: raftAddr, noWait: true, apiTLS: clientTLS, token: token})
 	const why = "raft TLS handshake with member " // then x509's "certificate signed by unknown authority"
-	var row daemon.MemberStatus
+	var row api.MemberStatus
 	for end := time.Now().Add(30 * time.Second); !strings.Contains(row.Error, why) || !strings.Contains(row.Error, "unknown authority"); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("members: sg-4 (a raft certificate from another CA) shows %+v after 30s; want not started, its error naming the TLS handshake", row)

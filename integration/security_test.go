@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -281,7 +281,7 @@ func TestSecurity(t *testing.T) {
 	}
 	t.Run("MechanismsRecordByRecord", func(t *testing.T) {
 		for _, mr := range mirrors {
-			if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: mr.name, Properties: s.mirrorProps(mr.mech, mr.module, mr.user, mr.password, mr.trust)}); err != nil {
+			if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: mr.name, Properties: s.mirrorProps(mr.mech, mr.module, mr.user, mr.password, mr.trust)}); err != nil {
 				t.Fatalf("create mirror %s: %v", mr.name, err)
 			}
 			if err := s.src.CreateTopic(ctx, mr.topic, 3, 1, nil); err != nil {
@@ -318,7 +318,7 @@ func TestSecurity(t *testing.T) {
 		}
 	}
 	t.Run("WrongPassword", func(t *testing.T) {
-		err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "bad",
+		err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "bad",
 			Properties: s.mirrorProps("SCRAM-SHA-512", scramModule, scram512User, "not-the-password", s.caFile)})
 		requireErr(t, err, &shown, `kafka broker `+s.srcAddr+` refused user "kmirror512" with SASL mechanism SCRAM-SHA-512`,
 			"check the username and password in sasl.jaas.config")
@@ -331,7 +331,7 @@ func TestSecurity(t *testing.T) {
 		rotated := s.write(t, "secrets-rotated.properties", []byte("scram512="+rotatedPassword+"\n"))
 		props := s.mirrorProps("SCRAM-SHA-512", scramModule, scram512User, "${file:"+rotated+":scram512}", s.caFile)
 		props["groups.sync.interval"] = "300ms"
-		if err := m.client.AlterMirror(ctx, daemon.CreateMirrorRequest{Name: "m512", Properties: props}); err != nil {
+		if err := m.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "m512", Properties: props}); err != nil {
 			t.Fatalf("alter m512 with the rotated password: %v", err)
 		}
 		recovered(t, "m512", "sec-512")
@@ -342,7 +342,7 @@ func TestSecurity(t *testing.T) {
 			t.Fatal(err)
 		}
 		otherFile := s.write(t, "other-ca.pem", other.PEM)
-		err = m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "bad",
+		err = m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "bad",
 			Properties: s.mirrorProps("SCRAM-SHA-256", scramModule, scram256User, scram256Password, otherFile)})
 		requireErr(t, err, &shown, "TLS handshake with kafka broker "+s.srcAddr,
 			"signed by an authority kmirror does not trust: put the CA certificate that signed it (PEM) in mirror bad's ssl.truststore.location")
@@ -365,11 +365,11 @@ func TestSecurity(t *testing.T) {
 		expired, _ := expiredIss.WriteKeystore(filepath.Join(s.dir, "expired.pem"))
 		props := s.mirrorProps("PLAIN", plainModule, plainUser, plainPassword, s.caFile)
 		props["ssl.keystore.type"], props["ssl.keystore.location"] = "PEM", expired
-		err = m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "bad", Properties: props})
+		err = m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "bad", Properties: props})
 		requireErr(t, err, &shown, "ssl.keystore.location: kmirror's certificate CN=kmirror-plain is valid from", "not now: renew it")
 		props["ssl.keystore.location"] = good
 		props["groups.sync.interval"] = "300ms"
-		if err := m.client.AlterMirror(ctx, daemon.CreateMirrorRequest{Name: "mplain", Properties: props}); err != nil {
+		if err := m.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "mplain", Properties: props}); err != nil {
 			t.Fatalf("alter mplain with a client certificate: %v", err)
 		}
 		// The certificate file is replaced by an expired one.
@@ -393,13 +393,13 @@ func TestSecurity(t *testing.T) {
 		_, port, _ := net.SplitHostPort(s.srcAddr)
 		props := s.mirrorProps("SCRAM-SHA-512", scramModule, scram512User, rotatedPassword, s.caFile)
 		props["bootstrap.servers"] = "localhost:" + port
-		err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "bad", Properties: props})
+		err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "bad", Properties: props})
 		requireErr(t, err, &shown, "TLS handshake with kafka broker localhost:"+port, `not valid for "localhost"`,
 			"ssl.endpoint.identification.algorithm= (empty) to skip the host-name check")
 		// With the host-name check off the chain is still checked, and the
 		// mirror is created.
 		props["ssl.endpoint.identification.algorithm"] = ""
-		if err := m.client.CreateMirror(ctx, daemon.CreateMirrorRequest{Name: "nohostcheck", Properties: props}); err != nil {
+		if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "nohostcheck", Properties: props}); err != nil {
 			t.Fatalf("create with ssl.endpoint.identification.algorithm empty: %v", err)
 		}
 		if err := m.client.DeleteMirror(ctx, "nohostcheck", false); err != nil {

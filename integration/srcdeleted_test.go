@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // Issue 16: the source deletes records kmirror copied after its last
@@ -209,7 +209,7 @@ func TestSourceDeletedAfterMirrorPause(t *testing.T) {
 func TestSourceDeletedAfterMirrorTakeover(t *testing.T) {
 	g := startGroupWith(t, "sdt", 3, memberOpts{checkpoint: "1h"})
 	m0 := g.members[0]
-	if err := m0.client.CreateMirror(context.Background(), daemon.CreateMirrorRequest{
+	if err := m0.client.CreateMirror(context.Background(), api.CreateMirrorRequest{
 		Name: "sdt", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()}}); err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestSourceRetentionKills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "sdret", Topics: topics}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "sdret", Topics: topics}); err != nil {
 		t.Fatal(err)
 	}
 	alterTopicConfig(t, env.dst, "sd-ret-src", "retention.bytes", "-1")

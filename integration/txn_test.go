@@ -11,7 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch/kwire"
 )
 
@@ -28,7 +28,7 @@ func TestSourceTransactions(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "src", Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // TestVolume mirrors 10 topics x 8 partitions while 200k records are
@@ -28,7 +28,7 @@ func TestVolume(t *testing.T) {
 	// Some backlog before mirroring starts, the rest while it runs.
 	prod := kgoClient(t, env.src, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	produceVolume(t, prod, names, 0, records/4)
-	if _, err := m.client.AddTopics(context.Background(), daemon.AddTopicsRequest{Mirror: "src", Topics: names}); err != nil {
+	if _, err := m.client.AddTopics(context.Background(), api.AddTopicsRequest{Mirror: "src", Topics: names}); err != nil {
 		t.Fatal(err)
 	}
 	produceVolume(t, prod, names, records/4, records)

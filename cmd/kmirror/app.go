@@ -15,7 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
@@ -168,8 +168,8 @@ func checkInvocation(c *cli.Context, required ...string) error {
 }
 
 // newClient returns a client of the member named by --server.
-func newClient(c *cli.Context) (*daemon.Client, error) {
-	client, err := daemon.NewClient(c.String("server"), requestTimeout)
+func newClient(c *cli.Context) (*api.Client, error) {
+	client, err := api.NewClient(c.String("server"), requestTimeout)
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}

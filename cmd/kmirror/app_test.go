@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/truncate"
 )
 
@@ -24,9 +25,9 @@ type fakeAPI struct {
 	mu      sync.Mutex
 	calls   []string
 	err     error
-	mirrors []daemon.MirrorSummary
-	rows    []daemon.PartitionStatus
-	members []daemon.MemberStatus
+	mirrors []api.MirrorSummary
+	rows    []api.PartitionStatus
+	members []api.MemberStatus
 }
 
 func (f *fakeAPI) record(format string, args ...any) error {
@@ -36,7 +37,7 @@ func (f *fakeAPI) record(format string, args ...any) error {
 	return f.err
 }
 
-func (f *fakeAPI) CreateMirror(_ context.Context, req daemon.CreateMirrorRequest) error {
+func (f *fakeAPI) CreateMirror(_ context.Context, req api.CreateMirrorRequest) error {
 	return f.record("CreateMirror %s %v", req.Name, req.Properties)
 }
 
@@ -44,8 +45,8 @@ func (f *fakeAPI) DeleteMirror(_ context.Context, name string, force bool) error
 	return f.record("DeleteMirror %s force=%t", name, force)
 }
 
-func (f *fakeAPI) AddTopics(_ context.Context, req daemon.AddTopicsRequest) (daemon.AddResult, error) {
-	res := daemon.AddResult{Status: "added"}
+func (f *fakeAPI) AddTopics(_ context.Context, req api.AddTopicsRequest) (api.AddResult, error) {
+	res := api.AddResult{Status: "added"}
 	if req.Truncate {
 		res.Truncated = []truncate.Result{{Quarantine: "orders.kmirror-diverged.1", Copied: []int64{3, 0}}}
 	}
@@ -56,16 +57,16 @@ func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
 	return f.record("RemoveTopic %s %s", mirror, topic)
 }
 
-func (f *fakeAPI) ListMirrors(context.Context) ([]daemon.MirrorSummary, error) {
+func (f *fakeAPI) ListMirrors(context.Context) ([]api.MirrorSummary, error) {
 	return f.mirrors, f.record("ListMirrors")
 }
 
-func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]daemon.PartitionStatus, error) {
+func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]api.PartitionStatus, error) {
 	return f.rows, f.record("Describe mirror=%s topic=%s", mirror, topic)
 }
 
-func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (daemon.Translation, error) {
-	return daemon.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
+func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (api.Translation, error) {
+	return api.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
 }
 
 func (f *fakeAPI) Ready(context.Context) error { return nil }
@@ -74,7 +75,7 @@ func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeo
 	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
 }
 
-func (f *fakeAPI) PlanTopics(_ context.Context, req daemon.AddTopicsRequest) ([]truncate.Plan, error) {
+func (f *fakeAPI) PlanTopics(_ context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {
 	return []truncate.Plan{{Mirror: req.Mirror, Topic: "orders", Kind: truncate.KindFailback, From: "east-old",
 			Partitions: []truncate.PartitionPlan{{Partition: 0, SourceOffset: 40, DestinationOffset: 50, DestinationEnd: 53, DivergentFrom: 50, Divergent: 3, Reason: "written after"}}}},
 		f.record("PlanTopics %s %v", req.Mirror, req.Topics)
@@ -88,20 +89,20 @@ func (f *fakeAPI) UnpauseTopics(_ context.Context, mirror, topic string) ([]stri
 	return []string{"orders"}, f.record("UnpauseTopics %s %s", mirror, topic)
 }
 
-func (f *fakeAPI) AlterMirror(_ context.Context, req daemon.CreateMirrorRequest) error {
+func (f *fakeAPI) AlterMirror(_ context.Context, req api.CreateMirrorRequest) error {
 	return f.record("AlterMirror %s %v", req.Name, req.Properties)
 }
 
-func (f *fakeAPI) DescribeGroups(_ context.Context, mirror string) ([]daemon.GroupStatus, error) {
-	return []daemon.GroupStatus{{Mirror: "a", Group: "billing", Topic: "t1", Partition: 2, SourceCommitted: 40, DestinationCommitted: 38,
-		State: daemon.GroupConflict, Reason: "in use", SyncLagMs: 1500, Member: "m1"}}, f.record("DescribeGroups %s", mirror)
+func (f *fakeAPI) DescribeGroups(_ context.Context, mirror string) ([]api.GroupStatus, error) {
+	return []api.GroupStatus{{Mirror: "a", Group: "billing", Topic: "t1", Partition: 2, SourceCommitted: 40, DestinationCommitted: 38,
+		State: api.GroupConflict, Reason: "in use", SyncLagMs: 1500, Member: "m1"}}, f.record("DescribeGroups %s", mirror)
 }
 
-func (f *fakeAPI) Members(context.Context) ([]daemon.MemberStatus, error) {
+func (f *fakeAPI) Members(context.Context) ([]api.MemberStatus, error) {
 	return f.members, f.record("Members")
 }
 
-func (f *fakeAPI) AddMember(_ context.Context, req daemon.AddMemberRequest) error {
+func (f *fakeAPI) AddMember(_ context.Context, req api.AddMemberRequest) error {
 	return f.record("AddMember %s raft=%s http=%s non-voter=%t", req.ID, req.RaftAddr, req.HTTPAddr, req.NonVoter)
 }
 
@@ -113,7 +114,7 @@ func (f *fakeAPI) DrainMember(_ context.Context, id string, drain bool) error {
 	return f.record("DrainMember %s %t", id, drain)
 }
 
-func (f *fakeAPI) ResumePartitions(_ context.Context, req daemon.ResumeRequest) ([]int32, error) {
+func (f *fakeAPI) ResumePartitions(_ context.Context, req api.ResumeRequest) ([]int32, error) {
 	return req.Partitions, f.record("ResumePartitions %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
 }
 
@@ -219,9 +220,9 @@ func TestCommandsSucceed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeAPI{
-				mirrors: []daemon.MirrorSummary{{Name: "east", Topics: []string{"orders"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}},
-				rows:    []daemon.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, State: "FAILED", Reason: "broker down"}},
-				members: []daemon.MemberStatus{
+				mirrors: []api.MirrorSummary{{Name: "east", Topics: []string{"orders"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}},
+				rows:    []api.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, State: "FAILED", Reason: "broker down"}},
+				members: []api.MemberStatus{
 					{ID: "m1", RaftAddr: "r1:7080", HTTPAddr: "h1:8080", Role: "leader", Partitions: 4, State: "alive"},
 					{ID: "m2", RaftAddr: "r2:7080", HTTPAddr: "h2:8080", Role: "follower", LastContactMs: 12345, State: "unreachable",
 						Error: "dial tcp r2:7080: connect: connection refused"},
@@ -249,7 +250,7 @@ func TestCommandsFail(t *testing.T) {
 	malformed := writeFile(t, "bad.properties", "bootstrap.servers=a1:9092\n# ok\nthis line is wrong\n")
 	noBootstrap := writeFile(t, "nobs.properties", "security.protocol=SSL\n")
 	badConfig := writeFile(t, "kmirror.yaml", "node_id: m1\ndata_dir: /tmp/x\ndestination:\n  bootstrap_servers: [b:9092]\nlease_ttl: soon\n")
-	notFound := fmt.Errorf("mirror %q: %w: create it first with kmirror create", "nope", daemon.ErrNotFound)
+	notFound := fmt.Errorf("mirror %q: %w: create it first with kmirror create", "nope", api.ErrNotFound)
 
 	tests := []struct {
 		name   string
@@ -293,7 +294,7 @@ func TestCommandsFail(t *testing.T) {
 		{"bad output", nil, []string{"--output", "yaml", "list"}, 2, `--output "yaml": use table or json`},
 		{"invalid daemon config", nil, []string{"daemon", "--config", badConfig}, 2,
 			"config " + badConfig + ": line 5: lease_ttl: cannot unmarshal !!str `soon` into time.Duration (want a duration such as 500ms, 1s or 2m)"},
-		{"server error", fmt.Errorf("%w: raft leader unknown", daemon.ErrNotLeader), []string{"list"}, 1,
+		{"server error", fmt.Errorf("%w: raft leader unknown", api.ErrNotLeader), []string{"list"}, 1,
 			"not the raft leader: raft leader unknown"},
 		{"global option after the command", nil, []string{"describe", "--server", "http://h:1"}, 2,
 			"describe: --server is a global option: put it before the command, as in kmirror --server ... describe"},
@@ -305,7 +306,7 @@ func TestCommandsFail(t *testing.T) {
 			`members add: unexpected argument "m5": give one ID (run 'kmirror members add --help')`},
 		{"members add unknown flag after ID", nil, []string{"members", "add", "m4", "--voter"}, 2,
 			"members add: unknown flag --voter (run 'kmirror members add --help')"},
-		{"members remove conflict", fmt.Errorf("%w: member m2 still holds 3 partitions: drain it first (kmirror members drain m2), then remove it", daemon.ErrConflict),
+		{"members remove conflict", fmt.Errorf("%w: member m2 still holds 3 partitions: drain it first (kmirror members drain m2), then remove it", api.ErrConflict),
 			[]string{"members", "remove", "m2"}, 1, "conflict: member m2 still holds 3 partitions: drain it first (kmirror members drain m2), then remove it"},
 	}
 	for _, tt := range tests {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch/ksec"
 	"github.com/kmirror/kmirror/truncate"
 )
@@ -62,7 +62,7 @@ func createCommand() *cli.Command {
 				return err
 			}
 			name := c.String("mirror")
-			if err := client.CreateMirror(c.Context, daemon.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
+			if err := client.CreateMirror(c.Context, api.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
 				return err
 			}
 			return report(c, result{Result: "created", Mirror: name}, "created mirror "+name)
@@ -91,7 +91,7 @@ func alterCommand() *cli.Command {
 				return err
 			}
 			name := c.String("mirror")
-			if err := client.AlterMirror(c.Context, daemon.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
+			if err := client.AlterMirror(c.Context, api.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
 				return err
 			}
 			return report(c, result{Result: "altered", Mirror: name}, "altered mirror "+name)
@@ -143,7 +143,7 @@ func addCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			req := daemon.AddTopicsRequest{
+			req := api.AddTopicsRequest{
 				Mirror:            c.String("mirror"),
 				Topics:            c.StringSlice("topic"),
 				StartFrom:         startFrom,
@@ -280,7 +280,7 @@ func resumeCommand() *cli.Command {
 				}
 				return pauseAction(c, client.UnpauseTopics, "resumed")
 			}
-			req := daemon.ResumeRequest{Mirror: c.String("mirror"), Topic: c.String("topic"), AcceptGap: c.Bool("accept-gap")}
+			req := api.ResumeRequest{Mirror: c.String("mirror"), Topic: c.String("topic"), AcceptGap: c.Bool("accept-gap")}
 			for _, p := range c.IntSlice("partition") {
 				if p < 0 || p > math.MaxInt32 {
 					return usagef("resume: --partition %d is not a partition number", p)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 func daemonCommand() *cli.Command {
@@ -38,7 +39,7 @@ func daemonCommand() *cli.Command {
 				zap.String("http_listen", cfg.HTTPListen),
 				zap.String("raft_advertise", cfg.RaftAdvertise))
 			err = daemon.Run(c.Context, cfg, logger)
-			if errors.Is(err, daemon.ErrRefused) {
+			if errors.Is(err, api.ErrRefused) {
 				return usageError{err} // exit 2: a restart cannot help
 			}
 			return err

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 func membersCommand() *cli.Command {
@@ -30,7 +30,7 @@ func membersCommand() *cli.Command {
 			}
 			if jsonOutput(c) {
 				if rows == nil {
-					rows = []daemon.MemberStatus{}
+					rows = []api.MemberStatus{}
 				}
 				return writeJSON(c.App.Writer, rows)
 			}
@@ -60,7 +60,7 @@ func membersCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					req := daemon.AddMemberRequest{ID: id, RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), NonVoter: c.Bool("non-voter")}
+					req := api.AddMemberRequest{ID: id, RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), NonVoter: c.Bool("non-voter")}
 					if err := client.AddMember(c.Context, req); err != nil {
 						return err
 					}
@@ -170,7 +170,7 @@ func memberResult(c *cli.Context, result, id, line string) error {
 }
 
 // writeMemberTable prints the rows of `kmirror members`.
-func writeMemberTable(w io.Writer, members []daemon.MemberStatus) error {
+func writeMemberTable(w io.Writer, members []api.MemberStatus) error {
 	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "STATE"}}
 	for _, m := range members {
 		contact := "-"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/truncate"
 )
 
@@ -21,7 +21,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // writeMirrorTable prints the rows of `kmirror list`.
-func writeMirrorTable(w io.Writer, mirrors []daemon.MirrorSummary) error {
+func writeMirrorTable(w io.Writer, mirrors []api.MirrorSummary) error {
 	rows := [][]string{{"MIRROR", "TOPICS", "SOURCE-BOOTSTRAP", "STATE"}}
 	for _, m := range mirrors {
 		rows = append(rows, []string{m.Name, list(m.Topics), list(m.Bootstrap), m.State})
@@ -32,7 +32,7 @@ func writeMirrorTable(w io.Writer, mirrors []daemon.MirrorSummary) error {
 // writePartitionTable prints the rows of `kmirror describe`. The daemon
 // fills the reason only when there is something to say: why a partition is
 // not MIRRORING, or what a MIRRORING partition is retrying.
-func writePartitionTable(w io.Writer, partitions []daemon.PartitionStatus) error {
+func writePartitionTable(w io.Writer, partitions []api.PartitionStatus) error {
 	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "OWNER", "STATE", "REASON"}}
 	for _, p := range partitions {
 		owner := p.Owner
@@ -49,11 +49,11 @@ func writePartitionTable(w io.Writer, partitions []daemon.PartitionStatus) error
 }
 
 // writeGroupTable prints the rows of `kmirror describe --groups`.
-func writeGroupTable(w io.Writer, groups []daemon.GroupStatus) error {
+func writeGroupTable(w io.Writer, groups []api.GroupStatus) error {
 	rows := [][]string{{"MIRROR", "GROUP", "TOPIC", "PARTITION", "SOURCE-COMMITTED", "DESTINATION-COMMITTED", "STATE", "SYNC-LAG", "REASON"}}
 	for _, g := range groups {
 		lag := "-"
-		if g.State != daemon.GroupSynced {
+		if g.State != api.GroupSynced {
 			lag = strconv.FormatFloat(float64(g.SyncLagMs)/1000, 'f', 1, 64) + "s"
 		}
 		rows = append(rows, []string{g.Mirror, g.Group, g.Topic, strconv.Itoa(int(g.Partition)),

@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 func TestWriteMirrorTable(t *testing.T) {
 	var out strings.Builder
-	err := writeMirrorTable(&out, []daemon.MirrorSummary{
+	err := writeMirrorTable(&out, []api.MirrorSummary{
 		{Name: "east", Topics: []string{"orders", "payments"}, Bootstrap: []string{"a1:9092", "a2:9092"}, State: "MIRRORING"},
 		{Name: "west-backup", Bootstrap: []string{"w1:9092"}, State: "FAILED"},
 	})
@@ -37,7 +37,7 @@ func TestWriteMirrorTableEmpty(t *testing.T) {
 
 func TestWritePartitionTable(t *testing.T) {
 	var out strings.Builder
-	err := writePartitionTable(&out, []daemon.PartitionStatus{
+	err := writePartitionTable(&out, []api.PartitionStatus{
 		{Mirror: "east", Topic: "orders", Partition: 0, SourceOffset: 1200, DestinationOffset: 1200, Lag: 0, State: "MIRRORING", Owner: "kmirror-2"},
 		{Mirror: "east", Topic: "orders", Partition: 1, SourceOffset: 50, DestinationOffset: 40, Lag: 10, State: "MIRRORING", Reason: "retrying: produce NOT_ENOUGH_REPLICAS"},
 		{Mirror: "east", Topic: "orders", Partition: 11, SourceOffset: 98765, DestinationOffset: 98000, Lag: 765, State: "FAILED", Reason: "destination: NOT_ENOUGH_REPLICAS\tretrying in 4s"},

@@ -15,7 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 const (
@@ -60,7 +60,7 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 	if err := b.src.CreateTopic(ctx, latencyTopic, b.cfg.Partitions, 1, nil); err != nil {
 		return latencyResult{}, err
 	}
-	_, err := b.group.client.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: mirrorName, Topics: []string{latencyTopic}, StartFrom: "latest"})
+	_, err := b.group.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirrorName, Topics: []string{latencyTopic}, StartFrom: "latest"})
 	if err != nil {
 		return latencyResult{}, fmt.Errorf("add topic %s: %w", latencyTopic, err)
 	}

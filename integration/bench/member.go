@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -31,14 +31,14 @@ type member struct {
 	done    chan struct{} // closed once the process is reaped
 	err     error         // exit status; read after done
 	logPath string
-	client  *daemon.Client
+	client  *api.Client
 }
 
 // group is the kmirror members under test.
 type group struct {
 	members []*member
 	// client reaches any member (writes are forwarded to the leader).
-	client *daemon.Client
+	client *api.Client
 }
 
 // startGroup writes a config per member into dir (a shared peers list) and
@@ -61,7 +61,7 @@ func startGroup(ctx context.Context, bin, dir, destination, destSecurity string,
 	}
 	g := &group{}
 	var err error
-	if g.client, err = daemon.NewClient(strings.Join(servers, ","), 30*time.Second); err != nil {
+	if g.client, err = api.NewClient(strings.Join(servers, ","), 30*time.Second); err != nil {
 		return nil, err
 	}
 	for i := range as {
@@ -115,7 +115,7 @@ func spawnMember(bin, dir, id, cfg, url string) (*member, error) {
 	}
 	m := &member{id: id, logPath: filepath.Join(dir, id+".log"), done: make(chan struct{})}
 	var err error
-	if m.client, err = daemon.NewClient(url, 30*time.Second); err != nil {
+	if m.client, err = api.NewClient(url, 30*time.Second); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(m.logPath)

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/daemon"
+	"github.com/kmirror/kmirror/daemon/api"
 )
 
 const (
@@ -44,7 +44,7 @@ func (r mirrorResult) RecordsPerSec() float64 {
 // MIRRORING with lag 0 and the destination holding every record.
 func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 	c := b.group.client
-	err := c.CreateMirror(ctx, daemon.CreateMirrorRequest{
+	err := c.CreateMirror(ctx, api.CreateMirrorRequest{
 		Name: mirrorName, Properties: b.mirrorProps(),
 	})
 	if err != nil {
@@ -56,7 +56,7 @@ func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 		return mirrorResult{}, err
 	}
 	start := time.Now()
-	_, err = c.AddTopics(ctx, daemon.AddTopicsRequest{Mirror: mirrorName, Topics: []string{backlogTopic}, StartFrom: "earliest"})
+	_, err = c.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirrorName, Topics: []string{backlogTopic}, StartFrom: "earliest"})
 	if err != nil {
 		return mirrorResult{}, fmt.Errorf("add topic %s: %w", backlogTopic, err)
 	}
@@ -121,7 +121,7 @@ func newWatcher(b *bench, topic string) *watcher {
 
 // poll returns the topic's rows, or nil rows and no error while describe
 // fails for less than 30s.
-func (w *watcher) poll(ctx context.Context) ([]daemon.PartitionStatus, error) {
+func (w *watcher) poll(ctx context.Context) ([]api.PartitionStatus, error) {
 	if err := w.b.group.exited(); err != nil {
 		return nil, err
 	}
@@ -171,7 +171,7 @@ func (w *watcher) sleep(ctx context.Context) error {
 // progress sums the destination offsets of rows and says whether all
 // partitions (if partitions > 0, exactly that many) are MIRRORING, live
 // and at lag 0.
-func progress(rows []daemon.PartitionStatus, partitions int) (sum int64, caughtUp bool) {
+func progress(rows []api.PartitionStatus, partitions int) (sum int64, caughtUp bool) {
 	caughtUp = len(rows) > 0 && (partitions == 0 || len(rows) == partitions)
 	for _, r := range rows {
 		if r.DestinationOffset > 0 {
@@ -184,7 +184,7 @@ func progress(rows []daemon.PartitionStatus, partitions int) (sum int64, caughtU
 	return sum, caughtUp
 }
 
-func stateCounts(rows []daemon.PartitionStatus) string {
+func stateCounts(rows []api.PartitionStatus) string {
 	counts := map[string]int{}
 	for _, r := range rows {
 		counts[r.State]++
@@ -197,7 +197,7 @@ func stateCounts(rows []daemon.PartitionStatus) string {
 	return strings.Join(parts, " ")
 }
 
-func formatRows(rows []daemon.PartitionStatus) string {
+func formatRows(rows []api.PartitionStatus) string {
 	var parts []string
 	for _, r := range rows {
 		p := fmt.Sprintf("%s/%d %s src=%d dst=%d lag=%d", r.Topic, r.Partition, r.State, r.SourceOffset, r.DestinationOffset, r.Lag)

@@ -1,4 +1,4 @@
-package daemon
+package api
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 	"github.com/kmirror/kmirror/truncate"
 )
 
-// Client calls a member's admin API over HTTP. It implements API: error
+// Client calls a member's admin API over HTTP. It implements Service: error
 // replies come back as errors that wrap the same sentinel errors, so
 // errors.Is(err, ErrNotFound) works on both sides, with the server's message.
 type Client struct {
@@ -50,7 +50,7 @@ func (c *Client) WithAuth(tlsConfig *tls.Config, token string) *Client {
 	return &c1
 }
 
-var _ API = (*Client)(nil)
+var _ Service = (*Client)(nil)
 
 // NewClient returns a client of the members at servers, a comma-separated
 // list of URLs such as http://127.0.0.1:8080,http://127.0.0.1:8081, whose
@@ -76,12 +76,12 @@ func NewClient(servers string, timeout time.Duration) (*Client, error) {
 	return c, nil
 }
 
-// CreateMirror implements API.
+// CreateMirror implements Service.
 func (c *Client) CreateMirror(ctx context.Context, req CreateMirrorRequest) error {
 	return c.do(ctx, http.MethodPost, "/v1/mirrors", nil, req, nil)
 }
 
-// DeleteMirror implements API.
+// DeleteMirror implements Service.
 func (c *Client) DeleteMirror(ctx context.Context, name string, force bool) error {
 	path, err := apiPath("/v1/mirrors/{}", name)
 	if err != nil {
@@ -94,7 +94,7 @@ func (c *Client) DeleteMirror(ctx context.Context, name string, force bool) erro
 	return c.do(ctx, http.MethodDelete, path, query, nil, nil)
 }
 
-// AddTopics implements API.
+// AddTopics implements Service.
 func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult, error) {
 	path, err := apiPath("/v1/mirrors/{}/topics", req.Mirror)
 	if err != nil {
@@ -104,7 +104,7 @@ func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult
 	if req.Truncate {
 		// A truncation copies records and deletes a topic: wait for it.
 		long := *c
-		long.http = &http.Client{Timeout: max(c.http.Timeout, truncateTimeout+time.Minute), Transport: c.http.Transport}
+		long.http = &http.Client{Timeout: max(c.http.Timeout, TruncateTimeout+time.Minute), Transport: c.http.Transport}
 		cl = &long
 	}
 	var res AddResult
@@ -112,7 +112,7 @@ func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult
 	return res, err
 }
 
-// PlanTopics implements API.
+// PlanTopics implements Service.
 func (c *Client) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]truncate.Plan, error) {
 	path, err := apiPath("/v1/mirrors/{}/topics", req.Mirror)
 	if err != nil {
@@ -126,7 +126,7 @@ func (c *Client) PlanTopics(ctx context.Context, req AddTopicsRequest) ([]trunca
 	return res.Plans, nil
 }
 
-// RemoveTopic implements API. The member waits up to removeWait for the
+// RemoveTopic implements Service. The member waits up to RemoveWait for the
 // owners to stop the partitions: the client waits for that, whatever its
 // own timeout.
 func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
@@ -135,11 +135,11 @@ func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
 		return err
 	}
 	long := *c
-	long.http = &http.Client{Timeout: max(c.http.Timeout, removeWait+30*time.Second), Transport: c.http.Transport}
+	long.http = &http.Client{Timeout: max(c.http.Timeout, RemoveWait+30*time.Second), Transport: c.http.Transport}
 	return long.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
-// SwitchoverTopic implements API. The request may take the whole timeout
+// SwitchoverTopic implements Service. The request may take the whole timeout
 // and then the stop: the client waits for that, whatever its own timeout.
 func (c *Client) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error {
 	path, err := apiPath("/v1/mirrors/{}/topics/{}", mirror, topic)
@@ -147,16 +147,16 @@ func (c *Client) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return err
 	}
 	long := *c
-	long.http = &http.Client{Timeout: max(c.http.Timeout, timeout+removeWait+30*time.Second), Transport: c.http.Transport}
+	long.http = &http.Client{Timeout: max(c.http.Timeout, timeout+RemoveWait+30*time.Second), Transport: c.http.Transport}
 	return long.do(ctx, http.MethodDelete, path, url.Values{"wait_for_sync": {timeout.String()}}, nil, nil)
 }
 
-// PauseTopics implements API.
+// PauseTopics implements Service.
 func (c *Client) PauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
 	return c.pause(ctx, "pause", mirror, topic)
 }
 
-// UnpauseTopics implements API.
+// UnpauseTopics implements Service.
 func (c *Client) UnpauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
 	return c.pause(ctx, "unpause", mirror, topic)
 }
@@ -177,7 +177,7 @@ func (c *Client) pause(ctx context.Context, verb, mirror, topic string) ([]strin
 	return res.Topics, nil
 }
 
-// ResumePartitions implements API.
+// ResumePartitions implements Service.
 func (c *Client) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int32, error) {
 	path, err := apiPath("/v1/mirrors/{}/topics/{}/resume", req.Mirror, req.Topic)
 	if err != nil {
@@ -191,7 +191,7 @@ func (c *Client) ResumePartitions(ctx context.Context, req ResumeRequest) ([]int
 	return res.Resumed, nil
 }
 
-// ListMirrors implements API.
+// ListMirrors implements Service.
 func (c *Client) ListMirrors(ctx context.Context) ([]MirrorSummary, error) {
 	var mirrors []MirrorSummary
 	if err := c.do(ctx, http.MethodGet, "/v1/mirrors", nil, nil, &mirrors); err != nil {
@@ -216,7 +216,7 @@ func (c *Client) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 	return rows, nil
 }
 
-// Translate implements API.
+// Translate implements Service.
 func (c *Client) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error) {
 	query := url.Values{}
 	query.Set("mirror", mirror)
@@ -323,7 +323,7 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if c.forwarded {
-		req.Header.Set(forwardedHeader, "1")
+		req.Header.Set(ForwardedHeader, "1")
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -399,68 +399,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	}
 }
 
-// remoteError is an error reply of the admin API.
-type remoteError struct {
-	msg      string
-	sentinel error // nil if the reply names none
-}
-
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.sentinel }
-
-// replyError turns a non-2xx reply into an error with the server's message,
-// wrapping the sentinel named by the code of a kmirror error body or, for
-// other bodies (proxies, routes an older daemon lacks), guessed from the
-// status.
-func replyError(req *http.Request, resp *http.Response) error {
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body errorBody
-	if json.Unmarshal(data, &body) == nil && body.Error != "" {
-		return &remoteError{msg: body.Error, sentinel: sentinelForCode(body.Code)}
-	}
-	msg := fmt.Sprintf("%s %s: %s", req.Method, req.URL.Path, resp.Status)
-	if text := strings.TrimSpace(string(data)); text != "" {
-		msg += ": " + text
-	}
-	if strings.Contains(string(data), "HTTP request to an HTTPS server") {
-		msg = fmt.Sprintf("kmirror at %s serves HTTPS (api.tls): use https:// in --server", req.URL.Host)
-	}
-	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
-		msg += " (the daemon may run an older kmirror version than this CLI)"
-	}
-	return &remoteError{msg: msg, sentinel: sentinelForStatus(resp.StatusCode)}
-}
-
-// sentinelForCode returns the sentinel named by an errorBody code, or nil.
-func sentinelForCode(code string) error {
-	for _, c := range errorCodes {
-		if c.code == code {
-			return c.err
-		}
-	}
-	return nil
-}
-
-// sentinelForStatus guesses the sentinel from the status of a reply that
-// is not a kmirror error body. 409 could be ErrExists too; ErrConflict is
-// the wider one.
-func sentinelForStatus(status int) error {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
-		return ErrInvalid
-	case http.StatusNotFound:
-		return ErrNotFound
-	case http.StatusConflict:
-		return ErrConflict
-	case http.StatusServiceUnavailable:
-		return ErrNotLeader
-	case http.StatusBadGateway:
-		return ErrUnavailable
-	}
-	return nil
-}
-
-// Members implements API.
+// Members implements Service.
 func (c *Client) Members(ctx context.Context) ([]MemberStatus, error) {
 	var out []MemberStatus
 	if err := c.do(ctx, http.MethodGet, "/v1/members", nil, nil, &out); err != nil {
@@ -469,12 +408,12 @@ func (c *Client) Members(ctx context.Context) ([]MemberStatus, error) {
 	return out, nil
 }
 
-// AddMember implements API.
+// AddMember implements Service.
 func (c *Client) AddMember(ctx context.Context, req AddMemberRequest) error {
 	return c.do(ctx, http.MethodPost, "/v1/members", nil, req, nil)
 }
 
-// RemoveMember implements API.
+// RemoveMember implements Service.
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
 	path, err := apiPath("/v1/members/{}", id)
 	if err != nil {
@@ -483,7 +422,7 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, path, nil, nil, nil)
 }
 
-// DrainMember implements API.
+// DrainMember implements Service.
 func (c *Client) DrainMember(ctx context.Context, id string, drain bool) error {
 	path, err := apiPath("/v1/members/{}/drain", id)
 	if err != nil {
@@ -496,35 +435,12 @@ func (c *Client) DrainMember(ctx context.Context, id string, drain bool) error {
 	return c.do(ctx, method, path, nil, nil, nil)
 }
 
-// applyInternal sends a raft command to the leader (member to member).
-func (c *Client) applyInternal(ctx context.Context, entry []byte) error {
-	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, internalApply{Entry: entry}, nil)
-}
-
-// sourceReach asks a member how long each mirror's source has not answered.
-func (c *Client) sourceReach(ctx context.Context) ([]SourceReach, error) {
-	var out []SourceReach
-	if err := c.do(ctx, http.MethodGet, "/v1/internal/sources", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// groupRows asks a member for the group sync rows of its partitions.
-func (c *Client) groupRows(ctx context.Context) ([]GroupStatus, error) {
-	var out []GroupStatus
-	if err := c.do(ctx, http.MethodGet, "/v1/internal/groups", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// AlterMirror implements API.
+// AlterMirror implements Service.
 func (c *Client) AlterMirror(ctx context.Context, req CreateMirrorRequest) error {
 	return c.do(ctx, http.MethodPut, "/v1/mirrors/"+url.PathEscape(req.Name), nil, req, nil)
 }
 
-// DescribeGroups implements API.
+// DescribeGroups implements Service.
 func (c *Client) DescribeGroups(ctx context.Context, mirror string) ([]GroupStatus, error) {
 	query := url.Values{}
 	if mirror != "" {
@@ -535,13 +451,4 @@ func (c *Client) DescribeGroups(ctx context.Context, mirror string) ([]GroupStat
 		return nil, err
 	}
 	return rows, nil
-}
-
-// liveStatuses asks a member for the partitions it runs.
-func (c *Client) liveStatuses(ctx context.Context) ([]LiveStatus, error) {
-	var out []LiveStatus
-	if err := c.do(ctx, http.MethodGet, "/v1/internal/status", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
 }

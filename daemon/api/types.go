@@ -1,33 +1,21 @@
-package daemon
+package api
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/kmirror/kmirror/truncate"
 )
 
-// Sentinel errors of the admin API. The HTTP layer maps them to status codes
-// with errors.Is; every error carries a message that says what was wrong and
-// what to do next.
-var (
-	ErrNotFound    = errors.New("not found")              // 404
-	ErrExists      = errors.New("already exists")         // 409
-	ErrInvalid     = errors.New("invalid request")        // 400
-	ErrConflict    = errors.New("conflict")               // 409
-	ErrNotLeader   = errors.New("not the raft leader")    // 503: no leader known, or forwarding met a leader change
-	ErrUnavailable = errors.New("dependency unavailable") // 502: source/destination unreachable
-	// ErrStale refuses a member's command made under a lease that is no
-	// longer current (the partition moved or was renewed).
-	ErrStale = errors.New("stale lease") // 409
-	// ErrUnauthorized: no or a wrong bearer token (api.token_file).
-	ErrUnauthorized = errors.New("unauthorized") // 401
-	// ErrRefused: a member cannot start with this config and data_dir
-	// (another member's data_dir, a wiped member, peers lists that
-	// differ); restarting it as it is cannot help.
-	ErrRefused = errors.New("refused to start")
-)
+// Server-side bounds a client waits for (beyond its own timeout).
+
+// TruncateTimeout bounds a truncation: the quarantine copy of the
+// divergent records and the topic's deletion.
+const TruncateTimeout = 10 * time.Minute
+
+// RemoveWait bounds how long remove waits for the owners to record the
+// last mirrored positions.
+const RemoveWait = 2 * time.Minute
 
 // CreateMirrorRequest defines a mirror: a named source cluster connection.
 type CreateMirrorRequest struct {
@@ -115,8 +103,9 @@ type Translation struct {
 	DestinationOffset int64  `json:"destination_offset"`
 }
 
-// API is what the HTTP layer serves. The member implements it.
-type API interface {
+// Service is what the admin API serves: the member implements it behind
+// the HTTP server, and Client calls it over HTTP.
+type Service interface {
 	CreateMirror(ctx context.Context, req CreateMirrorRequest) error
 	DeleteMirror(ctx context.Context, name string, force bool) error
 	AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult, error)
@@ -238,8 +227,49 @@ type LiveStatus struct {
 	Waiting           string `json:"waiting,omitempty"`
 }
 
-// internalApply carries one encoded raft command from a member to the
+// InternalApplyRequest carries one encoded raft command from a member to the
 // leader (POST /v1/internal/apply).
-type internalApply struct {
+type InternalApplyRequest struct {
 	Entry []byte `json:"entry"`
+}
+
+// Group sync states shown by describe --groups.
+const (
+	GroupSynced   = "synced"   // the destination holds the translated source commit
+	GroupPending  = "pending"  // not synced yet: the reason says what it waits for
+	GroupConflict = "conflict" // left alone: the reason says why and what to do
+)
+
+// GroupStatus is one row of describe --groups: one group's committed
+// offset of one mirrored partition on both clusters.
+type GroupStatus struct {
+	Mirror    string `json:"mirror"`
+	Group     string `json:"group"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// SourceCommitted and DestinationCommitted are the committed offsets
+	// (the next offset the group reads); -1 when the destination has none.
+	SourceCommitted      int64  `json:"source_committed"`
+	DestinationCommitted int64  `json:"destination_committed"`
+	State                string `json:"state"`
+	Reason               string `json:"reason,omitempty"`
+	// SyncLagMs is how long the source's current commit has waited
+	// without reaching the destination (0 when synced), in ms.
+	SyncLagMs int64 `json:"sync_lag_ms"`
+	// Member is the kmirror member that syncs the partition.
+	Member string `json:"member"`
+	// SyncedAtMs is when the sync round that produced the row started
+	// (Unix ms): a planned switchover waits for a round that began after
+	// the topic caught up.
+	SyncedAtMs int64 `json:"synced_at_ms"`
+}
+
+// SourceReach is one member's view of a mirror's source cluster
+// (GET /v1/internal/sources).
+type SourceReach struct {
+	Mirror string `json:"mirror"`
+	// UnreachableMs is how long the source has not answered (0 while it
+	// answers), in ms; Error is the last failure.
+	UnreachableMs int64  `json:"unreachable_ms"`
+	Error         string `json:"error,omitempty"`
 }

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// Member-to-member calls: the routes under /v1/internal/ that members of
+// one group use with each other; operators' tools have no use for them.
+
+// ForwardedHeader marks a request one member forwarded to another; it is
+// never forwarded again, so a leader change cannot make it loop.
+const ForwardedHeader = "X-Kmirror-Forwarded"
+
+// AsForwarded returns the client for a member that forwards a request it
+// was sent (to the leader, or a partition's owner): its requests carry
+// ForwardedHeader, and a member that cannot be reached is reported as
+// ErrNotLeader (retry), with member-to-member wording for TLS and token
+// errors.
+func (c *Client) AsForwarded() *Client {
+	c1 := *c
+	c1.forwarded = true
+	return &c1
+}
+
+// ApplyInternal sends a raft command to the leader (member to member).
+func (c *Client) ApplyInternal(ctx context.Context, entry []byte) error {
+	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, InternalApplyRequest{Entry: entry}, nil)
+}
+
+// InternalSources asks a member how long each mirror's source has not answered.
+func (c *Client) InternalSources(ctx context.Context) ([]SourceReach, error) {
+	var out []SourceReach
+	if err := c.do(ctx, http.MethodGet, "/v1/internal/sources", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// InternalGroups asks a member for the group sync rows of its partitions.
+func (c *Client) InternalGroups(ctx context.Context) ([]GroupStatus, error) {
+	var out []GroupStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/internal/groups", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// InternalStatus asks a member for the partitions it runs.
+func (c *Client) InternalStatus(ctx context.Context) ([]LiveStatus, error) {
+	var out []LiveStatus
+	if err := c.do(ctx, http.MethodGet, "/v1/internal/status", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
