@@ -37,7 +37,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./fetch/ksec -run '^$$' -fuzz '^FuzzParseProperties$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./fetch/ksec -run '^$$' -fuzz '^FuzzSecuritySettings$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./daemon -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./daemon/config -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon -run '^$$' -fuzz '^FuzzHTTPRequests$$' -fuzztime $(FUZZTIME)
 
 # Built, not `go run`: go run exits 1 after a Ctrl-C even when the demo

@@ -3,7 +3,6 @@ package daemon
 import (
 	"crypto/subtle"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,114 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 )
-
-// APIConfig secures the HTTP API (config section api). Every member of a
-// group uses the same settings: members call each other's API.
-type APIConfig struct {
-	TLS APITLSConfig `yaml:"tls"`
-	// TokenFile holds the bearer token every request must carry
-	// (Authorization: Bearer <token>), except to OpenRoutes. The file is
-	// read again when it changes, so a token is rotated by replacing it
-	// (on every member). Empty: no token.
-	TokenFile string `yaml:"token_file"`
-	// OpenRoutes are served without the token: any of /healthz, /readyz
-	// and /metrics (all three by default, for orchestrators and
-	// Prometheus).
-	OpenRoutes []string `yaml:"open_routes"`
-}
-
-// APITLSConfig serves the API over TLS when CertFile is set.
-type APITLSConfig struct {
-	// CertFile and KeyFile are the server's certificate chain and private
-	// key (PEM); read again when they change.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// CAFile holds the CA certificates (PEM) that sign the members' API
-	// certificates, which members check when they call each other;
-	// default: the system's CAs.
-	CAFile string `yaml:"ca_file"`
-}
-
-// openableRoutes are the routes api.open_routes may name.
-var openableRoutes = []string{"/healthz", "/readyz", "/metrics"}
-
-// validate checks the api section; host is the host other members reach
-// this member's API by ("" when not known), which the certificate must
-// hold.
-func (a APIConfig) validate(errs *problems, host string) {
-	for i, r := range a.OpenRoutes {
-		if !slices.Contains(openableRoutes, r) {
-			errs.add(fmt.Sprintf("api.open_routes[%d]", i), "%q: only %s may be served without the token", r, strings.Join(openableRoutes, ", "))
-		}
-	}
-	if a.TokenFile != "" {
-		if _, err := readTokens(a.TokenFile); err != nil {
-			errs.add("api.token_file", "%v", err)
-		}
-	}
-	t := a.TLS
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		errs.add("api.tls", "set both cert_file and key_file (PEM), or neither")
-	} else if t.CertFile != "" {
-		if c, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
-			errs.add("api.tls", "cert_file %s and key_file %s: %v", t.CertFile, t.KeyFile, err)
-		} else if err := certHoldsHost(c, host); err != nil {
-			errs.add("api.tls.cert_file", "%v: other members and the CLI reach this member's API at %s", err, host)
-		}
-	}
-	if t.CAFile != "" && t.CertFile == "" {
-		errs.add("api.tls", "ca_file is set but cert_file and key_file are not, so the API would be plain HTTP: set them too, or remove ca_file")
-	}
-	if t.CAFile != "" {
-		if _, err := certPool(t.CAFile); err != nil {
-			errs.add("api.tls.ca_file", "%v", err)
-		}
-	}
-}
-
-// minTokenLength is the shortest bearer token accepted (16 characters, as
-// 8 random bytes in hex).
-const minTokenLength = 16
-
-// readTokens reads a token file: one token per line, the first sent to
-// other members, every one accepted (two during a rotation). Errors name
-// the file, never its content.
-func readTokens(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%v: the token file must be readable by kmirror", err)
-	}
-	var toks []string
-	for _, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		if strings.ContainsAny(line, " \t") || len(line) < minTokenLength {
-			return nil, fmt.Errorf("%s must hold one token per line, each of at least %d characters without spaces, such as the output of: openssl rand -hex 32",
-				path, minTokenLength)
-		}
-		toks = append(toks, line)
-	}
-	if len(toks) == 0 || len(toks) > 2 {
-		return nil, fmt.Errorf("%s must hold one token (or two, one per line, during a rotation: see README), such as the output of: openssl rand -hex 32", path)
-	}
-	return toks, nil
-}
-
-// certPool reads PEM CA certificates.
-func certPool(path string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return pool, nil
-}
 
 // fileCache re-reads a file when its modification time or size changes.
 type fileCache[T any] struct {
@@ -162,7 +55,7 @@ func (c *fileCache[T]) get() (T, error) {
 // a client of the other members. A nil *apiAuth is plain HTTP without a
 // token.
 type apiAuth struct {
-	cfg   APIConfig
+	cfg   config.APIConfig
 	token *fileCache[[]string]
 	// unauthorized counts requests refused for their token
 	// (kmirror_api_unauthorized_total); lastWarn rate-limits the logs of
@@ -175,10 +68,10 @@ type apiAuth struct {
 	clientTLS *tls.Config
 }
 
-func newAPIAuth(cfg APIConfig) (*apiAuth, error) {
+func newAPIAuth(cfg config.APIConfig) (*apiAuth, error) {
 	a := &apiAuth{cfg: cfg}
 	if cfg.TokenFile != "" {
-		a.token = &fileCache[[]string]{paths: []string{cfg.TokenFile}, load: func() ([]string, error) { return readTokens(cfg.TokenFile) }}
+		a.token = &fileCache[[]string]{paths: []string{cfg.TokenFile}, load: func() ([]string, error) { return config.ReadTokens(cfg.TokenFile) }}
 	}
 	if cfg.TLS.CertFile != "" {
 		a.cert = &fileCache[*tls.Certificate]{paths: []string{cfg.TLS.CertFile, cfg.TLS.KeyFile}, load: func() (*tls.Certificate, error) {
@@ -187,7 +80,7 @@ func newAPIAuth(cfg APIConfig) (*apiAuth, error) {
 		}}
 		a.clientTLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if cfg.TLS.CAFile != "" {
-			pool, err := certPool(cfg.TLS.CAFile)
+			pool, err := config.CertPool(cfg.TLS.CAFile)
 			if err != nil {
 				return nil, fmt.Errorf("api.tls.ca_file: %w", err)
 			}
@@ -313,20 +206,4 @@ func (a *apiAuth) httpClient(timeout time.Duration) *http.Client {
 		c.Transport = &http.Transport{TLSClientConfig: a.clientTLS.Clone()}
 	}
 	return c
-}
-
-// certHoldsHost checks that a certificate is valid for host ("" skips the
-// check), as a client dialing host verifies it.
-func certHoldsHost(c tls.Certificate, host string) error {
-	if host == "" {
-		return nil
-	}
-	leaf := c.Leaf
-	if leaf == nil {
-		var err error
-		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
-			return err
-		}
-	}
-	return leaf.VerifyHostname(host)
 }

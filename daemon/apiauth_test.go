@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -35,7 +36,7 @@ func writeTemp(t *testing.T, dir, name, text string) string {
 func TestAPIToken(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := writeTemp(t, dir, "token", "first-token-0123456789\n")
-	auth, err := newAPIAuth(APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}})
+	auth, err := newAPIAuth(config.APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,19 +117,15 @@ func TestAPITLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := APIConfig{TLS: APITLSConfig{
+	cfg := config.APIConfig{TLS: config.APITLSConfig{
 		CertFile: writeTemp(t, dir, "api.pem", string(iss.CertPEM)),
 		KeyFile:  writeTemp(t, dir, "api-key.pem", string(iss.KeyPEM)),
 		CAFile:   writeTemp(t, dir, "ca.pem", string(ca.PEM)),
 	}}
-	var errs problems
-	cfg.validate(&errs, "127.0.0.1")
-	if errs.err() != nil {
-		t.Fatal(errs.err())
+	if err := cfg.Check("127.0.0.1"); err != nil {
+		t.Fatal(err)
 	}
-	errs = nil
-	cfg.validate(&errs, "kmirror-2.example")
-	if err := errs.err(); err == nil || !strings.Contains(err.Error(), "api.tls.cert_file: x509: certificate is not valid for any names, but wanted to match kmirror-2.example: other members and the CLI reach this member") {
+	if err := cfg.Check("kmirror-2.example"); err == nil || !strings.Contains(err.Error(), "api.tls.cert_file: x509: certificate is not valid for any names, but wanted to match kmirror-2.example: other members and the CLI reach this member") {
 		t.Fatalf("a certificate without the member's API host: %v", err)
 	}
 	auth, err := newAPIAuth(cfg)
@@ -161,53 +158,5 @@ func TestAPITLS(t *testing.T) {
 	http1, _ := api.NewClient("http://"+addr, 5*time.Second)
 	if _, err := http1.ListMirrors(ctx); err == nil || !strings.Contains(err.Error(), "serves HTTPS (api.tls): use https://") {
 		t.Fatalf("plain HTTP client: %v", err)
-	}
-}
-
-func TestAPIConfigErrors(t *testing.T) {
-	dir := t.TempDir()
-	cases := []struct {
-		cfg  APIConfig
-		want string
-	}{
-		{APIConfig{OpenRoutes: []string{"/v1/mirrors"}}, `api.open_routes[0]: "/v1/mirrors": only /healthz, /readyz, /metrics`},
-		{APIConfig{TokenFile: filepath.Join(dir, "none")}, "api.token_file: open"},
-		{APIConfig{TokenFile: writeTemp(t, dir, "empty", "\n")}, "must hold one token"},
-		{APIConfig{TokenFile: writeTemp(t, dir, "short", "abc\n")}, "each of at least 16 characters"},
-		{APIConfig{TLS: APITLSConfig{CertFile: "/x.pem"}}, "api.tls: set both cert_file and key_file"},
-		{APIConfig{TLS: APITLSConfig{CAFile: writeTemp(t, dir, "ca.pem", "x")}}, "api.tls: ca_file is set but cert_file and key_file are not"},
-	}
-	for _, c := range cases {
-		var errs problems
-		c.cfg.validate(&errs, "")
-		if err := errs.err(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
-		}
-	}
-}
-
-// TestRaftTLSCertificateHoldsHost: a member whose raft certificate lacks
-// the host the others dial it by is an invalid config, not a member that
-// waits forever.
-func TestRaftTLSCertificateHoldsHost(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := harness.NewCA("members")
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := ca.Issue(harness.CertOptions{CommonName: "m1", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := RaftTLSConfig{CertFile: writeTemp(t, dir, "m.pem", string(iss.CertPEM)), KeyFile: writeTemp(t, dir, "k.pem", string(iss.KeyPEM)),
-		CAFile: writeTemp(t, dir, "ca.pem", string(ca.PEM))}
-	var errs problems
-	r.validate(&errs, "127.0.0.1:7080")
-	if errs.err() != nil {
-		t.Fatal(errs.err())
-	}
-	r.validate(&errs, "10.0.0.9:7080")
-	if err := errs.err(); err == nil || !strings.Contains(err.Error(), "raft_tls.cert_file") || !strings.Contains(err.Error(), "raft_advertise") {
-		t.Fatalf("a raft certificate without the advertised host: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -54,11 +56,11 @@ func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cfgPeers []PeerConfig
+		var cfgPeers []config.PeerConfig
 		for j, p := range peers {
-			cfgPeers = append(cfgPeers, PeerConfig{ID: p.ID, Raft: p.Addr, HTTP: fmt.Sprintf("127.0.0.1:%d", 9000+j)})
+			cfgPeers = append(cfgPeers, config.PeerConfig{ID: p.ID, Raft: p.Addr, HTTP: fmt.Sprintf("127.0.0.1:%d", 9000+j)})
 		}
-		m := &Member{cfg: Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: logger.Named(id)}
+		m := &Member{cfg: config.Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: logger.Named(id)}
 		m.setStore(store)
 		m.ctx, m.cancel = context.WithCancel(context.Background())
 		m.owner.init()
@@ -110,7 +112,7 @@ func (g *group) leader(skip ...int) *Member {
 	var l *Member
 	waitFor(g.t, 10*time.Second, "a leader", func() bool {
 		for i, m := range g.members {
-			if m.cancel != nil && !contains(intsToStrings(skip), fmt.Sprint(i)) && m.store.IsLeader() {
+			if m.cancel != nil && !slices.Contains(intsToStrings(skip), fmt.Sprint(i)) && m.store.IsLeader() {
 				l = m
 				return true
 			}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -389,7 +390,7 @@ func jsonFields(v any) []string {
 func queryParams(r *http.Request, allowed ...string) (map[string]string, error) {
 	values := make(map[string]string)
 	for name, v := range r.URL.Query() {
-		if !contains(allowed, name) {
+		if !slices.Contains(allowed, name) {
 			allowedText := "none"
 			if len(allowed) > 0 {
 				allowedText = strings.Join(allowed, ", ")

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -60,7 +61,7 @@ type raftProbe struct {
 }
 
 // peersKey lists peers as "id=raft-address" (a non-voter with "~"), sorted.
-func peersKey(peers []PeerConfig) []string {
+func peersKey(peers []config.PeerConfig) []string {
 	out := make([]string, 0, len(peers))
 	for _, p := range peers {
 		v := p.ID + "=" + p.Raft
@@ -194,11 +195,11 @@ func (m *Member) probe() raftProbe {
 
 // self is this member's entry in the peers list (a voter when peers is
 // empty).
-func (m *Member) self() PeerConfig {
+func (m *Member) self() config.PeerConfig {
 	for _, p := range m.cfg.Peers {
 		if p.ID == m.cfg.NodeID {
 			return p
 		}
 	}
-	return PeerConfig{ID: m.cfg.NodeID, Raft: m.cfg.RaftAdvertise, HTTP: m.cfg.HTTPListen}
+	return config.PeerConfig{ID: m.cfg.NodeID, Raft: m.cfg.RaftAdvertise, HTTP: m.cfg.HTTPListen}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 )
 
 func TestCheckNodeID(t *testing.T) {
@@ -44,9 +45,9 @@ func fakePeer(t *testing.T, pr *raftProbe) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-func joinMember(t *testing.T, peers ...PeerConfig) *Member {
-	self := PeerConfig{ID: "m1", Raft: "127.0.0.1:7001", HTTP: "127.0.0.1:8001"}
-	return &Member{cfg: Config{NodeID: "m1", DataDir: "/data", RaftAdvertise: self.Raft, Peers: append([]PeerConfig{self}, peers...)},
+func joinMember(t *testing.T, peers ...config.PeerConfig) *Member {
+	self := config.PeerConfig{ID: "m1", Raft: "127.0.0.1:7001", HTTP: "127.0.0.1:8001"}
+	return &Member{cfg: config.Config{NodeID: "m1", DataDir: "/data", RaftAdvertise: self.Raft, Peers: append([]config.PeerConfig{self}, peers...)},
 		log: zaptest.NewLogger(t)}
 }
 
@@ -63,7 +64,7 @@ func TestBootstrapDecision(t *testing.T) {
 		}
 	})
 	t.Run("a quorum of fresh voters bootstraps", func(t *testing.T) {
-		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, fresh)}, PeerConfig{ID: "m3", HTTP: down})
+		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: fakePeer(t, fresh)}, config.PeerConfig{ID: "m3", HTTP: down})
 		fresh.Peers = peersKey(m.cfg.Peers)
 		if boot, err := m.bootstrapDecision(ctx); err != nil || !boot {
 			t.Fatalf("got %t, %v; want bootstrap (2 of 3 voters up and fresh)", boot, err)
@@ -71,27 +72,27 @@ func TestBootstrapDecision(t *testing.T) {
 	})
 	t.Run("another peers list is refused", func(t *testing.T) {
 		other := &raftProbe{NodeID: "m2", Peers: []string{"m1=127.0.0.1:7001", "m2=x:1"}}
-		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, other)}, PeerConfig{ID: "m3", HTTP: down})
+		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: fakePeer(t, other)}, config.PeerConfig{ID: "m3", HTTP: down})
 		_, err := m.bootstrapDecision(ctx)
 		if !errors.Is(err, api.ErrRefused) || !strings.Contains(err.Error(), "member m2 lists peers [m1=127.0.0.1:7001,m2=x:1]") {
 			t.Fatalf("got %v, want a refusal naming both peers lists", err)
 		}
 	})
 	t.Run("a running group is joined", func(t *testing.T) {
-		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, running)}, PeerConfig{ID: "m3", HTTP: down})
+		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: fakePeer(t, running)}, config.PeerConfig{ID: "m3", HTTP: down})
 		if boot, err := m.bootstrapDecision(ctx); err != nil || boot {
 			t.Fatalf("got %t, %v; want join", boot, err)
 		}
 	})
 	t.Run("a wiped member is refused", func(t *testing.T) {
-		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, ranBefore)}, PeerConfig{ID: "m3", HTTP: down})
+		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: fakePeer(t, ranBefore)}, config.PeerConfig{ID: "m3", HTTP: down})
 		_, err := m.bootstrapDecision(ctx)
 		if !errors.Is(err, api.ErrRefused) || !strings.Contains(err.Error(), "could vote twice") || !strings.Contains(err.Error(), "kmirror members remove m1") {
 			t.Fatalf("got %v, want the wiped-member refusal saying what to do", err)
 		}
 	})
 	t.Run("no quorum waits", func(t *testing.T) {
-		m := joinMember(t, PeerConfig{ID: "m2", HTTP: down}, PeerConfig{ID: "m3", HTTP: fakePeer(t, nil)})
+		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: down}, config.PeerConfig{ID: "m3", HTTP: fakePeer(t, nil)})
 		wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer cancel()
 		_, err := m.bootstrapDecision(wctx)
@@ -101,7 +102,7 @@ func TestBootstrapDecision(t *testing.T) {
 	})
 	t.Run("non-voters do not count toward the quorum", func(t *testing.T) {
 		no := false
-		m := joinMember(t, PeerConfig{ID: "m2", HTTP: fakePeer(t, fresh), Voter: &no}, PeerConfig{ID: "m3", HTTP: down})
+		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: fakePeer(t, fresh), Voter: &no}, config.PeerConfig{ID: "m3", HTTP: down})
 		fresh.Peers = peersKey(m.cfg.Peers)
 		wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 		defer cancel()

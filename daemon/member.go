@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -24,7 +25,7 @@ import (
 // its reports to the leader), forward.go (requests to other members),
 // service.go (the admin API), members.go (the members API).
 type Member struct {
-	cfg   Config
+	cfg   config.Config
 	log   *zap.Logger
 	store *raftstore.Store
 	// openStore is store for readers that may run before it is open.
@@ -74,7 +75,7 @@ type Member struct {
 
 // Run runs a member until ctx is cancelled, then shuts down in order (see
 // Stop). It returns nil after a clean shutdown.
-func Run(ctx context.Context, cfg Config, logger *zap.Logger) error {
+func Run(ctx context.Context, cfg config.Config, logger *zap.Logger) error {
 	m, err := Start(ctx, cfg, logger)
 	if err != nil {
 		return err
@@ -85,7 +86,7 @@ func Run(ctx context.Context, cfg Config, logger *zap.Logger) error {
 
 // Start serves HTTP (probes only at first), forms or joins the raft group,
 // starts the data path and then the whole API. ctx bounds the start-up.
-func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error) {
+func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -112,7 +113,7 @@ func Start(ctx context.Context, cfg Config, logger *zap.Logger) (*Member, error)
 	if err != nil {
 		return nil, err
 	}
-	raftTLS, err := cfg.Raft.build()
+	raftTLS, err := cfg.Raft.Build()
 	if err != nil {
 		return nil, fmt.Errorf("raft_tls: %w", err)
 	}
@@ -237,7 +238,7 @@ func (m *Member) waitForLeader(ctx context.Context) error {
 	}
 }
 
-func peerIDs(peers []PeerConfig) []string {
+func peerIDs(peers []config.PeerConfig) []string {
 	ids := make([]string, len(peers))
 	for i, p := range peers {
 		ids[i] = p.ID

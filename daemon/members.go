@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -82,13 +83,13 @@ func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
 
 // AddMember adds a member to the raft configuration and the state.
 func (m *Member) AddMember(ctx context.Context, req api.AddMemberRequest) error {
-	if !nodeIDPattern.MatchString(req.ID) {
+	if !config.NodeIDPattern.MatchString(req.ID) {
 		return fmt.Errorf("%w: member ID %q: use letters, digits, '.', '_' and '-' (the member's node_id)", api.ErrInvalid, req.ID)
 	}
-	if err := checkAddress(req.RaftAddr, false); err != nil {
+	if err := config.CheckAddress(req.RaftAddr, false); err != nil {
 		return fmt.Errorf("%w: --raft: %v", api.ErrInvalid, err)
 	}
-	if err := checkAddress(req.HTTPAddr, false); err != nil {
+	if err := config.CheckAddress(req.HTTPAddr, false); err != nil {
 		return fmt.Errorf("%w: --http: %v", api.ErrInvalid, err)
 	}
 	c, err := m.toLeader(ctx)

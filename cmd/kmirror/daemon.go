@@ -10,6 +10,7 @@ import (
 
 	"github.com/kmirror/kmirror/daemon"
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 )
 
 func daemonCommand() *cli.Command {
@@ -23,7 +24,7 @@ func daemonCommand() *cli.Command {
 			if err := checkInvocation(c, "config"); err != nil {
 				return err
 			}
-			cfg, err := daemon.LoadConfig(c.String("config"))
+			cfg, err := config.Load(c.String("config"))
 			if err != nil {
 				return usageError{err}
 			}

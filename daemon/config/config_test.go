@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"os"
@@ -21,7 +21,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err := os.WriteFile(path, []byte(minimalConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadConfig(path)
+	got, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +107,11 @@ test_hooks: true
 
 // TestExampleConfigLoads keeps deploy/kmirror.example.yaml in step with Config.
 func TestExampleConfigLoads(t *testing.T) {
-	cfg, err := LoadConfig("../deploy/kmirror.example.yaml")
+	cfg, err := Load("../../deploy/kmirror.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../deploy/kmirror.example.yaml")
+	data, err := os.ReadFile("../../deploy/kmirror.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +206,11 @@ func TestLoadConfigNamesFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("node_id: m1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := LoadConfig(path)
+	_, err := Load(path)
 	if err == nil || !strings.HasPrefix(err.Error(), "config "+path+": ") {
 		t.Errorf("got %v", err)
 	}
-	_, err = LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"))
+	_, err = Load(filepath.Join(t.TempDir(), "missing.yaml"))
 	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("got %v", err)
 	}

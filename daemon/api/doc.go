@@ -1,0 +1,10 @@
+// Package api is kmirror's admin API contract: the request and response
+// types of the HTTP routes, the sentinel errors with their status and code
+// table (the server classifies errors with it, the client maps replies back
+// to the same sentinels), and the HTTP client the CLI and the members use.
+//
+// It holds no server code and imports nothing of the daemon: the daemon's
+// HTTP server (package daemon) implements Service and serves it; the CLI
+// (cmd/kmirror) and the tests call it through Client. Member-to-member
+// routes (/v1/internal/...) are in internal.go.
+package api
