@@ -167,6 +167,39 @@ func checkInvocation(c *cli.Context, required ...string) error {
 	return nil
 }
 
+// apiCall is the Action of a command that calls the admin API: check
+// rejects a bad invocation (positional arguments, missing flags, flag
+// values) before any request; then the client of --server (with
+// --token-file and --ca) is built, and run makes the call and prints the
+// answer as a table or JSON (--output).
+func apiCall(check func(c *cli.Context) error, run func(c *cli.Context, client *api.Client) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if err := check(c); err != nil {
+			return err
+		}
+		client, err := newClient(c)
+		if err != nil {
+			return err
+		}
+		return run(c, client)
+	}
+}
+
+// required is apiCall's check of a command that takes no positional
+// argument and needs the flags named.
+func required(flags ...string) func(c *cli.Context) error {
+	return func(c *cli.Context) error { return checkInvocation(c, flags...) }
+}
+
+// oneArgCheck is apiCall's check of a members subcommand that takes one
+// positional argument (oneArg).
+func oneArgCheck(name string) func(c *cli.Context) error {
+	return func(c *cli.Context) error {
+		_, err := oneArg(c, name)
+		return err
+	}
+}
+
 // newClient returns a client of the member named by --server.
 func newClient(c *cli.Context) (*api.Client, error) {
 	client, err := api.NewClient(c.String("server"), requestTimeout)

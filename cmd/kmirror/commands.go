@@ -45,10 +45,7 @@ func createCommand() *cli.Command {
 			mirrorFlag("`NAME` of the new mirror (required)"),
 			&cli.StringFlag{Name: "mirror-config", Usage: "Kafka .properties `FILE` with the source connection; must set bootstrap.servers (required)"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror", "mirror-config"); err != nil {
-				return err
-			}
+		Action: apiCall(required("mirror", "mirror-config"), func(c *cli.Context, client *api.Client) error {
 			path := c.String("mirror-config")
 			props, err := readProperties(path)
 			if err != nil {
@@ -57,16 +54,12 @@ func createCommand() *cli.Command {
 			if strings.TrimSpace(props["bootstrap.servers"]) == "" {
 				return fmt.Errorf("%s: bootstrap.servers is required (host:port list of the source cluster)", path)
 			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
 			name := c.String("mirror")
 			if err := client.CreateMirror(c.Context, api.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
 				return err
 			}
 			return report(c, result{Result: "created", Mirror: name}, "created mirror "+name)
-		},
+		}),
 	}
 }
 
@@ -78,15 +71,8 @@ func alterCommand() *cli.Command {
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringFlag{Name: "mirror-config", Usage: "Kafka .properties `FILE` with all of the mirror's properties; it replaces the current ones (required)"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror", "mirror-config"); err != nil {
-				return err
-			}
+		Action: apiCall(required("mirror", "mirror-config"), func(c *cli.Context, client *api.Client) error {
 			props, err := readProperties(c.String("mirror-config"))
-			if err != nil {
-				return err
-			}
-			client, err := newClient(c)
 			if err != nil {
 				return err
 			}
@@ -95,7 +81,7 @@ func alterCommand() *cli.Command {
 				return err
 			}
 			return report(c, result{Result: "altered", Mirror: name}, "altered mirror "+name)
-		},
+		}),
 	}
 }
 
@@ -127,27 +113,12 @@ func addCommand() *cli.Command {
 			&cli.BoolFlag{Name: "truncate", Usage: "where the existing destination topic has records past the last mirrored position, " +
 				"copy them into TOPIC.kmirror-diverged.N, delete the topic and mirror it again from the source"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror", "topic"); err != nil {
-				return err
-			}
-			startFrom := c.String("start-from")
-			if startFrom != "earliest" && startFrom != "latest" {
-				return usagef("add: --start-from %q: use earliest or latest", startFrom)
-			}
-			rf := c.Int("replication-factor") // 0 when unset: the daemon's configured value
-			if c.IsSet("replication-factor") && rf != -1 && (rf < 1 || rf > 32767) {
-				return usagef("add: --replication-factor %d: use -1 (destination default) or 1 to 32767", rf)
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(checkAdd, func(c *cli.Context, client *api.Client) error {
 			req := api.AddTopicsRequest{
 				Mirror:            c.String("mirror"),
 				Topics:            c.StringSlice("topic"),
-				StartFrom:         startFrom,
-				ReplicationFactor: int16(rf),
+				StartFrom:         c.String("start-from"),
+				ReplicationFactor: int16(c.Int("replication-factor")), // 0 when unset: the daemon's configured value
 			}
 			if c.Bool("dry-run") {
 				if c.Bool("truncate") {
@@ -185,8 +156,23 @@ func addCommand() *cli.Command {
 			}
 			_, err = fmt.Fprintln(c.App.Writer, strings.Join(lines, "\n"))
 			return err
-		},
+		}),
 	}
+}
+
+// checkAdd is add's invocation check: --mirror and --topic, and the
+// values of --start-from and --replication-factor.
+func checkAdd(c *cli.Context) error {
+	if err := checkInvocation(c, "mirror", "topic"); err != nil {
+		return err
+	}
+	if startFrom := c.String("start-from"); startFrom != "earliest" && startFrom != "latest" {
+		return usagef("add: --start-from %q: use earliest or latest", startFrom)
+	}
+	if rf := c.Int("replication-factor"); c.IsSet("replication-factor") && rf != -1 && (rf < 1 || rf > 32767) {
+		return usagef("add: --replication-factor %d: use -1 (destination default) or 1 to 32767", rf)
+	}
+	return nil
 }
 
 func removeCommand() *cli.Command {
@@ -201,15 +187,9 @@ func removeCommand() *cli.Command {
 					"stopped) and its groups are synced, then stop; fail, stopping nothing, if that takes longer than the timeout: " +
 					"--wait-for-sync=10m (with '='; alone: 5m). Without it: emergency failover, at once"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror", "topic"); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required("mirror", "topic"), func(c *cli.Context, client *api.Client) error {
 			mirror, topic := c.String("mirror"), c.String("topic")
+			var err error
 			if w := c.Generic("wait-for-sync").(*waitForSync); w.timeout > 0 {
 				err = client.SwitchoverTopic(c.Context, mirror, topic, w.timeout)
 			} else {
@@ -220,7 +200,7 @@ func removeCommand() *cli.Command {
 			}
 			return report(c, result{Result: "removed", Mirror: mirror, Topics: []string{topic}},
 				fmt.Sprintf("removed %s from mirror %s", topic, mirror))
-		},
+		}),
 	}
 }
 
@@ -266,14 +246,7 @@ func resumeCommand() *cli.Command {
 			&cli.IntSliceFlag{Name: "partition", Usage: "`N` to resume; repeat or separate with commas (default: every DIVERGED or FAILED partition)"},
 			&cli.BoolFlag{Name: "accept-gap", Usage: "skip source records deleted before they were mirrored, once; they are counted as lost in describe and /metrics"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror"); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required("mirror"), func(c *cli.Context, client *api.Client) error {
 			if !c.IsSet("topic") {
 				if c.IsSet("partition") || c.Bool("accept-gap") {
 					return usagef("resume: --partition and --accept-gap need --topic")
@@ -309,7 +282,7 @@ func resumeCommand() *cli.Command {
 			}
 			_, err = fmt.Fprintf(c.App.Writer, "resumed partitions %s of %s (mirror %s); see kmirror describe\n", strings.Join(parts, ","), req.Topic, req.Mirror)
 			return err
-		},
+		}),
 	}
 }
 
@@ -321,16 +294,9 @@ func pauseCommand() *cli.Command {
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to pause (default: every MIRRORING topic of the mirror)"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror"); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required("mirror"), func(c *cli.Context, client *api.Client) error {
 			return pauseAction(c, client.PauseTopics, "paused")
-		},
+		}),
 	}
 }
 
@@ -353,14 +319,7 @@ func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "list mirrors with their topics and state",
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required(), func(c *cli.Context, client *api.Client) error {
 			mirrors, err := client.ListMirrors(c.Context)
 			if err != nil {
 				return err
@@ -369,7 +328,7 @@ func listCommand() *cli.Command {
 				return writeJSON(c.App.Writer, mirrors)
 			}
 			return writeMirrorTable(c.App.Writer, mirrors)
-		},
+		}),
 	}
 }
 
@@ -382,14 +341,7 @@ func describeCommand() *cli.Command {
 			&cli.StringFlag{Name: "topic", Usage: "only this `TOPIC`"},
 			&cli.BoolFlag{Name: "groups", Usage: "show each synced consumer group's committed offsets on both clusters instead"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required(), func(c *cli.Context, client *api.Client) error {
 			if c.Bool("groups") {
 				if c.IsSet("topic") {
 					return usagef("describe: --groups shows every topic of the mirror; leave out --topic")
@@ -411,7 +363,7 @@ func describeCommand() *cli.Command {
 				return writeJSON(c.App.Writer, rows)
 			}
 			return writePartitionTable(c.App.Writer, rows)
-		},
+		}),
 	}
 }
 
@@ -423,20 +375,13 @@ func deleteCommand() *cli.Command {
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.BoolFlag{Name: "force", Usage: "delete even while the mirror still has topics"},
 		},
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c, "mirror"); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required("mirror"), func(c *cli.Context, client *api.Client) error {
 			name := c.String("mirror")
 			if err := client.DeleteMirror(c.Context, name, c.Bool("force")); err != nil {
 				return err
 			}
 			return report(c, result{Result: "deleted", Mirror: name}, "deleted mirror "+name)
-		},
+		}),
 	}
 }
 

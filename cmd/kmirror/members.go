@@ -16,14 +16,7 @@ func membersCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "members",
 		Usage: "list the members of the kmirror group, or add, remove or drain one",
-		Action: func(c *cli.Context) error {
-			if err := checkInvocation(c); err != nil {
-				return err
-			}
-			client, err := newClient(c)
-			if err != nil {
-				return err
-			}
+		Action: apiCall(required(), func(c *cli.Context, client *api.Client) error {
 			rows, err := client.Members(c.Context)
 			if err != nil {
 				return err
@@ -35,7 +28,7 @@ func membersCommand() *cli.Command {
 				return writeJSON(c.App.Writer, rows)
 			}
 			return writeMemberTable(c.App.Writer, rows)
-		},
+		}),
 		Subcommands: []*cli.Command{
 			{
 				Name:      "add",
@@ -46,9 +39,8 @@ func membersCommand() *cli.Command {
 					&cli.StringFlag{Name: "http", Usage: "`HOST:PORT` of its HTTP API (required)"},
 					&cli.BoolFlag{Name: "non-voter", Usage: "replicate the state and take partitions, without a vote"},
 				},
-				Action: func(c *cli.Context) error {
-					id, err := oneArg(c, "ID")
-					if err != nil {
+				Action: apiCall(func(c *cli.Context) error {
+					if _, err := oneArg(c, "ID"); err != nil {
 						return err
 					}
 					for _, f := range []string{"raft", "http"} {
@@ -56,50 +48,35 @@ func membersCommand() *cli.Command {
 							return usagef("members add: missing required flag --%s (run 'kmirror members add --help')", f)
 						}
 					}
-					client, err := newClient(c)
-					if err != nil {
-						return err
-					}
+					return nil
+				}, func(c *cli.Context, client *api.Client) error {
+					id := c.Args().First() // checked by oneArg
 					req := api.AddMemberRequest{ID: id, RaftAddr: c.String("raft"), HTTPAddr: c.String("http"), NonVoter: c.Bool("non-voter")}
 					if err := client.AddMember(c.Context, req); err != nil {
 						return err
 					}
 					return memberResult(c, "added", id, "added member "+id)
-				},
+				}),
 			},
 			{
 				Name:      "remove",
 				Usage:     "remove a member from the group (drain it first)",
 				ArgsUsage: "ID",
-				Action: func(c *cli.Context) error {
-					id, err := oneArg(c, "ID")
-					if err != nil {
-						return err
-					}
-					client, err := newClient(c)
-					if err != nil {
-						return err
-					}
+				Action: apiCall(oneArgCheck("ID"), func(c *cli.Context, client *api.Client) error {
+					id := c.Args().First() // checked by oneArg
 					if err := client.RemoveMember(c.Context, id); err != nil {
 						return err
 					}
 					return memberResult(c, "removed", id, "removed member "+id)
-				},
+				}),
 			},
 			{
 				Name:      "drain",
 				Usage:     "move every partition off a member by graceful handoff (--undo ends the drain)",
 				ArgsUsage: "ID",
 				Flags:     []cli.Flag{&cli.BoolFlag{Name: "undo", Usage: "let the member take partitions again"}},
-				Action: func(c *cli.Context) error {
-					id, err := oneArg(c, "ID")
-					if err != nil {
-						return err
-					}
-					client, err := newClient(c)
-					if err != nil {
-						return err
-					}
+				Action: apiCall(oneArgCheck("ID"), func(c *cli.Context, client *api.Client) error {
+					id := c.Args().First() // checked by oneArg
 					drain := !c.Bool("undo")
 					if err := client.DrainMember(c.Context, id, drain); err != nil {
 						return err
@@ -108,7 +85,7 @@ func membersCommand() *cli.Command {
 						return memberResult(c, "draining", id, "draining member "+id+": its partitions move to the others (see kmirror members)")
 					}
 					return memberResult(c, "not draining", id, "member "+id+" takes partitions again")
-				},
+				}),
 			},
 		},
 	}
