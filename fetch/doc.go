@@ -36,7 +36,9 @@
 // in as Specs and persists producer identities through the Control
 // interface.
 //
-// Files by job: engine.go (the engine, routing, checkpoints), lifecycle.go
+// Files by job: engine.go (the engine's API and its partitions), route.go
+// (which fetch loop serves a partition, and what it waits for), checkpoint.go,
+// lookups.go (offset translation for the control plane), lifecycle.go
 // (a partition's states in the engine), release.go (ending a partition's
 // run here), resume.go (takeover), walk.go (reading source and destination
 // side by side), realign.go (the walk after the source deleted records it

@@ -187,132 +187,178 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 	if err != nil {
 		return 0, err
 	}
-	ls := fs.logStart
-	// The copy of the batch at fs.base follows at most one destination
-	// record per source offset before it.
-	dLin := d + (fs.base - s)
-	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, d, false)
+	ra := &realignment{e: e, k: k, xl: xl, res: res, sd: sd, pid: pid, fs: fs, s: s, d: d, ls: fs.logStart,
+		// The copy of the batch at fs.base follows at most one destination
+		// record per source offset before it.
+		dLin:    d + (fs.base - s),
+		deleted: fmt.Sprintf("the source has since deleted offsets %d..%d", s, fs.logStart-1),
+	}
+	bothDeleted, err := ra.scan(ctx)
 	if err != nil {
 		return 0, err
 	}
+	if bothDeleted {
+		// The source's first surviving batch was copied to a destination
+		// offset that is gone as well: go on there (linear mapping), and
+		// the walk maps the destination's deleted records to source
+		// records from fs.base.
+		res.own[pid] = kwire.NextSequence(res.own[pid], int32(ra.dLin-d))
+		res.walked += ra.dLin - d
+		res.observe(xl, sd.at, ra.dLin > d)
+		res.end = Entry{Src: fs.base, Dst: ra.dLin}
+		res.realigned = true
+		e.logRealigned(k, sd, res.end, "both sides deleted the records past the checkpoint")
+		return ra.ls, nil
+	}
+	return ra.decide(gapBelow)
+}
+
+// realignment is one realign: what it knows before reading the
+// destination, and what scan found there.
+type realignment struct {
+	e       *Engine
+	k       Key
+	xl      *Translation
+	res     *walkResult
+	sd      sourceDeleted
+	pid     ProducerID
+	fs      firstSurvivor
+	s, d    int64 // the walk's position: source offset s at destination offset d
+	ls      int64 // the source's log start
+	dLin    int64 // the last destination offset the copy of fs can be at
+	deleted string
+
+	// Found by scan.
+	own        ownSeqs // each own identity's next sequence after kmirror's batches
+	cands      []candidate
+	dups       []duplicate
+	dupRecords int64
+	end        int64 // destination offset after kmirror's batches read
+}
+
+// cannot is a DIVERGED answer for batches that can no longer be verified.
+func (ra *realignment) cannot(format string, args ...any) error {
+	k := ra.k
+	return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...) + ", so they cannot be re-verified. To go on: kmirror remove --mirror " +
+		k.Mirror + " --topic " + k.Topic + " (failover: the destination keeps what it has), or delete the destination topic, remove and add it again"}
+}
+
+// scan reads kmirror's batches on the destination from ra.d to the end of
+// the log, checking their sequences and collecting the batches that hold
+// the first surviving source batch's records. bothDeleted: destination
+// retention deleted the copy's place too (the caller maps linearly).
+func (ra *realignment) scan(ctx context.Context) (bothDeleted bool, err error) {
+	k, res, fs, s, d := ra.k, ra.res, ra.fs, ra.s, ra.d
+	dst, err := openPartitionReader(ctx, ra.e.dest, k.Topic, k.Partition, d, false)
+	if err != nil {
+		return false, err
+	}
 	defer dst.close()
-	own := res.own.clone()
-	var cands []candidate
-	var dups []duplicate
-	var dupRecords int64
-	end := d // destination offset after kmirror's batches read so far
+	ra.own = res.own.clone()
+	ra.end = d
 	deletedDst := int64(0)
 	first := true
-	deleted := fmt.Sprintf("the source has since deleted offsets %d..%d", s, ls-1)
-	cannot := func(format string, args ...any) error {
-		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...) + ", so they cannot be re-verified. To go on: kmirror remove --mirror " +
-			k.Mirror + " --topic " + k.Topic + " (failover: the destination keeps what it has), or delete the destination topic, remove and add it again"}
-	}
 	for {
 		batches, ended, err := dst.nextSettled(ctx)
 		var oor *outOfRange
 		if errors.As(err, &oor) && oor.offset < oor.logStart && first {
 			// Destination retention deleted kmirror's copies too.
-			if dLin < oor.logStart {
-				// The source's first surviving batch was copied to a
-				// destination offset that is gone as well: go on there
-				// (linear mapping), and the walk maps the destination's
-				// deleted records to source records from fs.base.
-				res.own[pid] = kwire.NextSequence(res.own[pid], int32(dLin-d))
-				res.walked += dLin - d
-				res.observe(xl, sd.at, dLin > d)
-				res.end = Entry{Src: fs.base, Dst: dLin}
-				res.realigned = true
-				e.logRealigned(k, sd, res.end, "both sides deleted the records past the checkpoint")
-				return ls, nil
+			if ra.dLin < oor.logStart {
+				return true, nil
 			}
-			deletedDst, dst.offset, end = oor.logStart-d, oor.logStart, oor.logStart
+			deletedDst, dst.offset, ra.end = oor.logStart-d, oor.logStart, oor.logStart
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return false, err
 		}
 		if ended {
-			break
+			return false, nil
 		}
 		for _, b := range batches {
-			if fs.data != nil && b.BaseOffset() > dLin {
+			if fs.data != nil && b.BaseOffset() > ra.dLin {
 				// Past where the copy can be: counted, and verified by
 				// the walk if a copy was found.
-				end = b.LastOffset() + 1
+				ra.end = b.LastOffset() + 1
 				continue
 			}
 			id, ok := res.ownID(b)
 			if !ok {
-				return 0, &Divergence{Key: k, Reason: fmt.Sprintf("destination offset %d past kmirror's last checkpoint (source offset %d) is %s; %s, so it cannot be compared%s",
-					b.BaseOffset(), s, res.writer(b, pid), deleted, res.foreignAdvice(b))}
+				return false, &Divergence{Key: k, Reason: fmt.Sprintf("destination offset %d past kmirror's last checkpoint (source offset %d) is %s; %s, so it cannot be compared%s",
+					b.BaseOffset(), s, res.writer(b, ra.pid), ra.deleted, res.foreignAdvice(b))}
 			}
-			want := own[id]
+			want := ra.own[id]
 			if first && deletedDst > 0 {
 				want = kwire.NextSequence(want, int32(deletedDst))
 			}
 			first = false
 			if seqBehind(b.BaseSequence(), want) {
-				dups = append(dups, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: id, seq: b.BaseSequence()})
-				dupRecords += b.LastOffset() + 1 - b.BaseOffset()
-				end = b.LastOffset() + 1
+				ra.dups = append(ra.dups, duplicate{first: b.BaseOffset(), last: b.LastOffset(), producer: id, seq: b.BaseSequence()})
+				ra.dupRecords += b.LastOffset() + 1 - b.BaseOffset()
+				ra.end = b.LastOffset() + 1
 				continue
 			}
 			if b.BaseSequence() != want {
-				return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint, but its batch at %d has sequence %d "+
-					"where %d was next (a batch of its is missing); %s", d, b.LastOffset(), b.BaseOffset(), b.BaseSequence(), want, deleted)
+				return false, ra.cannot("destination offsets %d..%d were written by kmirror after its last checkpoint, but its batch at %d has sequence %d "+
+					"where %d was next (a batch of its is missing); %s", d, b.LastOffset(), b.BaseOffset(), b.BaseSequence(), want, ra.deleted)
 			}
 			if fs.data != nil {
 				recs, err := b.Records()
 				if err != nil {
-					return 0, fmt.Errorf("destination %s/%d: %w", k.Topic, k.Partition, err)
+					return false, fmt.Errorf("destination %s/%d: %w", k.Topic, k.Partition, err)
 				}
 				if recordsDigest(recs) == fs.digest {
-					snap := own.clone()
+					snap := ra.own.clone()
 					snap[id] = want
-					cands = append(cands, candidate{dst: b.BaseOffset(), own: snap, dups: len(dups)})
+					ra.cands = append(ra.cands, candidate{dst: b.BaseOffset(), own: snap, dups: len(ra.dups)})
 				}
 			}
-			own[id] = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
-			end = b.LastOffset() + 1
+			ra.own[id] = kwire.NextSequence(b.BaseSequence(), b.LastOffsetDelta()+1)
+			ra.end = b.LastOffset() + 1
 		}
 	}
-	mirrored := end - d - dupRecords // source records the copies stand for
+}
+
+// decide picks realign's outcome from what scan found (the order in
+// realign's doc) and returns the source offset to fetch at.
+func (ra *realignment) decide(gapBelow int64) (int64, error) {
+	k, res, fs, s, d, ls, end := ra.k, ra.res, ra.fs, ra.s, ra.d, ra.ls, ra.end
+	mirrored := end - d - ra.dupRecords // source records the copies stand for
 	// Without a copy, kmirror's batches stand for deleted offsets only:
 	// at most one record per offset before the surviving batch.
 	noCopy := fs.data == nil || mirrored <= fs.base-s
-	if n := len(cands); n > 1 || (n == 1 && noCopy) {
+	if n := len(ra.cands); n > 1 || (n == 1 && noCopy) {
 		// Repeated content: more than one reading of the destination fits
 		// the source, and picking one could lose or duplicate records.
 		at := make([]string, n)
-		for i, c := range cands {
+		for i, c := range ra.cands {
 			at[i] = fmt.Sprint(c.dst)
 		}
 		also := ""
 		if noCopy {
 			also = ", or none of them if the source's records before it were deleted before they were mirrored"
 		}
-		return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and the source's first surviving batch "+
+		return 0, ra.cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and the source's first surviving batch "+
 			"(offset %d) has the same records as kmirror's batch at destination offset %s%s: which one copies it cannot be told",
-			d, end-1, deleted, fs.base, strings.Join(at, ", "), also)
+			d, end-1, ra.deleted, fs.base, strings.Join(at, ", "), also)
 	}
-	if len(cands) == 1 {
-		c := cands[0]
+	if len(ra.cands) == 1 {
+		c := ra.cands[0]
 		res.own = c.own
-		res.duplicates = append(res.duplicates, dups[:c.dups]...)
+		res.duplicates = append(res.duplicates, ra.dups[:c.dups]...)
 		res.walked += c.dst - d
-		for _, du := range dups[:c.dups] {
+		for _, du := range ra.dups[:c.dups] {
 			res.walked -= du.records() // stepped over, not mirrored records
 		}
-		res.observe(xl, sd.at, c.dst > d)
+		res.observe(ra.xl, ra.sd.at, c.dst > d)
 		res.end = Entry{Src: fs.base, Dst: c.dst}
 		res.realigned = true
-		e.logRealigned(k, sd, res.end, "kmirror's own batches accepted as mirrored")
+		ra.e.logRealigned(k, ra.sd, res.end, "kmirror's own batches accepted as mirrored")
 		return ls, nil
 	}
 	if !noCopy {
-		return 0, cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and none of them holds "+
-			"the source's first surviving batch (offset %d)", d, end-1, deleted, fs.base)
+		return 0, ra.cannot("destination offsets %d..%d were written by kmirror after its last checkpoint; %s, and none of them holds "+
+			"the source's first surviving batch (offset %d)", d, end-1, ra.deleted, fs.base)
 	}
 	pLin := s + mirrored
 	if pLin > ls {
@@ -330,13 +376,13 @@ func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Transla
 		}
 		res.gap = &gapRange{from: pLin, to: ls}
 	}
-	res.own = own
-	res.duplicates = append(res.duplicates, dups...)
+	res.own = ra.own
+	res.duplicates = append(res.duplicates, ra.dups...)
 	res.walked += mirrored
-	res.observe(xl, sd.at, mirrored > 0)
+	res.observe(ra.xl, ra.sd.at, mirrored > 0)
 	res.end = Entry{Src: ls, Dst: end}
 	res.realigned = true
-	e.logRealigned(k, sd, res.end, "every record deleted on the source had been mirrored, or was skipped as a gap")
+	ra.e.logRealigned(k, ra.sd, res.end, "every record deleted on the source had been mirrored, or was skipped as a gap")
 	return ls, nil
 }
 
