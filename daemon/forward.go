@@ -106,6 +106,9 @@ func (m *Member) toLeader(ctx context.Context) (*api.Client, error) {
 // ErrInvalid, ErrNotFound, ErrExists (refused: do not retry) or
 // ErrNotLeader and transport errors (retry).
 func (m *Member) submit(ctx context.Context, cmd raftstore.Command) error {
+	if err := raftstore.Authorize(cmd, raftstore.ByMember); err != nil {
+		return mapStoreErr(err)
+	}
 	if m.store.IsLeader() {
 		return mapStoreErr(m.store.Apply(ctx, cmd))
 	}
@@ -120,30 +123,14 @@ func (m *Member) submit(ctx context.Context, cmd raftstore.Command) error {
 	return c.ApplyInternal(ctx, entry)
 }
 
-// memberCommands are the commands a member may submit to the leader: its
-// own partitions' reports (checked against its lease inside Apply) and its
-// own membership record.
-var memberCommands = map[raftstore.CommandType]bool{
-	raftstore.TypeSetPartitionState: true,
-	raftstore.TypeSetProducer:       true,
-	raftstore.TypeRenewProducer:     true,
-	raftstore.TypeReleasePartition:  true,
-	raftstore.TypePartitionStopped:  true,
-	raftstore.TypeUpsertMember:      true,
-	raftstore.TypeSetDraining:       true,
-}
-
 // ApplyInternal applies a command a member sent to this leader.
 func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
 	cmd, err := raftstore.Decode(entry)
 	if err != nil {
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	if !memberCommands[cmd.Type()] {
-		return fmt.Errorf("%w: members may not submit %s", api.ErrInvalid, cmd.Type())
-	}
-	if sp, ok := cmd.(raftstore.SetPartitionState); ok && sp.Owner == "" {
-		return fmt.Errorf("%w: a member's partition report must name its lease", api.ErrInvalid)
+	if err := raftstore.Authorize(cmd, raftstore.ByMember); err != nil {
+		return mapStoreErr(err)
 	}
 	if !m.store.IsLeader() {
 		return fmt.Errorf("%w: this member is not the leader", api.ErrNotLeader)

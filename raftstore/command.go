@@ -75,10 +75,12 @@ type Command interface {
 	Type() CommandType
 }
 
-// commandEntry is one row of the command table: how to decode a type and
-// how to apply it at a raft index.
+// commandEntry is one row of the command table: how to decode a type, who
+// may submit it (authority.go), and how to apply it at a raft index.
 type commandEntry struct {
 	name   string
+	by     Submitter
+	lease  LeaseRule
 	decode func(version byte, payload []byte) (Command, error)
 	apply  func(s *State, cmd Command, index uint64) error
 }
@@ -87,16 +89,23 @@ type commandEntry struct {
 // shape): Decode, Apply and String all read it.
 var commands = map[CommandType]commandEntry{}
 
-// register adds command type T to the table. A duplicate type is a bug in
-// this package and panics at start-up.
-func register[T Command](name string, apply func(s *State, c T, index uint64) error) {
+// register adds command type T to the table: by and lease are its
+// authority (Authorize; the lease is checked in Apply before apply runs).
+// A duplicate type, or a lease rule on a command that names no lease, is a
+// bug in this package and panics at start-up.
+func register[T Command](name string, by Submitter, lease LeaseRule, apply func(s *State, c T, index uint64) error) {
 	var zero T
 	t := zero.Type()
 	if _, dup := commands[t]; dup {
 		panic(fmt.Sprintf("raftstore: command type %d registered twice", t))
 	}
+	if _, ok := Command(zero).(leased); ok != (lease != NoLease) {
+		panic(fmt.Sprintf("raftstore: command %s: lease rule %d does not fit whether it names a lease", name, lease))
+	}
 	commands[t] = commandEntry{
-		name: name,
+		name:  name,
+		by:    by,
+		lease: lease,
 		decode: func(version byte, payload []byte) (Command, error) {
 			if version != payloadVersion {
 				return nil, fmt.Errorf("%w: %s version %d, this build reads version %d", ErrUnknownVersion, name, version, payloadVersion)
@@ -107,35 +116,46 @@ func register[T Command](name string, apply func(s *State, c T, index uint64) er
 			}
 			return cmd, nil
 		},
-		apply: func(s *State, cmd Command, index uint64) error { return apply(s, cmd.(T), index) },
+		apply: func(s *State, cmd Command, index uint64) error {
+			if err := s.checkCommandLease(lease, cmd); err != nil {
+				return err
+			}
+			return apply(s, cmd.(T), index)
+		},
 	}
 }
 
 func init() {
-	register("CreateMirror", (*State).applyCreateMirror)
-	register("DeleteMirror", (*State).applyDeleteMirror)
-	register("AddTopic", (*State).applyAddTopic)
-	register("SetTopicState", (*State).applySetTopicState)
-	register("SetPartitionState", (*State).applySetPartitionState)
-	register("Assign", (*State).applyAssign)
-	register("SetProducer", (*State).applySetProducer)
-	register("RecordStopped", (*State).applyRecordStopped)
-	register("UpsertMember", (*State).applyUpsertMember)
-	register("RemoveMember", (*State).applyRemoveMember)
-	register("RemoveTopic", (*State).applyRemoveTopic)
-	register("AssignPartitions", (*State).applyAssignPartitions)
-	register("ReleasePartition", (*State).applyReleasePartition)
-	register("RequestMove", (*State).applyRequestMove)
-	register("PartitionStopped", (*State).applyPartitionStopped)
-	register("SetDraining", (*State).applySetDraining)
-	register("RenewProducer", (*State).applyRenewProducer)
-	register("AddPartitions", (*State).applyAddPartitions)
-	register("SetTopicIDs", (*State).applySetTopicIDs)
-	register("ResumePartition", (*State).applyResumePartition)
-	register("RecordGap", (*State).applyRecordGap)
-	register("DeferredApplied", (*State).applyDeferredApplied)
-	register("AlterMirror", (*State).applyAlterMirror)
-	register("SetWriteDenials", (*State).applySetWriteDenials)
+	const (
+		leader   = ByLeader
+		operator = ByOperator
+		member   = ByMember
+		nobody   = Submitter(0) // replayed from old logs only
+	)
+	register("CreateMirror", operator, NoLease, (*State).applyCreateMirror)
+	register("DeleteMirror", operator, NoLease, (*State).applyDeleteMirror)
+	register("AddTopic", operator, NoLease, (*State).applyAddTopic)
+	register("SetTopicState", leader|operator, NoLease, (*State).applySetTopicState)
+	register("SetPartitionState", leader|member, LeaseFromMember, (*State).applySetPartitionState)
+	register("Assign", nobody, NoLease, (*State).applyAssign)
+	register("SetProducer", member, LeaseGeneration, (*State).applySetProducer)
+	register("RecordStopped", nobody, NoLease, (*State).applyRecordStopped)
+	register("UpsertMember", leader|operator|member, NoLease, (*State).applyUpsertMember)
+	register("RemoveMember", leader|operator, NoLease, (*State).applyRemoveMember)
+	register("RemoveTopic", operator, NoLease, (*State).applyRemoveTopic)
+	register("AssignPartitions", leader, NoLease, (*State).applyAssignPartitions)
+	register("ReleasePartition", member, LeaseRequired, (*State).applyReleasePartition)
+	register("RequestMove", leader, NoLease, (*State).applyRequestMove)
+	register("PartitionStopped", member, LeaseRequired, (*State).applyPartitionStopped)
+	register("SetDraining", operator|member, NoLease, (*State).applySetDraining)
+	register("RenewProducer", member, LeaseRequired, (*State).applyRenewProducer)
+	register("AddPartitions", leader, NoLease, (*State).applyAddPartitions)
+	register("SetTopicIDs", leader, NoLease, (*State).applySetTopicIDs)
+	register("ResumePartition", operator, NoLease, (*State).applyResumePartition)
+	register("RecordGap", member, LeaseRequired, (*State).applyRecordGap)
+	register("DeferredApplied", leader, NoLease, (*State).applyDeferredApplied)
+	register("AlterMirror", operator, NoLease, (*State).applyAlterMirror)
+	register("SetWriteDenials", leader|operator, NoLease, (*State).applySetWriteDenials)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.

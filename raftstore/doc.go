@@ -9,7 +9,12 @@
 //     byte (explicit numbers, never reused), one payload version byte, then
 //     JSON. Types with the 0x80 bit are ignorable: a member that does not
 //     know one skips it; any other unknown entry panics, because skipping
-//     it would let the member diverge silently.
+//     it would let the member diverge silently. Its table (init) also
+//     says who may submit each command (the leader, an operator, a member)
+//     and whether it must carry the partition's lease.
+//   - authority.go: Authorize checks a submission against that table (the
+//     daemon's internal-apply route takes exactly the member commands), and
+//     Apply checks a command's lease before its applyX runs.
 //   - fsm.go: Apply, a deterministic switch over small applyX methods (no
 //     clock, no I/O, no leadership checks). A refused command leaves the
 //     state unchanged and returns its error (ErrNotFound, ErrExists,
@@ -18,10 +23,11 @@
 //   - snapshot.go: snapshots are a header {format version, last index},
 //     typed length-prefixed records and an end marker; restore builds a
 //     fresh State and swaps it in, refusing unknown versions and records.
-//   - store.go: Store wires the FSM to raft, raft-boltdb and the TCP
-//     transport and turns raft's errors into ErrNotLeader.
+//   - store.go and open.go: Store wires the FSM to raft, raft-boltdb and
+//     the TCP transport and turns raft's errors into ErrNotLeader.
 //   - hclog.go: routes raft's hclog output to the injected zap logger.
 //
 // Per-record progress, lag and the translation log never go through raft:
-// they change at data rate.
+// they change at data rate. The package must not import Kafka clients or
+// the daemon, nor read a clock or do I/O inside Apply.
 package raftstore

@@ -229,10 +229,7 @@ func (s *State) applySetPartitionState(c SetPartitionState, _ uint64) error {
 	if err != nil {
 		return err
 	}
-	if c.Owner != "" {
-		if err := checkLease(c.Key, p, c.Lease); err != nil {
-			return err
-		}
+	if c.Owner != "" { // a member's report: its lease was checked (LeaseFromMember)
 		if p.State == StateStopping || p.State == StateStopped {
 			return fmt.Errorf("%w: partition %s is %s; its owner records it stopped instead", ErrInvalid, c.Key, p.State)
 		}
@@ -273,19 +270,13 @@ func (s *State) applySetProducer(c SetProducer, _ uint64) error {
 	if err != nil {
 		return err
 	}
-	if c.Generation != p.Generation || (c.Owner != "" && c.Owner != p.Owner) {
-		return fmt.Errorf("%w: partition %s is leased to %q in generation %d, writer %q has %d", ErrStaleGeneration, c.Key, p.Owner, p.Generation, c.Owner, c.Generation)
-	}
-	p.Producer = c.Producer
+	p.Producer = c.Producer // the lease was checked (LeaseGeneration)
 	return nil
 }
 
 func (s *State) applyRenewProducer(c RenewProducer, index uint64) error {
 	p, err := s.partition(c.Key)
 	if err != nil {
-		return err
-	}
-	if err := checkLease(c.Key, p, c.Lease); err != nil {
 		return err
 	}
 	p.Producer = p.Producer.bumped()
@@ -296,9 +287,6 @@ func (s *State) applyRenewProducer(c RenewProducer, index uint64) error {
 func (s *State) applyReleasePartition(c ReleasePartition, index uint64) error {
 	p, err := s.partition(c.Key)
 	if err != nil {
-		return err
-	}
-	if err := checkLease(c.Key, p, c.Lease); err != nil {
 		return err
 	}
 	p.Handoff = nil
@@ -332,9 +320,6 @@ func (s *State) applyRequestMove(c RequestMove, _ uint64) error {
 func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 	p, err := s.partition(c.Key)
 	if err != nil {
-		return err
-	}
-	if err := checkLease(c.Key, p, c.Lease); err != nil {
 		return err
 	}
 	t, _ := s.Topic(c.Key.Mirror, c.Key.Topic)
@@ -478,9 +463,6 @@ func (s *State) applyResumePartition(c ResumePartition, index uint64) error {
 func (s *State) applyRecordGap(c RecordGap, _ uint64) error {
 	p, err := s.partition(c.Key)
 	if err != nil {
-		return err
-	}
-	if err := checkLease(c.Key, p, c.Lease); err != nil {
 		return err
 	}
 	if !p.AcceptGap {

@@ -1,0 +1,72 @@
+package raftstore
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestAuthorityTable: every command type has its row; only the two kept
+// for old logs have no submitter; a lease rule sits exactly on the
+// commands that name a lease (register panics otherwise).
+func TestAuthorityTable(t *testing.T) {
+	for typ := TypeCreateMirror; typ <= TypeSetWriteDenials; typ++ {
+		e, ok := commands[typ]
+		if !ok {
+			t.Fatalf("command type %d has no row in the command table", typ)
+		}
+		if legacy := typ == TypeAssign || typ == TypeRecordStopped; (e.by == 0) != legacy {
+			t.Errorf("%s: submitters %s", e.name, e.by)
+		}
+	}
+}
+
+// TestAuthorize: a member may submit its own partitions' reports (each
+// naming its lease) and its own record, nothing an operator or the leader
+// decides.
+func TestAuthorize(t *testing.T) {
+	k := PartitionKey{Mirror: "m", Topic: "t", Partition: 0}
+	lease := Lease{Owner: "n2", Generation: 7}
+	for _, cmd := range []Command{
+		SetPartitionState{Key: k, State: StateFailed, Lease: lease},
+		SetProducer{Key: k, Generation: 7, Owner: "n2"},
+		RenewProducer{Key: k, Lease: lease},
+		ReleasePartition{Key: k, Lease: lease},
+		PartitionStopped{Key: k, Lease: lease},
+		RecordGap{Key: k, Lease: lease, From: 1, To: 5},
+		UpsertMember{Member: Member{ID: "n2"}},
+		SetDraining{ID: "n2", Draining: true},
+	} {
+		if err := Authorize(cmd, ByMember); err != nil {
+			t.Errorf("a member's %s: %v", cmd.Type(), err)
+		}
+	}
+	for _, cmd := range []Command{
+		CreateMirror{Mirror: Mirror{Name: "m"}},
+		AssignPartitions{},
+		RequestMove{Key: k},
+		ResumePartition{Key: k, AcceptGap: true},
+		RemoveMember{ID: "n3"},
+		Assign{Key: k, Owner: "n2"},
+	} {
+		err := Authorize(cmd, ByMember)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a member may not submit "+cmd.Type().String()) {
+			t.Errorf("a member's %s: %v, want refused", cmd.Type(), err)
+		}
+	}
+	for _, cmd := range []Command{
+		SetPartitionState{Key: k, State: StateFailed},
+		SetProducer{Key: k, Generation: 7},
+		RecordGap{Key: k, From: 1, To: 5},
+	} {
+		if err := Authorize(cmd, ByMember); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "must name its lease") {
+			t.Errorf("a member's %s without a lease: %v, want refused", cmd.Type(), err)
+		}
+	}
+	if err := Authorize(SetPartitionState{Key: k, State: StateDiverged}, ByLeader); err != nil {
+		t.Errorf("the leader's own SetPartitionState: %v", err)
+	}
+	if err := Authorize(ResumePartition{Key: k}, ByOperator); err != nil {
+		t.Errorf("an operator's ResumePartition: %v", err)
+	}
+}
