@@ -35,8 +35,8 @@ bench: build kafka
 FUZZTIME ?= 30s
 
 fuzz:
-	$(GO) test ./fetch/ksec -run '^$$' -fuzz '^FuzzParseProperties$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./fetch/ksec -run '^$$' -fuzz '^FuzzSecuritySettings$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./fetch/kafka/ksec -run '^$$' -fuzz '^FuzzParseProperties$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./fetch/kafka/ksec -run '^$$' -fuzz '^FuzzSecuritySettings$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon/config -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./daemon -run '^$$' -fuzz '^FuzzHTTPRequests$$' -fuzztime $(FUZZTIME)
 

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
 )
@@ -59,11 +59,11 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 	if len(req.Topics) == 0 {
 		return nil, fmt.Errorf("%w: name at least one --topic", api.ErrInvalid)
 	}
-	which := fetch.Earliest
+	which := kafka.Earliest
 	switch req.StartFrom {
 	case "", "earliest":
 	case "latest":
-		which = fetch.Latest
+		which = kafka.Latest
 	default:
 		return nil, fmt.Errorf("%w: start-from %q: use earliest or latest", api.ErrInvalid, req.StartFrom)
 	}
@@ -184,13 +184,13 @@ func topicNames(plan []plannedTopic) string {
 	return strings.Join(names, ", ")
 }
 
-func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
+func (m *Member) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
 	if !validName.MatchString(topic) || topic == "." || topic == ".." {
 		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", api.ErrInvalid, topic)
 	}
 	srcTopic, err := src.Topic(ctx, topic)
 	n := srcTopic.Partitions
-	if errors.Is(err, fetch.ErrTopicNotFound) {
+	if errors.Is(err, kafka.ErrTopicNotFound) {
 		return plannedTopic{}, fmt.Errorf("%w: source topic %s does not exist on the source cluster of mirror %s (%s)",
 			api.ErrNotFound, topic, mir.Name, strings.Join(mir.Bootstrap, ","))
 	}
@@ -214,7 +214,7 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 		return plannedTopic{}, fmt.Errorf("%w: destination topic %s already exists and no last mirrored position of it was found "+
 			"(neither in the destination's nor in the source's %s for these clusters and topic IDs): it was not written by kmirror; "+
 			"delete it on the destination cluster or mirror into a cluster without it", api.ErrConflict, topic, truncate.StateTopic)
-	} else if !errors.Is(err, fetch.ErrTopicNotFound) {
+	} else if !errors.Is(err, kafka.ErrTopicNotFound) {
 		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	offsets, err := src.Offsets(ctx, topic, n, which)
@@ -225,7 +225,7 @@ func (m *Member) planTopic(ctx context.Context, src *fetch.Admin, mir raftstore.
 	if err != nil {
 		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
-	create, deferred := fetch.DeferCompaction(configs)
+	create, deferred := kafka.DeferCompaction(configs)
 	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: topic, State: raftstore.StatePending,
 		SourceTopicID: srcTopic.ID, DestinationConfigs: create, Partitions: make([]raftstore.PartitionInfo, n)}
 	if deferred != nil {
@@ -281,7 +281,7 @@ func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) erro
 func (m *Member) createDestination(ctx context.Context, t raftstore.MirrorTopic) (string, error) {
 	configs := t.DestinationConfigs
 	if len(configs) == 0 {
-		configs = fetch.MirrorTopicConfigs // recorded by an older build
+		configs = kafka.MirrorTopicConfigs // recorded by an older build
 	}
 	rf := t.ReplicationFactor
 	if rf == 0 {
@@ -304,9 +304,9 @@ func (m *Member) createDestination(ctx context.Context, t raftstore.MirrorTopic)
 // rest is the destination being unavailable (502).
 func destinationError(topic string, err error) error {
 	switch {
-	case fetch.IsRequestError(err):
+	case kafka.IsRequestError(err):
 		return fmt.Errorf("%w: the destination cluster refused to create topic %s: %v", api.ErrInvalid, topic, err)
-	case fetch.IsTopicExists(err):
+	case kafka.IsTopicExists(err):
 		return fmt.Errorf("%w: destination topic %s already exists (created by someone else meanwhile): %v; "+
 			"delete it on the destination cluster or mirror into a cluster without it", api.ErrConflict, topic, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -113,7 +113,7 @@ func (p *sourceProbe) probe(mir raftstore.Mirror) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err != nil && fetch.SecurityFailure(err) {
+	if err != nil && kafka.SecurityFailure(err) {
 		// The source answered, refusing kmirror's credentials or
 		// certificate: it is up, and failing over would not help. The
 		// partitions show the reason (FAILED).

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -12,7 +13,7 @@ import (
 // leader from whichever member runs the partition, retried until applied.
 type control struct{ m *Member }
 
-func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id fetch.ProducerID) error {
+func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id kafka.ProducerID) error {
 	return c.m.submit(ctx, raftstore.SetProducer{
 		Key:        partitionKey(k),
 		Producer:   raftstore.ProducerIdentity{ProducerID: id.ID, Epoch: id.Epoch, Allocated: true},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
 )
@@ -19,7 +20,7 @@ import (
 
 // findExisting looks for the last mirrored position of topic (see
 // truncate.Find); nil when there is none.
-func (m *Member) findExisting(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, topic string) (*truncate.Plan, error) {
+func (m *Member) findExisting(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string) (*truncate.Plan, error) {
 	dstID, err := m.dest.ClusterID(ctx)
 	if err != nil {
 		return nil, err
@@ -35,7 +36,7 @@ func (m *Member) findExisting(ctx context.Context, src *fetch.Admin, mir raftsto
 
 // existingTopic is the planned record of a topic that continues into its
 // existing destination topic: MIRRORING at once, nothing to create.
-func (m *Member) existingTopic(mir raftstore.Mirror, srcTopic fetch.TopicMeta, plan *truncate.Plan) plannedTopic {
+func (m *Member) existingTopic(mir raftstore.Mirror, srcTopic kafka.TopicMeta, plan *truncate.Plan) plannedTopic {
 	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: plan.Topic, State: raftstore.StatePending, SourceTopicID: srcTopic.ID,
 		Partitions: make([]raftstore.PartitionInfo, len(plan.Partitions))}
 	for i, pp := range plan.Partitions {
@@ -98,7 +99,7 @@ func (m *Member) continueTopic(ctx context.Context, p plannedTopic) error {
 
 // truncateAndAdd quarantines the divergent records of an existing
 // destination topic, deletes the topic, and adds it afresh.
-func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) (truncate.Result, error) {
+func (m *Member) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) (truncate.Result, error) {
 	if rf == 0 {
 		rf = m.cfg.Destination.ReplicationFactor
 	}
@@ -113,7 +114,7 @@ func (m *Member) truncateAndAdd(ctx context.Context, src *fetch.Admin, mir rafts
 	if err := m.engine.ForgetTopic(tctx, mir.Name, p.topic.Topic); err != nil {
 		return res, fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", api.ErrUnavailable, p.topic.Topic, err)
 	}
-	fresh, err := m.planTopic(tctx, src, mir, p.topic.Topic, fetch.Earliest, false)
+	fresh, err := m.planTopic(tctx, src, mir, p.topic.Topic, kafka.Earliest, false)
 	if err != nil {
 		return res, err
 	}

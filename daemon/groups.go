@@ -12,7 +12,8 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -60,7 +61,7 @@ type seenCommit struct {
 }
 
 type groupSource struct {
-	admin *fetch.Admin
+	admin *kafka.Admin
 	key   string // sourceKey the admin was made for
 }
 
@@ -137,7 +138,7 @@ func (g *groupSync) warn(key, msg string, err error) {
 }
 
 // source returns the admin connection to a mirror's source cluster.
-func (g *groupSync) source(mir raftstore.Mirror) *fetch.Admin {
+func (g *groupSync) source(mir raftstore.Mirror) *kafka.Admin {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	bs := sourceKey(mir)
@@ -255,9 +256,9 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 	for _, dg := range dstGroups {
 		onDest[dg.ID] = dg
 	}
-	parts := make([]fetch.TopicPartition, len(keys))
+	parts := make([]kafka.TopicPartition, len(keys))
 	for i, k := range keys {
-		parts[i] = fetch.TopicPartition{Topic: k.Topic, Partition: k.Partition}
+		parts[i] = kafka.TopicPartition{Topic: k.Topic, Partition: k.Partition}
 	}
 	var rows []api.GroupStatus
 	seen := map[string]bool{}
@@ -292,8 +293,8 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 
 // syncGroup syncs one group; committed holds its source commits.
 func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwire.GroupListing, exists bool,
-	committed map[fetch.TopicPartition]fetch.Committed, tr translator) []api.GroupStatus {
-	tps := make([]fetch.TopicPartition, 0, len(committed))
+	committed map[kafka.TopicPartition]kafka.Committed, tr translator) []api.GroupStatus {
+	tps := make([]kafka.TopicPartition, 0, len(committed))
 	for tp := range committed {
 		tps = append(tps, tp)
 	}
@@ -328,7 +329,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 			"nobody uses there, so it leaves this one alone; stop its consumers on the destination until failover, or exclude the group "+
 			"with %s (kmirror alter)", group, dg.State, propGroupsExclude))
 	}
-	commit := map[fetch.TopicPartition]fetch.Committed{}
+	commit := map[kafka.TopicPartition]kafka.Committed{}
 	target := make([]int64, len(tps))
 	for i, tp := range tps {
 		r := &rows[i]
@@ -351,7 +352,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 				"kmirror never moves a committed offset backwards; if the source group was reset on purpose, reset the destination group "+
 				"too (kafka-consumer-groups.sh --reset-offsets --to-offset %d) or delete it there", r.DestinationCommitted, d, r.SourceCommitted, d)
 		case r.DestinationCommitted < d:
-			commit[tp] = fetch.Committed{Offset: d, Metadata: committed[tp].Metadata}
+			commit[tp] = kafka.Committed{Offset: d, Metadata: committed[tp].Metadata}
 			fallthrough
 		default:
 			r.State = api.GroupSynced
@@ -377,7 +378,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		switch {
 		case rerr == nil:
 			r.DestinationCommitted = target[i]
-		case fetch.IsGroupInUse(rerr):
+		case kafka.IsGroupInUse(rerr):
 			r.State, r.Reason = api.GroupConflict, fmt.Sprintf("group %s got members on the destination (the commit was refused: %v): "+
 				"kmirror leaves a group in use alone", group, rerr)
 		default:

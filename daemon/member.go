@@ -15,6 +15,7 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -22,8 +23,10 @@ import (
 // the admin API, wired together. Files by job: member.go (start and stop),
 // join.go (forming or joining the group), leader.go (the leader loop),
 // assign.go (where partitions go), owner.go (this member's partitions and
-// its reports to the leader), forward.go (requests to other members),
-// service.go (the admin API), members.go (the members API).
+// their jobs), control.go (the data path's reports), outbox.go (commands
+// to the leader), announce.go (this member's record, hand-off before
+// stop), forward.go (requests to other members), service.go (the admin
+// API), members.go (the members API).
 type Member struct {
 	cfg   config.Config
 	log   *zap.Logger
@@ -31,7 +34,7 @@ type Member struct {
 	// openStore is store for readers that may run before it is open.
 	openStore atomic.Pointer[raftstore.Store]
 	engine    *fetch.Engine
-	dest      *fetch.Admin
+	dest      *kafka.Admin
 	// auth secures the API, served and called (api section).
 	auth *apiAuth
 	// destPrincipal is kmirror's principal on the destination; readOnly
@@ -125,7 +128,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		cfg:           cfg,
 		log:           log,
 		hadState:      hadState,
-		dest:          fetch.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
+		dest:          kafka.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.owner.init()

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch"
-	"github.com/kmirror/kmirror/fetch/ksec"
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/ksec"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -210,7 +210,7 @@ func (m *Member) checkSource(ctx context.Context, settings mirrorSettings) (stri
 	if _, err := settings.Security.Resolve(); err != nil {
 		return "", fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	src := fetch.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, securityOf(settings.Security))
+	src := kafka.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, securityOf(settings.Security))
 	defer src.Close()
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()

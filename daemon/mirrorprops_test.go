@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 func TestParseMirrorSettings(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
 )
@@ -220,13 +221,13 @@ func specOf(t *raftstore.MirrorTopic, i int32, p raftstore.PartitionInfo) fetch.
 		AcceptGapBelow: p.AcceptGapBelow,
 	}
 	if p.Producer.Allocated {
-		spec.Producer = &fetch.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
+		spec.Producer = &kafka.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
 	}
 	if h := p.Handoff; h != nil && h.Producer.Allocated {
 		spec.Handoff = &fetch.Handoff{
 			Position: fetch.Position{SourceOffset: h.SourceOffset, DestinationOffset: h.DestinationOffset, SourceLeaderEpoch: h.SourceLeaderEpoch},
 			Sequence: h.Sequence,
-			Producer: fetch.ProducerID{ID: h.Producer.ProducerID, Epoch: h.Producer.Epoch},
+			Producer: kafka.ProducerID{ID: h.Producer.ProducerID, Epoch: h.Producer.Epoch},
 		}
 	}
 	return spec

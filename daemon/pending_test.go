@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -28,7 +28,7 @@ func TestPendingTopicFinishedWithItsConfigs(t *testing.T) {
 	t.Cleanup(dst.Close)
 	g := newGroup(t, 1, time.Second)
 	l := g.leader()
-	l.dest = fetch.NewAdmin("destination cluster", dst.ListenAddrs(), "test", nil)
+	l.dest = kafka.NewAdmin("destination cluster", dst.ListenAddrs(), "test", nil)
 	t.Cleanup(l.dest.Close)
 	ctx := context.Background()
 	if err := l.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: []string{"src:9092"}}}); err != nil {

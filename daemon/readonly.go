@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch"
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -226,7 +226,7 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 func readOnlyError(err error, purpose string) string {
 	var kerr *kwire.Error
 	switch {
-	case errors.Is(err, fetch.ErrNoAuthorizer):
+	case errors.Is(err, kafka.ErrNoAuthorizer):
 		return "the destination cluster runs no authorizer, so mirror topics cannot be made read-only; " +
 			"foreign writes are still detected (the partition goes DIVERGED)"
 	case errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code):

@@ -7,7 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -88,7 +88,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([
 		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 		defer cancel()
 		var err error
-		if below, err = src.Offsets(cctx, req.Topic, len(states), fetch.Earliest); err != nil {
+		if below, err = src.Offsets(cctx, req.Topic, len(states), kafka.Earliest); err != nil {
 			return nil, fmt.Errorf("%w: reading the source's log start offsets to bound the accepted gap: %v", api.ErrUnavailable, err)
 		}
 	}

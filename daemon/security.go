@@ -4,8 +4,9 @@ import (
 	"strings"
 
 	"github.com/kmirror/kmirror/fetch"
-	"github.com/kmirror/kmirror/fetch/ksec"
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/ksec"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -13,7 +14,7 @@ import (
 // nil for PLAINTEXT, else a function that reads the settings' files and
 // references at every dial (so replaced certificates and secrets apply to
 // new connections without a restart).
-func securityOf(s ksec.Settings) fetch.Security {
+func securityOf(s ksec.Settings) kafka.Security {
 	if s.Protocol == "" || s.Protocol == ksec.Plaintext {
 		return nil
 	}
@@ -23,7 +24,7 @@ func securityOf(s ksec.Settings) fetch.Security {
 // mirrorSecurity returns a mirror's source security settings. The
 // properties were checked when the mirror was created or altered; an error
 // here (a newer member's property) fails every dial with its message.
-func mirrorSecurity(mir raftstore.Mirror) (fetch.Security, string) {
+func mirrorSecurity(mir raftstore.Mirror) (kafka.Security, string) {
 	s, err := ksec.Parse(mir.Properties, "mirror "+mir.Name)
 	if err != nil {
 		return func() (*kwire.Security, error) { return nil, err }, "invalid"
@@ -39,9 +40,9 @@ func sourceKey(mir raftstore.Mirror) string {
 }
 
 // newSourceAdmin opens an Admin on a mirror's source cluster.
-func (m *Member) newSourceAdmin(mir raftstore.Mirror) *fetch.Admin {
+func (m *Member) newSourceAdmin(mir raftstore.Mirror) *kafka.Admin {
 	sec, _ := mirrorSecurity(mir)
-	return fetch.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, sec)
+	return kafka.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, sec)
 }
 
 // sourceOf is the engine's view of a mirror's source cluster.

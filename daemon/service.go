@@ -16,7 +16,8 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
-	"github.com/kmirror/kmirror/fetch/ksec"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/ksec"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -166,7 +167,7 @@ func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	tm, err := m.dest.Topic(ctx, t.Topic)
 	destID := tm.ID
 	switch {
-	case errors.Is(err, fetch.ErrTopicNotFound):
+	case errors.Is(err, kafka.ErrTopicNotFound):
 		destID, err = m.createDestination(ctx, t)
 	case err == nil && tm.Partitions != len(t.Partitions):
 		err = fmt.Errorf("destination topic %s has %d partitions, the source %d: delete it on the destination cluster, "+

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -101,7 +102,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 // switchoverWait tracks a planned switchover's conditions across polls.
 type switchoverWait struct {
 	m             *Member
-	src           *fetch.Admin
+	src           *kafka.Admin
 	mirror, topic string
 	partitions    int
 	// lastStable is the source's last stable offsets at the previous
@@ -117,7 +118,7 @@ type switchoverWait struct {
 func (w *switchoverWait) blocker(ctx context.Context) string {
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	stable, err := w.src.Offsets(cctx, w.topic, w.partitions, fetch.Latest)
+	stable, err := w.src.Offsets(cctx, w.topic, w.partitions, kafka.Latest)
 	if err != nil {
 		w.caughtUp = time.Time{}
 		return "the source's last stable offsets are unknown: " + err.Error()
@@ -181,7 +182,7 @@ func (w *switchoverWait) blocker(ctx context.Context) string {
 func (w *switchoverWait) checkNoneLeft(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	stable, err := w.src.Offsets(cctx, w.topic, w.partitions, fetch.Latest)
+	stable, err := w.src.Offsets(cctx, w.topic, w.partitions, kafka.Latest)
 	if err != nil {
 		return nil // the positions are recorded; the source can no longer be asked
 	}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -21,7 +22,7 @@ const topicCheckInterval = 3 * time.Second
 // topicWatch is the leader's view of the clusters for checkTopics: one
 // admin connection per mirror's source cluster, kept between rounds.
 type topicWatch struct {
-	admins map[string]*fetch.Admin
+	admins map[string]*kafka.Admin
 	boot   map[string]string // sourceKey the admin was made for
 	// reported holds the divergences already applied, so a refused or
 	// repeated one is not logged every round.
@@ -37,9 +38,9 @@ func (w *topicWatch) close() {
 
 // source returns the admin for mirror's source cluster, replacing one whose
 // bootstrap list changed.
-func (w *topicWatch) source(m *Member, mir raftstore.Mirror) *fetch.Admin {
+func (w *topicWatch) source(m *Member, mir raftstore.Mirror) *kafka.Admin {
 	if w.admins == nil {
-		w.admins, w.boot, w.reported = map[string]*fetch.Admin{}, map[string]string{}, map[string]bool{}
+		w.admins, w.boot, w.reported = map[string]*kafka.Admin{}, map[string]string{}, map[string]bool{}
 	}
 	if a, ok := w.admins[mir.Name]; ok && w.boot[mir.Name] == sourceKey(mir) {
 		return a
@@ -111,18 +112,18 @@ func (m *Member) checkTopics(ctx context.Context, w *topicWatch) {
 	}
 }
 
-func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *fetch.Admin, t raftstore.MirrorTopic) {
+func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *kafka.Admin, t raftstore.MirrorTopic) {
 	log := m.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
 	srcMeta, err := src.Topic(ctx, t.Topic)
 	if err != nil {
-		if !errors.Is(err, fetch.ErrTopicNotFound) {
+		if !errors.Is(err, kafka.ErrTopicNotFound) {
 			log.Debug("check source topic", zap.Error(err))
 		}
 		return
 	}
 	dstMeta, err := m.dest.Topic(ctx, t.Topic)
 	if err != nil {
-		if !errors.Is(err, fetch.ErrTopicNotFound) {
+		if !errors.Is(err, kafka.ErrTopicNotFound) {
 			log.Debug("check destination topic", zap.Error(err))
 		}
 		return
@@ -156,7 +157,7 @@ func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *fetch.Admin
 
 // applyDeferred sets a topic's deferred compaction configs on the
 // destination once every partition's checkpoint is past its DeferUntil
-// offset (fetch.DeferCompaction), then clears them in the state.
+// offset (kafka.DeferCompaction), then clears them in the state.
 func (m *Member) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
 	for i, p := range t.Partitions {
 		if i >= len(t.DeferUntil) {
@@ -187,7 +188,7 @@ func (m *Member) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
 // grows first (so an owner never waits for a partition that does not
 // exist), then the new partitions join the mirror topic, starting at the
 // source's log start offset of each.
-func (m *Member) growTopic(ctx context.Context, src *fetch.Admin, t raftstore.MirrorTopic, want, dest int) {
+func (m *Member) growTopic(ctx context.Context, src *kafka.Admin, t raftstore.MirrorTopic, want, dest int) {
 	log := m.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
 	if dest < want {
 		if err := m.dest.CreatePartitions(ctx, t.Topic, want); err != nil {
@@ -195,7 +196,7 @@ func (m *Member) growTopic(ctx context.Context, src *fetch.Admin, t raftstore.Mi
 			return
 		}
 	}
-	offsets, err := src.Offsets(ctx, t.Topic, want, fetch.Earliest)
+	offsets, err := src.Offsets(ctx, t.Topic, want, kafka.Earliest)
 	if err != nil {
 		log.Warn("read start offsets of partitions added on the source", zap.Error(err))
 		return

@@ -44,6 +44,12 @@
 // side by side), realign.go (the walk after the source deleted records it
 // had copied), confirm.go (unknown produce outcomes), fetcher.go and
 // sender.go (the fetch and produce loops), partition.go and items.go
-// (per-partition state and the produce queue), idle.go, offsets.go,
-// translate.go, cluster.go, admin.go.
+// (per-partition state and the produce queue), idle.go, offsets.go (the
+// progress store: checkpoints and translation segments in the internal
+// topic), translate.go (the translation log), failback.go (reading another
+// group's progress store; seeding a partition; copying a record range).
+//
+// Cluster access (metadata, pooled connections, the partition reader, the
+// admin client) is in fetch/kafka; this package holds only the data path and
+// its progress store, and imports neither the daemon nor raftstore.
 package fetch

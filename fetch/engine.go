@@ -11,7 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // ErrUnknownPartition is returned for a partition the engine does not hold.
@@ -22,8 +23,8 @@ type Engine struct {
 	cfg       Config
 	ctl       Control
 	log       *zap.Logger
-	dest      *cluster
-	destAdmin *Admin
+	dest      *kafka.Cluster
+	destAdmin *kafka.Admin
 	store     *offsetStore
 
 	ctx    context.Context
@@ -49,7 +50,7 @@ type Engine struct {
 
 // source is one mirror's source cluster and its fetch loops by broker.
 type source struct {
-	cl          *cluster
+	cl          *kafka.Cluster
 	securityKey string // Source.SecurityKey the cluster was made with
 	fetchers    map[int32]*worker
 }
@@ -72,13 +73,13 @@ func kick(ch chan struct{}) {
 // New returns an engine; call Start before Assign.
 func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 	cfg.Defaults()
-	dest := newCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity)
+	dest := kafka.NewCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity)
 	return &Engine{
 		cfg:       cfg,
 		ctl:       ctl,
 		log:       log.Named("fetch"),
 		dest:      dest,
-		destAdmin: NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity),
+		destAdmin: kafka.NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity),
 		store:     newOffsetStore(dest, cfg.OffsetsTopic),
 		kickRt:    make(chan struct{}, 1),
 		walks:     make(chan struct{}, maxWalks),
@@ -124,7 +125,7 @@ func (e *Engine) tick(d time.Duration, f func()) {
 
 func (e *Engine) ensureInternalTopic(ctx context.Context, topic string) error {
 	_, err := e.destAdmin.Partitions(ctx, topic)
-	if errors.Is(err, ErrTopicNotFound) {
+	if errors.Is(err, kafka.ErrTopicNotFound) {
 		err = e.destAdmin.CreateTopic(ctx, topic, 1, e.cfg.InternalRF, map[string]string{
 			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
 		})
@@ -149,7 +150,7 @@ func (e *Engine) goLoop(f func()) {
 func (e *Engine) SetSource(mirror string, src Source) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey {
+	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.Bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey {
 		return
 	} else if ok {
 		// Replaced: its fetch loops see it and exit; its metadata and
@@ -158,7 +159,7 @@ func (e *Engine) SetSource(mirror string, src Source) {
 		for _, w := range s.fetchers {
 			kick(w.kick)
 		}
-		go s.cl.close()
+		go s.cl.Close()
 		for k, p := range e.parts {
 			if k.Mirror == mirror {
 				p.srcLeader = -1
@@ -167,7 +168,7 @@ func (e *Engine) SetSource(mirror string, src Source) {
 		defer kick(e.kickRt)
 	}
 	e.sources[mirror] = &source{
-		cl:          newCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.Security),
+		cl:          kafka.NewCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.Security),
 		securityKey: src.SecurityKey,
 		fetchers:    map[int32]*worker{},
 	}
@@ -189,7 +190,7 @@ func (e *Engine) RetainSources(keep map[string]bool) {
 			for _, w := range s.fetchers {
 				kick(w.kick)
 			}
-			go s.cl.close()
+			go s.cl.Close()
 		}
 	}
 }
@@ -341,7 +342,7 @@ func (e *Engine) FetchedBytes() map[string]int64 {
 	defer e.mu.Unlock()
 	out := make(map[string]int64, len(e.sources))
 	for name, src := range e.sources {
-		out[name] = src.cl.fetchedBytes.Load()
+		out[name] = src.cl.FetchedBytes.Load()
 	}
 	return out
 }
@@ -380,10 +381,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.wg.Wait()
 	e.mu.Lock()
 	for _, s := range e.sources {
-		s.cl.close()
+		s.cl.Close()
 	}
 	e.mu.Unlock()
-	e.dest.close()
+	e.dest.Close()
 	e.destAdmin.Close()
 	e.store.close()
 	return errors.Join(errs...)

@@ -15,7 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // fakeControl is the control plane for engine tests: it grants a lease
@@ -25,16 +26,16 @@ type fakeControl struct {
 	states   map[Key][]State
 	reasons  map[Key]string
 	renewals []Key
-	saved    map[Key]ProducerID
+	saved    map[Key]kafka.ProducerID
 	deadline time.Time // zero: a lease that never ends
 	gaps     [][2]int64
 }
 
 func newFakeControl() *fakeControl {
-	return &fakeControl{states: map[Key][]State{}, reasons: map[Key]string{}, saved: map[Key]ProducerID{}}
+	return &fakeControl{states: map[Key][]State{}, reasons: map[Key]string{}, saved: map[Key]kafka.ProducerID{}}
 }
 
-func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id ProducerID) error {
+func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id kafka.ProducerID) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.saved[k] = id
@@ -460,7 +461,7 @@ func TestCheckpointWriteSplitsLargeTranslations(t *testing.T) {
 	if err := x.e.store.write(ctx, []update{up, other}); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	fresh := newOffsetStore(newCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic)
+	fresh := newOffsetStore(kafka.NewCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic)
 	if err := fresh.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -555,11 +556,11 @@ func TestAdminOffsetsOneRequestPerLeader(t *testing.T) {
 		mu.Unlock()
 		return true
 	}})
-	a := NewAdmin("source cluster", cl.ListenAddrs(), "test", nil)
+	a := kafka.NewAdmin("source cluster", cl.ListenAddrs(), "test", nil)
 	defer a.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	offs, err := a.Offsets(ctx, "wide", 200, Latest)
+	offs, err := a.Offsets(ctx, "wide", 200, kafka.Latest)
 	if err != nil || len(offs) != 200 {
 		t.Fatalf("offsets: %d, %v", len(offs), err)
 	}

@@ -8,7 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // minFetchBudget is the least free memory budget worth a fetch.
@@ -135,7 +136,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		restarted := sess.build(req, want)
 		var err error
 		if conn == nil {
-			conn, err = src.cl.dial(e.ctx, w.addr)
+			conn, err = src.cl.Dial(e.ctx, w.addr)
 		}
 		var res *kwire.FetchResponse
 		if err == nil {
@@ -172,7 +173,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		backoff = e.cfg.RetryBackoff
 		sess.advance(want, res.SessionID, mirror, res.Partitions)
 		for _, fp := range res.Partitions {
-			src.cl.fetchedBytes.Add(int64(len(fp.Records)))
+			src.cl.FetchedBytes.Add(int64(len(fp.Records)))
 		}
 		e.seedSourceEnds(want, restarted, sess.ends)
 		if e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions) {
@@ -197,7 +198,7 @@ func (e *Engine) reroute(keys []Key, err error) {
 		if p, ok := e.parts[k]; ok {
 			p.srcLeader = -1
 			p.fetchErr = err.Error()
-			if SecurityFailure(err) && p.active() && !p.draining {
+			if kafka.SecurityFailure(err) && p.active() && !p.draining {
 				e.failLocked(p, err)
 			}
 		}
@@ -331,7 +332,7 @@ func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map
 		}
 		if len(items) == 0 && need > 0 {
 			// A batch larger than the partition fetch size: grow to it.
-			p.fetchBytes = growFetch(p.fetchBytes, need)
+			p.fetchBytes = kafka.GrowFetch(p.fetchBytes, need)
 		} else if len(items) > 0 {
 			p.fetchBytes = e.cfg.PartitionBytes
 		}
@@ -357,12 +358,6 @@ func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map
 	}
 	e.mu.Unlock()
 	return errored
-}
-
-// growFetch is the next fetch size after a record set ended in a partial
-// batch of need bytes: at least need, at least double, at most 256 MiB.
-func growFetch(cur int32, need int) int32 {
-	return int32(min(max(int64(need), 2*int64(cur)), 256<<20))
 }
 
 // fetchErrorLocked handles a partition-level fetch error.
@@ -405,8 +400,8 @@ func (e *Engine) sourceOutOfRange(p *partition, gen int, from int64) {
 	if src != nil {
 		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		var err error
-		if start, err = src.cl.listOffset(ctx, k.Topic, k.Partition, Earliest); err == nil {
-			end, err = src.cl.listOffset(ctx, k.Topic, k.Partition, Latest)
+		if start, err = src.cl.ListOffset(ctx, k.Topic, k.Partition, kafka.Earliest); err == nil {
+			end, err = src.cl.ListOffset(ctx, k.Topic, k.Partition, kafka.Latest)
 		}
 		cancel()
 		if err != nil {

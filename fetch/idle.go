@@ -7,7 +7,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // idleCheck is how often the destination of idle partitions is checked for
@@ -78,9 +79,9 @@ func (e *Engine) checkIdle() {
 // at addr, in one ListOffsets request (latest offset, read_uncommitted).
 // Partitions with an error are left out.
 func (e *Engine) highWatermarks(addr string, keys []Key) (map[Key]int64, error) {
-	ctx, cancel := exchangeCtx(e.ctx)
+	ctx, cancel := kafka.ExchangeCtx(e.ctx)
 	defer cancel()
-	conn, err := e.dest.borrow(ctx, addr)
+	conn, err := e.dest.Borrow(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func (e *Engine) highWatermarks(addr string, keys []Key) (map[Key]int64, error) 
 		if broken {
 			conn.Close()
 		} else {
-			e.dest.giveBack(addr, conn)
+			e.dest.GiveBack(addr, conn)
 		}
 	}()
 	req := &listoffsets.Request{ReplicaID: -1}

@@ -3,7 +3,7 @@ package fetch
 import (
 	"sort"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // item is one unit of the per-partition produce queue: a destination batch

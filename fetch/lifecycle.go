@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch/kafka"
 )
 
 // A partition's life in the engine: start (resume or handoff), FAILED with
@@ -71,7 +73,7 @@ func (e *Engine) failLocked(p *partition, err error) {
 	e.startLocked(p, backoff)
 }
 
-func sameProducer(a, b *ProducerID) bool {
+func sameProducer(a, b *kafka.ProducerID) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 

@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // checkpoint is a partition's persisted progress: everything below Src is
@@ -58,7 +59,7 @@ func parseKey(b []byte) (kind string, k Key, extra []string, ok bool) {
 // topic up to its high watermark on demand (catchUp) and appends with
 // acks=all.
 type offsetStore struct {
-	dest  *cluster
+	dest  *kafka.Cluster
 	topic string
 
 	mu          sync.Mutex
@@ -72,7 +73,7 @@ type offsetStore struct {
 	wconn *kwire.Conn
 }
 
-func newOffsetStore(dest *cluster, topic string) *offsetStore {
+func newOffsetStore(dest *kafka.Cluster, topic string) *offsetStore {
 	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{},
 		segments: map[Key]map[int64][]byte{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{}}
 }
@@ -81,13 +82,13 @@ func newOffsetStore(dest *cluster, topic string) *offsetStore {
 func (s *offsetStore) catchUp(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, addr, epoch, err := s.dest.leader(ctx, s.topic, 0, 5*time.Second)
+	_, addr, epoch, err := s.dest.Leader(ctx, s.topic, 0, 5*time.Second)
 	if err != nil {
 		return err
 	}
 	// A pooled connection: every resume catches up, and a member taking
 	// over many partitions must not dial once per partition.
-	conn, err := s.dest.borrow(ctx, addr)
+	conn, err := s.dest.Borrow(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -96,11 +97,11 @@ func (s *offsetStore) catchUp(ctx context.Context) error {
 		if broken {
 			conn.Close()
 		} else {
-			s.dest.giveBack(addr, conn)
+			s.dest.GiveBack(addr, conn)
 		}
 	}()
 	for {
-		fctx, cancel := exchangeCtx(ctx)
+		fctx, cancel := kafka.ExchangeCtx(ctx)
 		res, err := conn.Fetch(fctx, &kwire.FetchRequest{
 			MaxBytes: 8 << 20,
 			Partitions: []kwire.FetchPartition{{Topic: s.topic, Partition: 0, Offset: s.next,
@@ -423,11 +424,11 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.wconn == nil {
-		_, addr, _, err := s.dest.leader(ctx, topic, 0, 5*time.Second)
+		_, addr, _, err := s.dest.Leader(ctx, topic, 0, 5*time.Second)
 		if err != nil {
 			return err
 		}
-		if s.wconn, err = s.dest.dial(ctx, addr); err != nil {
+		if s.wconn, err = s.dest.Dial(ctx, addr); err != nil {
 			return err
 		}
 	}
@@ -442,7 +443,7 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 	if err != nil {
 		s.wconn.Close()
 		s.wconn = nil
-		s.dest.metadata(ctx, 0)
+		s.dest.Metadata(ctx, 0)
 		return fmt.Errorf("write %s: %w", topic, err)
 	}
 	return nil

@@ -5,7 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // partition is the engine's state for one leased partition. All fields are
@@ -50,7 +51,7 @@ type partition struct {
 	// confirming: the head batch was sent and its outcome is unknown; it
 	// is not sent again until confirm has read what the destination holds.
 	confirming bool
-	producer   ProducerID
+	producer   kafka.ProducerID
 	resumed    bool // producer, pos and translation are valid
 	nextSeq    int32
 	// own holds every producer identity this partition was written with

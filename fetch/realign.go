@@ -10,7 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // Realigning a walk after the source deleted records kmirror had already
@@ -48,19 +49,19 @@ type firstSurvivor struct {
 // firstSourceBatch reads the source from its log start (logStart, or later
 // if retention moves it meanwhile) to the first batch the data path would
 // mirror, taking no record below after (the walk's source position).
-func (e *Engine) firstSourceBatch(ctx context.Context, srcCl *cluster, k Key, logStart, after int64) (firstSurvivor, error) {
+func (e *Engine) firstSourceBatch(ctx context.Context, srcCl *kafka.Cluster, k Key, logStart, after int64) (firstSurvivor, error) {
 	fs := firstSurvivor{logStart: logStart, base: -1}
-	r, err := openPartitionReader(ctx, srcCl, k.Topic, k.Partition, logStart, true)
+	r, err := kafka.OpenPartitionReader(ctx, srcCl, k.Topic, k.Partition, logStart, true)
 	if err != nil {
 		return fs, err
 	}
-	defer r.close()
+	defer r.Close()
 	for refetch := 0; ; {
-		fp, err := r.fetch(ctx)
-		var oor *outOfRange
-		if errors.As(err, &oor) && oor.offset < oor.logStart && refetch < realignMaxRefetch {
+		fp, err := r.Fetch(ctx)
+		var oor *kafka.OutOfRange
+		if errors.As(err, &oor) && oor.Offset < oor.LogStart && refetch < realignMaxRefetch {
 			refetch++
-			fs.logStart, fs.base, r.offset = oor.logStart, -1, oor.logStart
+			fs.logStart, fs.base, r.Offset = oor.LogStart, -1, oor.LogStart
 			continue
 		}
 		if err != nil {
@@ -72,13 +73,13 @@ func (e *Engine) firstSourceBatch(ctx context.Context, srcCl *cluster, k Key, lo
 		}
 		from := int64(-1)
 		for _, b := range batches {
-			if b.LastOffset() >= r.offset {
+			if b.LastOffset() >= r.Offset {
 				from = b.BaseOffset()
 				break
 			}
 		}
 		if from < 0 && need > 0 {
-			r.maxBytes = growFetch(r.maxBytes, need)
+			r.MaxBytes = kafka.GrowFetch(r.MaxBytes, need)
 			continue
 		}
 		if from < 0 {
@@ -89,7 +90,7 @@ func (e *Engine) firstSourceBatch(ctx context.Context, srcCl *cluster, k Key, lo
 		}
 		// Never below the walk's own position: a walk that started inside
 		// a source batch (a re-encoded start) compares from there.
-		from = max(min(from, r.offset), after)
+		from = max(min(from, r.Offset), after)
 		if fs.base < 0 {
 			fs.base = from
 		}
@@ -108,7 +109,7 @@ func (e *Engine) firstSourceBatch(ctx context.Context, srcCl *cluster, k Key, lo
 			fs.data, fs.digest = it, recordsDigest(recs)
 			return fs, nil
 		}
-		r.offset = next // only aborted or control batches so far
+		r.Offset = next // only aborted or control batches so far
 	}
 }
 
@@ -181,7 +182,7 @@ type candidate struct {
 //     records: the deleted records can no longer tell), a gap (DIVERGED
 //     with GapBelow, or skipped and recorded under resume --accept-gap,
 //     gapBelow).
-func (e *Engine) realign(ctx context.Context, srcCl *cluster, k Key, xl *Translation, res *walkResult, sd sourceDeleted, pid ProducerID, gapBelow int64) (fetchAt int64, err error) {
+func (e *Engine) realign(ctx context.Context, srcCl *kafka.Cluster, k Key, xl *Translation, res *walkResult, sd sourceDeleted, pid kafka.ProducerID, gapBelow int64) (fetchAt int64, err error) {
 	s, d := sd.at.Src, sd.at.Dst
 	fs, err := e.firstSourceBatch(ctx, srcCl, k, sd.logStart, s)
 	if err != nil {
@@ -221,7 +222,7 @@ type realignment struct {
 	xl      *Translation
 	res     *walkResult
 	sd      sourceDeleted
-	pid     ProducerID
+	pid     kafka.ProducerID
 	fs      firstSurvivor
 	s, d    int64 // the walk's position: source offset s at destination offset d
 	ls      int64 // the source's log start
@@ -249,24 +250,24 @@ func (ra *realignment) cannot(format string, args ...any) error {
 // retention deleted the copy's place too (the caller maps linearly).
 func (ra *realignment) scan(ctx context.Context) (bothDeleted bool, err error) {
 	k, res, fs, s, d := ra.k, ra.res, ra.fs, ra.s, ra.d
-	dst, err := openPartitionReader(ctx, ra.e.dest, k.Topic, k.Partition, d, false)
+	dst, err := kafka.OpenPartitionReader(ctx, ra.e.dest, k.Topic, k.Partition, d, false)
 	if err != nil {
 		return false, err
 	}
-	defer dst.close()
+	defer dst.Close()
 	ra.own = res.own.clone()
 	ra.end = d
 	deletedDst := int64(0)
 	first := true
 	for {
-		batches, ended, err := dst.nextSettled(ctx)
-		var oor *outOfRange
-		if errors.As(err, &oor) && oor.offset < oor.logStart && first {
+		batches, ended, err := dst.NextSettled(ctx)
+		var oor *kafka.OutOfRange
+		if errors.As(err, &oor) && oor.Offset < oor.LogStart && first {
 			// Destination retention deleted kmirror's copies too.
-			if ra.dLin < oor.logStart {
+			if ra.dLin < oor.LogStart {
 				return true, nil
 			}
-			deletedDst, dst.offset, ra.end = oor.logStart-d, oor.logStart, oor.logStart
+			deletedDst, dst.Offset, ra.end = oor.LogStart-d, oor.LogStart, oor.LogStart
 			continue
 		}
 		if err != nil {

@@ -11,7 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // deleteRecordsKfake moves a partition's log start to offset.
@@ -51,7 +52,7 @@ func (x *kfakePair) produceBatches(cl *kfake.Cluster, topic string, from, n, siz
 
 // mirrorThenRelease mirrors topic's partition 0 until caught up, releases
 // it, and returns kmirror's producer identity for it.
-func (x *kfakePair) mirrorThenRelease(topic string) (Key, ProducerID) {
+func (x *kfakePair) mirrorThenRelease(topic string) (Key, kafka.ProducerID) {
 	x.t.Helper()
 	k := Key{Mirror: "m", Topic: topic, Partition: 0}
 	x.e.Assign([]Spec{{Key: k, Generation: 1}})
@@ -66,7 +67,7 @@ func (x *kfakePair) mirrorThenRelease(topic string) (Key, ProducerID) {
 
 // walkFromStart walks k from offset 0 on both sides, as a takeover with no
 // checkpoint does.
-func (x *kfakePair) walkFromStart(k Key, pid ProducerID, gapBelow int64) (walkResult, error) {
+func (x *kfakePair) walkFromStart(k Key, pid kafka.ProducerID, gapBelow int64) (walkResult, error) {
 	x.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

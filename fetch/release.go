@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch/kafka"
 )
 
 // Ending a partition's run on this member: Release and HandOff (drain and
@@ -63,7 +65,7 @@ func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 func (e *Engine) HandOff(ctx context.Context, k Key) (*Handoff, error) {
 	e.mu.Lock()
 	p, ok := e.parts[k]
-	var id ProducerID
+	var id kafka.ProducerID
 	if ok {
 		id = p.producer
 	}
@@ -202,16 +204,16 @@ func (e *Engine) settleOnce(ctx context.Context, spec Spec, lastTry bool) (Posit
 		return Position{}, err
 	}
 	start := Entry{Src: spec.StartOffset}
-	pid := ProducerID{ID: -1}
+	pid := kafka.ProducerID{ID: -1}
 	if hasCP {
 		start = Entry{Src: cp.Src, Dst: cp.Dst}
-		pid = ProducerID{ID: cp.PID, Epoch: cp.Epoch}
+		pid = kafka.ProducerID{ID: cp.PID, Epoch: cp.Epoch}
 	}
 	known := Position{SourceOffset: start.Src, DestinationOffset: start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
 	// Nothing landed after the checkpoint: it is the exact position, and
 	// the source need not answer (an emergency failover with the source
 	// gone).
-	hw, err := e.dest.listOffset(ctx, k.Topic, k.Partition, Latest)
+	hw, err := e.dest.ListOffset(ctx, k.Topic, k.Partition, kafka.Latest)
 	if err == nil && hw == start.Dst {
 		return known, nil
 	}

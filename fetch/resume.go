@@ -7,7 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // Divergence means the source and destination disagree: the partition
@@ -63,7 +64,7 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		e.log.Warn("handoff position is not the last checkpoint; resuming with a walk", zap.Stringer("partition", k),
 			zap.Int64("handoff_source_offset", h.Position.SourceOffset), zap.Int64("checkpoint_source_offset", cp.Src))
 	}
-	var pid ProducerID
+	var pid kafka.ProducerID
 	if spec.Producer != nil {
 		pid = *spec.Producer
 	} else {
@@ -89,7 +90,7 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	if hasCP {
 		start, startEpoch = Entry{Src: cp.Src, Dst: cp.Dst}, cp.LeaderEpoch
 		if cp.PID >= 0 {
-			own[ProducerID{ID: cp.PID, Epoch: cp.Epoch}] = cp.Seq
+			own[kafka.ProducerID{ID: cp.PID, Epoch: cp.Epoch}] = cp.Seq
 		}
 	}
 	e.mu.Lock()
@@ -147,13 +148,13 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 // the skipped range is recorded through the control plane before anything
 // is mirrored past it. The permission is used up even when there is no
 // gap, so it never covers a later one.
-func (e *Engine) acceptGap(ctx context.Context, srcCl *cluster, spec Spec, w *walkResult) error {
+func (e *Engine) acceptGap(ctx context.Context, srcCl *kafka.Cluster, spec Spec, w *walkResult) error {
 	k := spec.Key
 	gap := gapRange{from: w.end.Src, to: w.end.Src}
 	if w.gap != nil {
 		gap = *w.gap
 	} else {
-		start, err := srcCl.listOffset(ctx, k.Topic, k.Partition, Earliest)
+		start, err := srcCl.ListOffset(ctx, k.Topic, k.Partition, kafka.Earliest)
 		if err != nil {
 			return err
 		}
@@ -185,20 +186,20 @@ func (e *Engine) acceptGap(ctx context.Context, srcCl *cluster, spec Spec, w *wa
 // destination topics exist and are the ones the mirror recorded (topic
 // IDs): a recreated topic is a Divergence, a missing one an error (FAILED,
 // retried).
-func (e *Engine) checkTopics(ctx context.Context, srcCl *cluster, spec Spec) error {
+func (e *Engine) checkTopics(ctx context.Context, srcCl *kafka.Cluster, spec Spec) error {
 	k := spec.Key
 	for _, side := range []struct {
-		cl   *cluster
+		cl   *kafka.Cluster
 		want string
 		name string
 	}{{srcCl, spec.SourceTopicID, "source"}, {e.dest, spec.DestTopicID, "destination"}} {
-		side.cl.watch(k.Topic)
-		md, err := side.cl.metadata(ctx, 0)
+		side.cl.Watch(k.Topic)
+		md, err := side.cl.Metadata(ctx, 0)
 		if err != nil {
 			return err
 		}
 		if code, ok := md.TopicErrors[k.Topic]; ok && code == kwire.CodeUnknownTopicOrPartition {
-			return fmt.Errorf("%s", topicGoneReason(k, side.name, side.cl.name))
+			return fmt.Errorf("%s", topicGoneReason(k, side.name, side.cl.Name))
 		}
 		if id := md.TopicIDs[k.Topic]; side.want != "" && id != "" && id != side.want {
 			return &Divergence{Key: k, Reason: topicRecreatedReason(k, side.name, id, side.want)}
@@ -243,7 +244,7 @@ func (e *Engine) staleStartLocked(p *partition, gen int) bool {
 // mirrorFromLocked sets p mirroring from pos with producer identity pid at
 // sequence seq (own: every identity of the partition with its next
 // sequence) and the translation xl (with what it has not saved yet).
-func (e *Engine) mirrorFromLocked(p *partition, pid ProducerID, seq int32, own ownSeqs, pos Position, xl Translation) {
+func (e *Engine) mirrorFromLocked(p *partition, pid kafka.ProducerID, seq int32, own ownSeqs, pos Position, xl Translation) {
 	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq, p.own = seq, own
 	p.confirming = false

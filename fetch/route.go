@@ -9,7 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // Routing: which broker connection (fetch loop) serves each partition on
@@ -60,7 +61,7 @@ func (e *Engine) route() {
 		if src == nil {
 			continue
 		}
-		id, addr, epoch, err := src.cl.leader(ctx, k.Topic, k.Partition, 0)
+		id, addr, epoch, err := src.cl.Leader(ctx, k.Topic, k.Partition, 0)
 		if err == nil {
 			err = e.checkTopicID(ctx, src.cl, p, "source")
 		}
@@ -79,7 +80,7 @@ func (e *Engine) route() {
 	}
 	for _, p := range needDst {
 		k := p.key()
-		id, addr, _, err := e.dest.leader(ctx, k.Topic, k.Partition, 0)
+		id, addr, _, err := e.dest.Leader(ctx, k.Topic, k.Partition, 0)
 		if err == nil {
 			// Before any produce: never write into a topic someone
 			// recreated under the mirror.
@@ -112,18 +113,18 @@ func (e *Engine) route() {
 //     divergence: the partition stops DIVERGED with the exact range (the
 //     destination keeps them; mirroring on would give their source
 //     offsets to other records).
-func (e *Engine) checkSourceTruncation(ctx context.Context, cl *cluster, p *partition, addr string, leaderEpoch int32) error {
+func (e *Engine) checkSourceTruncation(ctx context.Context, cl *kafka.Cluster, p *partition, addr string, leaderEpoch int32) error {
 	e.mu.Lock()
 	fe, fo, k, start := p.fetchedEpoch, p.fetchOffset, p.key(), p.spec.StartOffset
 	e.mu.Unlock()
 	if fe < 0 || fo <= start {
 		return nil // nothing fetched with a known epoch yet
 	}
-	conn, err := cl.borrow(ctx, addr)
+	conn, err := cl.Borrow(ctx, addr)
 	if err != nil {
 		return err
 	}
-	rctx, cancel := exchangeCtx(ctx)
+	rctx, cancel := kafka.ExchangeCtx(ctx)
 	end, err := conn.EpochEndOffset(rctx, k.Topic, k.Partition, leaderEpoch, fe)
 	cancel()
 	var kerr *kwire.Error
@@ -131,7 +132,7 @@ func (e *Engine) checkSourceTruncation(ctx context.Context, cl *cluster, p *part
 		conn.Close()
 		return err
 	}
-	cl.giveBack(addr, conn)
+	cl.GiveBack(addr, conn)
 	if err != nil {
 		return err
 	}
@@ -182,8 +183,8 @@ const topicGoneWait = 20 * time.Second
 
 // checkTopicID compares the topic ID in cl's metadata (just refreshed by
 // leader) with the one the mirror recorded for that side.
-func (e *Engine) checkTopicID(ctx context.Context, cl *cluster, p *partition, side string) error {
-	md, err := cl.metadata(ctx, time.Minute)
+func (e *Engine) checkTopicID(ctx context.Context, cl *kafka.Cluster, p *partition, side string) error {
+	md, err := cl.Metadata(ctx, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -211,7 +212,7 @@ const (
 // than topicGoneWait makes p FAILED with that reason (retried with
 // backoff, so it picks up a topic that comes back); other errors are
 // retried at the next route. It reports whether the lookup failed.
-func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) bool {
+func (e *Engine) routeFailed(p *partition, side string, cl *kafka.Cluster, err error) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	missing := &p.srcMissing
@@ -236,13 +237,13 @@ func (e *Engine) routeFailed(p *partition, side string, cl *cluster, err error) 
 	switch {
 	case errors.As(err, &dv):
 		e.divergeLocked(p, dv.Reason)
-	case SecurityFailure(err) && !p.draining:
+	case kafka.SecurityFailure(err) && !p.draining:
 		e.failLocked(p, err)
 	case errors.As(err, &kerr) && kerr.Code == kwire.CodeUnknownTopicOrPartition:
 		if missing.IsZero() {
 			*missing = time.Now()
 		}
-		reason := topicGoneReason(p.key(), side, cl.name)
+		reason := topicGoneReason(p.key(), side, cl.Name)
 		if time.Since(*missing) >= topicGoneWait && !p.draining {
 			*missing = time.Time{}
 			e.failLocked(p, errors.New(reason))

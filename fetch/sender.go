@@ -8,7 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // maxProduceBytes bounds one produce request (brokers accept 100 MiB).
@@ -57,7 +58,7 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		var err error
 		if conn == nil {
-			conn, err = e.dest.dial(e.ctx, w.addr)
+			conn, err = e.dest.Dial(e.ctx, w.addr)
 		}
 		sent := err == nil
 		var res []kwire.ProduceResult
@@ -182,9 +183,9 @@ func (e *Engine) verifyDestinationTopics(ps []*partition) {
 		e.mu.Lock()
 		k := p.key()
 		e.mu.Unlock()
-		e.dest.watch(k.Topic)
+		e.dest.Watch(k.Topic)
 	}
-	if _, err := e.dest.metadataSince(ctx, start); err != nil {
+	if _, err := e.dest.MetadataSince(ctx, start); err != nil {
 		e.log.Debug("verify destination topics", zap.Error(err))
 		e.mu.Lock()
 		for _, p := range ps {
@@ -220,7 +221,7 @@ func (e *Engine) unsend(batch []sent, err error) {
 		s.p.inflight = false
 		s.p.dstLeader = -1
 		s.p.produceErr = err.Error()
-		if SecurityFailure(err) && s.p.active() && !s.p.draining {
+		if kafka.SecurityFailure(err) && s.p.active() && !s.p.draining {
 			e.failLocked(s.p, err)
 		}
 	}

@@ -3,7 +3,7 @@ package fetch
 import (
 	"testing"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // TestClassifyProduceError pins which produce errors may follow an append

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
 )
 
 // Key names one mirrored partition.
@@ -28,17 +28,11 @@ func (k Key) Less(o Key) bool {
 	return k.Partition < o.Partition
 }
 
-// ProducerID is an idempotent producer identity.
-type ProducerID struct {
-	ID    int64
-	Epoch int16
-}
-
 // Spec is a partition lease handed to the engine by the control plane.
 type Spec struct {
 	Key        Key
 	Generation uint64
-	Producer   *ProducerID // nil: allocate one
+	Producer   *kafka.ProducerID // nil: allocate one
 	// StartOffset is where mirroring starts when no checkpoint exists.
 	StartOffset int64
 	// Handoff is the exact position the previous owner released the
@@ -70,24 +64,18 @@ type Handoff struct {
 	Position Position
 	// Sequence is the next sequence number of Producer.
 	Sequence int32
-	Producer ProducerID
+	Producer kafka.ProducerID
 }
 
 // Source is how to reach a mirror's source cluster.
 type Source struct {
 	Bootstrap []string
-	Security  Security
+	Security  kafka.Security
 	// SecurityKey changes when the security settings do (not when a file
 	// they name changes: files are read at every dial); a new key makes
 	// the engine drop the source's connections and dial anew.
 	SecurityKey string
 }
-
-// Security returns how to secure a new connection to a cluster (TLS,
-// SASL); it is called at every dial, so replaced certificate and secret
-// files take effect on new connections. A nil Security is PLAINTEXT.
-// An error fails the dial: it must say which setting to fix.
-type Security func() (*kwire.Security, error)
 
 // State of a partition as the engine reports it.
 type State string
@@ -106,7 +94,7 @@ type Control interface {
 	// SaveProducer durably records a newly allocated producer identity for
 	// the partition at the given lease generation. It must fail if the
 	// generation is no longer current (the lease moved).
-	SaveProducer(ctx context.Context, key Key, generation uint64, id ProducerID) error
+	SaveProducer(ctx context.Context, key Key, generation uint64, id kafka.ProducerID) error
 	// Report tells the control plane about a state change with its reason.
 	// gapBelow is set (> 0) for a partition DIVERGED because source
 	// records were deleted before they were mirrored: the source's log
@@ -174,7 +162,7 @@ type Status struct {
 type Config struct {
 	ClientID            string
 	Destination         []string // destination bootstrap servers
-	DestinationSecurity Security
+	DestinationSecurity kafka.Security
 	MemoryBudget        int64 // bytes of fetched data held at once
 	Checkpoint          time.Duration
 	FetchMaxWait        time.Duration

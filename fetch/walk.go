@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // The walk: reading the source and the destination side by side from a
@@ -59,7 +59,7 @@ func sourceTruncatedReason(k Key, offset, logEnd int64) string {
 // had dropped the producer's state (fetch/DESIGN.md).
 type duplicate struct {
 	first, last int64 // destination offsets
-	producer    ProducerID
+	producer    kafka.ProducerID
 	seq         int32 // base sequence, one that was already acknowledged
 }
 
@@ -74,7 +74,7 @@ func (d duplicate) String() string {
 
 // ownSeqs maps each producer identity kmirror wrote a partition with to
 // the next sequence number it would use there.
-type ownSeqs map[ProducerID]int32
+type ownSeqs map[kafka.ProducerID]int32
 
 func (o ownSeqs) clone() ownSeqs {
 	c := make(ownSeqs, len(o))
@@ -91,10 +91,6 @@ func seqBehind(seq, next int32) bool {
 	d := (int64(next) - int64(seq) + 1<<31) % (1 << 31)
 	return d > 0 && d <= 1<<30
 }
-
-// uncommittedPoll is how often a walk re-reads a destination partition
-// whose leader holds records above the high watermark.
-const uncommittedPoll = 100 * time.Millisecond
 
 // walk reads the destination from start.Dst to the end of the leader's log
 // and the source from start.Src, through the same filter the data path
@@ -123,21 +119,21 @@ const uncommittedPoll = 100 * time.Millisecond
 // gapBelow says which gap of records deleted before they were mirrored
 // realign may skip (resume --accept-gap): one ending at or below it (0:
 // any; -1: none).
-func (e *Engine) walk(ctx context.Context, srcCl *cluster, k Key, start Entry, startEpoch int32, pid ProducerID, own ownSeqs, xl *Translation, gapBelow int64) (res walkResult, err error) {
+func (e *Engine) walk(ctx context.Context, srcCl *kafka.Cluster, k Key, start Entry, startEpoch int32, pid kafka.ProducerID, own ownSeqs, xl *Translation, gapBelow int64) (res walkResult, err error) {
 	// A walk that reads nothing ends at start, whose epoch is the one of
 	// the batch before it (-1 unknown): never 0 by default, which would
 	// make a later source leader change look like a truncation.
 	res = walkResult{end: start, epoch: startEpoch, own: own.clone()}
 	defer func() { res.nextSeq = res.own[pid] }()
 	defer func() {
-		var oor *outOfRange
-		if errors.As(err, &oor) && oor.cluster == srcCl.name {
+		var oor *kafka.OutOfRange
+		if errors.As(err, &oor) && oor.Cluster == srcCl.Name {
 			// The source lost what the walk must read, other than at a
 			// batch boundary (realign handles those).
-			if oor.offset < oor.logStart {
-				err = &Divergence{Key: k, Reason: sourceGapReason(k, oor.offset, oor.logStart), GapBelow: oor.logStart}
+			if oor.Offset < oor.LogStart {
+				err = &Divergence{Key: k, Reason: sourceGapReason(k, oor.Offset, oor.LogStart), GapBelow: oor.LogStart}
 			} else {
-				err = &Divergence{Key: k, Reason: sourceTruncatedReason(k, oor.offset, oor.logEnd)}
+				err = &Divergence{Key: k, Reason: sourceTruncatedReason(k, oor.Offset, oor.LogEnd)}
 			}
 		}
 	}()
@@ -174,24 +170,24 @@ func (s *sourceDeleted) Error() string {
 
 // deletedAt turns a source read below the source's log start into a
 // sourceDeleted at destination offset dst, or returns nil.
-func deletedAt(err error, srcCl *cluster, dst int64) *sourceDeleted {
-	var oor *outOfRange
-	if errors.As(err, &oor) && oor.cluster == srcCl.name && oor.offset < oor.logStart {
-		return &sourceDeleted{at: Entry{Src: oor.offset, Dst: dst}, logStart: oor.logStart}
+func deletedAt(err error, srcCl *kafka.Cluster, dst int64) *sourceDeleted {
+	var oor *kafka.OutOfRange
+	if errors.As(err, &oor) && oor.Cluster == srcCl.Name && oor.Offset < oor.LogStart {
+		return &sourceDeleted{at: Entry{Src: oor.Offset, Dst: dst}, logStart: oor.LogStart}
 	}
 	return nil
 }
 
 // ownID returns b's producer identity and whether it is one of kmirror's
 // for the partition.
-func (w *walkResult) ownID(b kwire.Batch) (ProducerID, bool) {
-	id := ProducerID{ID: b.ProducerID(), Epoch: b.ProducerEpoch()}
+func (w *walkResult) ownID(b kwire.Batch) (kafka.ProducerID, bool) {
+	id := kafka.ProducerID{ID: b.ProducerID(), Epoch: b.ProducerEpoch()}
 	_, ok := w.own[id]
 	return id, ok && id.ID >= 0
 }
 
 // writer names who wrote b (pid is the identity kmirror writes with now).
-func (w *walkResult) writer(b kwire.Batch, pid ProducerID) string {
+func (w *walkResult) writer(b kwire.Batch, pid kafka.ProducerID) string {
 	if id, ok := w.ownID(b); ok {
 		return fmt.Sprintf("written by kmirror's producer ID %d", id.ID)
 	}
@@ -216,39 +212,39 @@ func (w *walkResult) foreignAdvice(b kwire.Batch) string {
 // the source from res.end.Src (fetched at fetchAt, the source's log start
 // when that is past res.end.Src, see sourceIter.from), up to the end of the
 // destination leader's log or to a sourceDeleted.
-func (e *Engine) walkSpan(ctx context.Context, srcCl *cluster, k Key, pid ProducerID, xl *Translation, res *walkResult, fetchAt int64) error {
-	dst, err := openPartitionReader(ctx, e.dest, k.Topic, k.Partition, res.end.Dst, false)
+func (e *Engine) walkSpan(ctx context.Context, srcCl *kafka.Cluster, k Key, pid kafka.ProducerID, xl *Translation, res *walkResult, fetchAt int64) error {
+	dst, err := kafka.OpenPartitionReader(ctx, e.dest, k.Topic, k.Partition, res.end.Dst, false)
 	if err != nil {
 		return err
 	}
-	defer dst.close()
+	defer dst.Close()
 	srcIt := &sourceIter{from: res.end.Src}
-	if srcIt.r, err = openPartitionReader(ctx, srcCl, k.Topic, k.Partition, fetchAt, true); err != nil {
+	if srcIt.r, err = kafka.OpenPartitionReader(ctx, srcCl, k.Topic, k.Partition, fetchAt, true); err != nil {
 		return err
 	}
-	defer srcIt.r.close()
+	defer srcIt.r.Close()
 	diverge := func(format string, args ...any) error {
 		return &Divergence{Key: k, Reason: fmt.Sprintf(format, args...)}
 	}
 	for {
-		batches, ended, err := dst.nextSettled(ctx)
-		var oor *outOfRange
-		if errors.As(err, &oor) && oor.offset < oor.logStart {
+		batches, ended, err := dst.NextSettled(ctx)
+		var oor *kafka.OutOfRange
+		if errors.As(err, &oor) && oor.Offset < oor.LogStart {
 			// Retention on the destination deleted records past the
 			// checkpoint: kmirror's own, written before the crash (the
 			// checkpoint lags the data by up to checkpoint_interval).
 			// They cannot be read back, so the walk maps them to the
 			// source records they were made of without comparing, and
 			// verifies from the destination's log start on.
-			if err := e.skipDeleted(ctx, k, srcCl, srcIt, xl, res, pid, oor.logStart); err != nil {
+			if err := e.skipDeleted(ctx, k, srcCl, srcIt, xl, res, pid, oor.LogStart); err != nil {
 				return err
 			}
-			dst.offset = oor.logStart
+			dst.Offset = oor.LogStart
 			continue
 		}
 		if oor != nil {
 			return diverge("destination offset %d is beyond the destination log's end (%d): records kmirror wrote were lost "+
-				"on the destination (an unclean leader election there, or the topic was deleted and recreated)", oor.offset, oor.logEnd)
+				"on the destination (an unclean leader election there, or the topic was deleted and recreated)", oor.Offset, oor.LogEnd)
 		}
 		if err != nil {
 			return err
@@ -281,7 +277,7 @@ func (e *Engine) walkSpan(ctx context.Context, srcCl *cluster, k Key, pid Produc
 					return &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
 						"destination offset %d (%s) holds a record beyond the source's committed data (source offset %d): "+
 							"the destination was written by someone else or the source lost records%s",
-						r.Offset, res.writer(b, pid), srcIt.r.offset, res.foreignAdvice(b))}}
+						r.Offset, res.writer(b, pid), srcIt.r.Offset, res.foreignAdvice(b))}}
 				}
 				if why := recordDiff(sr, r); why != "" {
 					return diverge("destination offset %d (%s) does not match source offset %d (%s): "+
@@ -317,7 +313,7 @@ func (e *Engine) walkSpan(ctx context.Context, srcCl *cluster, k Key, pid Produc
 // refused as out of order and the identity is renewed (a verified walk
 // again). Where the source has deleted those records too, it returns a
 // sourceDeleted at the first one it could not read.
-func (e *Engine) skipDeleted(ctx context.Context, k Key, srcCl *cluster, srcIt *sourceIter, xl *Translation, res *walkResult, pid ProducerID, logStart int64) error {
+func (e *Engine) skipDeleted(ctx context.Context, k Key, srcCl *kafka.Cluster, srcIt *sourceIter, xl *Translation, res *walkResult, pid kafka.ProducerID, logStart int64) error {
 	n := logStart - res.end.Dst
 	for i := int64(0); i < n; i++ {
 		sr, ok, err := srcIt.next(ctx)
@@ -332,7 +328,7 @@ func (e *Engine) skipDeleted(ctx context.Context, k Key, srcCl *cluster, srcIt *
 		if !ok {
 			return &sourceBehind{Divergence{Key: k, Reason: fmt.Sprintf(
 				"destination retention deleted offsets %d..%d, more records than the source holds after source offset %d",
-				res.end.Dst, logStart-1, srcIt.r.offset)}}
+				res.end.Dst, logStart-1, srcIt.r.Offset)}}
 		}
 		if en, ok := xl.Observe(sr.Offset, res.end.Dst+i); ok {
 			res.entries = append(res.entries, en)
@@ -379,7 +375,7 @@ func sameBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equa
 // sourceIter yields the source records the data path would mirror, in
 // order, through the same buildItems filter.
 type sourceIter struct {
-	r *partitionReader
+	r *kafka.PartitionReader
 	// from, when below r.offset, is where the first fetch's records are
 	// taken from: after the source deleted records up to its log start L,
 	// a fetch at L still returns the whole batch holding L, and a walk
@@ -408,11 +404,11 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 		if len(s.recs) > 0 {
 			break
 		}
-		fp, err := s.r.fetch(ctx)
+		fp, err := s.r.Fetch(ctx)
 		if err != nil {
 			return kwire.Record{}, false, err
 		}
-		from := s.r.offset
+		from := s.r.Offset
 		if s.from >= 0 && s.from < from {
 			from = s.from
 		}
@@ -424,10 +420,10 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 			return kwire.Record{}, false, nil // nothing more committed
 		}
 		if len(items) == 0 {
-			s.r.maxBytes = growFetch(s.r.maxBytes, need)
+			s.r.MaxBytes = kafka.GrowFetch(s.r.MaxBytes, need)
 			continue
 		}
-		s.items, s.r.offset, s.from = items, next, -1
+		s.items, s.r.Offset, s.from = items, next, -1
 	}
 	r := s.recs[0]
 	s.recs = s.recs[1:]
@@ -437,10 +433,10 @@ func (s *sourceIter) next(ctx context.Context) (kwire.Record, bool, error) {
 // maxWalks bounds the walks (resume, confirm, settle) an engine runs at
 // once: a member taking over many partitions walks them a few at a time,
 // on pooled connections, with their buffers charged to the memory budget.
-const maxWalks = 8
+const maxWalks = kafka.MaxIdlePerBroker
 
 // walkBufferBytes is what one walk's two readers fetch at once at first.
-const walkBufferBytes = 2 * readerFetchBytes
+const walkBufferBytes = 2 * kafka.ReaderFetchBytes
 
 // walkSlot waits for one of maxWalks walk slots and charges the walk's
 // buffers to the memory budget (at most an eighth of it, so a small budget

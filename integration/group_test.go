@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // TestFetchSessionProtocol pins the broker behaviour the fetch loops rely

@@ -125,7 +125,7 @@ type MirrorTopic struct {
 	DestTopicID   string `json:"dest_topic_id"`
 	// DestinationConfigs and ReplicationFactor are what the destination
 	// topic is created with (the source's effective configs, see
-	// fetch.Admin.TopicConfigs), kept so a leader that takes over a
+	// kafka.Admin.TopicConfigs), kept so a leader that takes over a
 	// PENDING topic creates it the same way.
 	DestinationConfigs map[string]string `json:"destination_configs,omitempty"`
 	ReplicationFactor  int16             `json:"replication_factor,omitempty"`
@@ -134,7 +134,7 @@ type MirrorTopic struct {
 	// DeferUntil[p] (the source's high watermark at add): until then the
 	// destination is cleanup.policy=delete, so keyless records written
 	// before the source became compacted are accepted
-	// (fetch.DeferCompaction). Empty once applied.
+	// (kafka.DeferCompaction). Empty once applied.
 	DeferredConfigs map[string]string `json:"deferred_configs,omitempty"`
 	DeferUntil      []int64           `json:"defer_until,omitempty"`
 	// Partitions is indexed by partition number.

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 )
 
 // OffsetsTopic is kmirror's offsets topic (checkpoints and translation)
@@ -30,7 +31,7 @@ const (
 
 // Side is one cluster as the plan sees it.
 type Side struct {
-	Admin     *fetch.Admin
+	Admin     *kafka.Admin
 	ClusterID string
 }
 
@@ -161,8 +162,8 @@ func newest(recs map[int32]LastMirrored) int64 {
 
 // lastMirrored returns the matching record of each partition of topic in
 // a cluster's state topic; the newest wins where several mirrors left one.
-func lastMirrored(ctx context.Context, a *fetch.Admin, topic string, match func(LastMirrored) bool) (map[int32]LastMirrored, error) {
-	raw, err := a.StoppedRecords(ctx, StateTopic)
+func lastMirrored(ctx context.Context, a *kafka.Admin, topic string, match func(LastMirrored) bool) (map[int32]LastMirrored, error) {
+	raw, err := fetch.StoppedRecords(ctx, a, StateTopic)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +201,7 @@ func planFrom(ctx context.Context, mirror, topic, kind string, recs map[int32]La
 	for p := int32(0); p < int32(n); p++ {
 		rec := recs[p]
 		plan.From = rec.Mirror
-		entries, _, _, err := old.TranslationOf(ctx, OffsetsTopic, fetch.Key{Mirror: rec.Mirror, Topic: topic, Partition: p})
+		entries, _, _, err := fetch.TranslationOf(ctx, old, OffsetsTopic, fetch.Key{Mirror: rec.Mirror, Topic: topic, Partition: p})
 		if err != nil {
 			return nil, err
 		}

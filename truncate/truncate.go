@@ -7,6 +7,7 @@ import (
 	"maps"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 )
 
 // Result is what Truncate did.
@@ -18,14 +19,14 @@ type Result struct {
 }
 
 // QuarantineName is the first free "TOPIC.kmirror-diverged.N" on dst.
-func QuarantineName(ctx context.Context, dst *fetch.Admin, topic string) (string, error) {
+func QuarantineName(ctx context.Context, dst *kafka.Admin, topic string) (string, error) {
 	for n := 1; n < 1000; n++ {
 		name := fmt.Sprintf("%s.kmirror-diverged.%d", topic, n)
 		if len(name) > 249 {
 			return "", fmt.Errorf("quarantine topic name %s is longer than Kafka's 249 characters", name)
 		}
 		_, err := dst.Topic(ctx, name)
-		if errors.Is(err, fetch.ErrTopicNotFound) {
+		if errors.Is(err, kafka.ErrTopicNotFound) {
 			return name, nil
 		}
 		if err != nil {
@@ -42,12 +43,12 @@ func QuarantineName(ctx context.Context, dst *fetch.Admin, topic string) (string
 // the copies are checked, and then the destination topic is deleted. The
 // caller then mirrors the topic from the source afresh. A failure before
 // the delete leaves the destination topic as it was.
-func Truncate(ctx context.Context, dst *fetch.Admin, plan *Plan, rf int16) (Result, error) {
+func Truncate(ctx context.Context, dst *kafka.Admin, plan *Plan, rf int16) (Result, error) {
 	name, err := QuarantineName(ctx, dst, plan.Topic)
 	if err != nil {
 		return Result{}, err
 	}
-	configs := maps.Clone(fetch.MirrorTopicConfigs)
+	configs := maps.Clone(kafka.MirrorTopicConfigs)
 	configs["cleanup.policy"], configs["retention.ms"], configs["retention.bytes"] = "delete", "-1", "-1"
 	if tc, err := dst.TopicConfigs(ctx, plan.Topic); err == nil && tc["max.message.bytes"] != "" {
 		configs["max.message.bytes"] = tc["max.message.bytes"]
@@ -60,7 +61,7 @@ func Truncate(ctx context.Context, dst *fetch.Admin, plan *Plan, rf int16) (Resu
 		if pp.Divergent == 0 {
 			continue
 		}
-		n, err := dst.CopyRange(ctx, plan.Topic, pp.Partition, pp.DivergentFrom, pp.DestinationEnd, name)
+		n, err := fetch.CopyRange(ctx, dst, plan.Topic, pp.Partition, pp.DivergentFrom, pp.DestinationEnd, name)
 		if err != nil {
 			return res, fmt.Errorf("copy the divergent records of %s/%d into %s (it holds a partial copy now: delete it before trying "+
 				"again; %s is unchanged): %w", plan.Topic, pp.Partition, name, plan.Topic, err)

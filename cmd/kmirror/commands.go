@@ -13,7 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch/ksec"
+	"github.com/kmirror/kmirror/fetch/kafka/ksec"
 	"github.com/kmirror/kmirror/truncate"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kmirror/kmirror/fetch/ksec"
+	"github.com/kmirror/kmirror/fetch/kafka/ksec"
 )
 
 // Config is a member's configuration, read from the YAML file given to

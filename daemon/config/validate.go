@@ -10,7 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/kmirror/kmirror/fetch/ksec"
+	"github.com/kmirror/kmirror/fetch/kafka/ksec"
 )
 
 // NodeIDPattern is what a member ID (node_id, peers[].id) may hold: letters,

@@ -1,4 +1,4 @@
-package fetch
+package kafka
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/deleteacls"
 	"github.com/segmentio/kafka-go/protocol/describeacls"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // ACL enums of the Kafka protocol (org.apache.kafka.common.acl and
@@ -58,10 +58,10 @@ func (a *Admin) TopicWriteACLs(ctx context.Context, topics []string) (map[string
 		Operation: aclOperationAny, PermissionType: aclPermissionAny,
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("describe topic ACLs on %s: %w", a.cl.name, err)
+		return nil, fmt.Errorf("describe topic ACLs on %s: %w", a.cl.Name, err)
 	}
 	res := msg.(*describeacls.Response)
-	if err := aclError(res.ErrorCode, res.ErrorMessage, "describe topic ACLs on "+a.cl.name); err != nil {
+	if err := aclError(res.ErrorCode, res.ErrorMessage, "describe topic ACLs on "+a.cl.Name); err != nil {
 		return nil, err
 	}
 	out := make(map[string]TopicWriters, len(topics))
@@ -116,10 +116,10 @@ func (a *Admin) DenyWrite(ctx context.Context, topic string, principals []string
 	}
 	msg, err := a.cl.roundTrip(ctx, req)
 	if err != nil {
-		return fmt.Errorf("create DENY WRITE ACLs on topic %s on %s: %w", topic, a.cl.name, err)
+		return fmt.Errorf("create DENY WRITE ACLs on topic %s on %s: %w", topic, a.cl.Name, err)
 	}
 	for _, r := range msg.(*createacls.Response).Results {
-		if err := aclError(r.ErrorCode, r.ErrorMessage, "create DENY WRITE ACLs on topic "+topic+" on "+a.cl.name); err != nil {
+		if err := aclError(r.ErrorCode, r.ErrorMessage, "create DENY WRITE ACLs on topic "+topic+" on "+a.cl.Name); err != nil {
 			return err
 		}
 	}
@@ -141,10 +141,10 @@ func (a *Admin) RemoveDenyWrite(ctx context.Context, topic string, principals []
 	}
 	msg, err := a.cl.roundTrip(ctx, req)
 	if err != nil {
-		return fmt.Errorf("delete DENY WRITE ACLs on topic %s on %s: %w", topic, a.cl.name, err)
+		return fmt.Errorf("delete DENY WRITE ACLs on topic %s on %s: %w", topic, a.cl.Name, err)
 	}
 	for _, r := range msg.(*deleteacls.Response).FilterResults {
-		if err := aclError(r.ErrorCode, r.ErrorMessage, "delete DENY WRITE ACLs on topic "+topic+" on "+a.cl.name); err != nil {
+		if err := aclError(r.ErrorCode, r.ErrorMessage, "delete DENY WRITE ACLs on topic "+topic+" on "+a.cl.Name); err != nil {
 			return err
 		}
 	}

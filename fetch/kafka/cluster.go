@@ -1,4 +1,4 @@
-package fetch
+package kafka
 
 import (
 	"context"
@@ -13,18 +13,18 @@ import (
 
 	"github.com/segmentio/kafka-go/protocol"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // errNoLeader means metadata has no live leader for a partition yet.
 var errNoLeader = errors.New("no leader")
 
-// cluster tracks one Kafka cluster's metadata for the data path and dials
+// Cluster tracks one Kafka cluster's metadata for the data path and dials
 // its brokers. Metadata is always asked fresh from a broker (at most once
 // per refreshGap), never served from a stale cache.
-type cluster struct {
-	name      string // for messages: "source cluster of mirror m1", "destination cluster"
-	bootstrap []string
+type Cluster struct {
+	Name      string // for messages: "source cluster of mirror m1", "destination cluster"
+	Bootstrap []string
 	clientID  string
 	security  Security
 
@@ -46,8 +46,8 @@ type cluster struct {
 	topics   map[string]bool
 	// grown is set when watch adds a topic the cached metadata lacks.
 	grown bool
-	// fetchedBytes counts record-set bytes fetched (data path and walks).
-	fetchedBytes atomic.Int64
+	// FetchedBytes counts record-set bytes fetched (data path and walks).
+	FetchedBytes atomic.Int64
 }
 
 const refreshGap = 200 * time.Millisecond
@@ -58,13 +58,13 @@ const refreshGap = 200 * time.Millisecond
 // costs a retry, not minutes.
 const exchangeTimeout = 15 * time.Second
 
-// exchangeCtx bounds ctx by exchangeTimeout.
-func exchangeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+// ExchangeCtx bounds ctx by exchangeTimeout.
+func ExchangeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, exchangeTimeout)
 }
 
-func newCluster(name string, bootstrap []string, clientID string, security Security) *cluster {
-	return &cluster{name: name, bootstrap: bootstrap, clientID: clientID, security: security, topics: map[string]bool{},
+func NewCluster(name string, bootstrap []string, clientID string, security Security) *Cluster {
+	return &Cluster{Name: name, Bootstrap: bootstrap, clientID: clientID, security: security, topics: map[string]bool{},
 		ctrlLock: make(chan struct{}, 1), idle: map[string][]idleConn{}}
 }
 
@@ -75,17 +75,14 @@ type idleConn struct {
 }
 
 const (
-	// maxIdlePerBroker bounds the pooled connections per broker address
-	// (at most maxWalks walks run at once).
-	maxIdlePerBroker = maxWalks
 	// idleLife is how long a pooled connection is reused; brokers close
 	// idle connections after connections.max.idle.ms (10 min by default).
 	idleLife = 30 * time.Second
 )
 
-// borrow returns a pooled connection to addr, or dials a new one. Give it
+// Borrow returns a pooled connection to addr, or dials a new one. Give it
 // back with giveBack when it is still good, else close it.
-func (c *cluster) borrow(ctx context.Context, addr string) (*kwire.Conn, error) {
+func (c *Cluster) Borrow(ctx context.Context, addr string) (*kwire.Conn, error) {
 	c.idleMu.Lock()
 	for l := c.idle[addr]; len(l) > 0; l = c.idle[addr] {
 		ic := l[len(l)-1]
@@ -97,14 +94,14 @@ func (c *cluster) borrow(ctx context.Context, addr string) (*kwire.Conn, error) 
 		ic.conn.Close()
 	}
 	c.idleMu.Unlock()
-	return c.dial(ctx, addr)
+	return c.Dial(ctx, addr)
 }
 
-// giveBack pools a connection whose last exchange succeeded.
-func (c *cluster) giveBack(addr string, conn *kwire.Conn) {
+// GiveBack pools a connection whose last exchange succeeded.
+func (c *Cluster) GiveBack(addr string, conn *kwire.Conn) {
 	c.idleMu.Lock()
 	defer c.idleMu.Unlock()
-	if len(c.idle[addr]) >= maxIdlePerBroker {
+	if len(c.idle[addr]) >= MaxIdlePerBroker {
 		conn.Close()
 		return
 	}
@@ -112,19 +109,19 @@ func (c *cluster) giveBack(addr string, conn *kwire.Conn) {
 }
 
 // lock takes ctrlLock, or returns ctx's error if ctx ends first.
-func (c *cluster) lock(ctx context.Context) error {
+func (c *Cluster) lock(ctx context.Context) error {
 	select {
 	case c.ctrlLock <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%s: waiting for metadata: %w", c.name, ctx.Err())
+		return fmt.Errorf("%s: waiting for metadata: %w", c.Name, ctx.Err())
 	}
 }
 
-func (c *cluster) unlock() { <-c.ctrlLock }
+func (c *Cluster) unlock() { <-c.ctrlLock }
 
-// watch adds topics to the set refreshed.
-func (c *cluster) watch(topics ...string) {
+// Watch adds topics to the set refreshed.
+func (c *Cluster) Watch(topics ...string) {
 	c.topicsMu.Lock()
 	for _, t := range topics {
 		if !c.topics[t] {
@@ -135,15 +132,15 @@ func (c *cluster) watch(topics ...string) {
 	c.topicsMu.Unlock()
 }
 
-// metadata returns metadata no older than maxAge (at least refreshGap),
+// Metadata returns metadata no older than maxAge (at least refreshGap),
 // refreshing if needed.
-func (c *cluster) metadata(ctx context.Context, maxAge time.Duration) (*kwire.Metadata, error) {
-	return c.metadataSince(ctx, time.Now().Add(-max(maxAge, refreshGap)))
+func (c *Cluster) Metadata(ctx context.Context, maxAge time.Duration) (*kwire.Metadata, error) {
+	return c.MetadataSince(ctx, time.Now().Add(-max(maxAge, refreshGap)))
 }
 
-// metadataSince returns metadata received at or after t, asking a broker
+// MetadataSince returns metadata received at or after t, asking a broker
 // if the cached one is older or lacks a watched topic.
-func (c *cluster) metadataSince(ctx context.Context, t time.Time) (*kwire.Metadata, error) {
+func (c *Cluster) MetadataSince(ctx context.Context, t time.Time) (*kwire.Metadata, error) {
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -175,7 +172,7 @@ func (c *cluster) metadataSince(ctx context.Context, t time.Time) (*kwire.Metada
 
 // fetchMetadata asks a known broker, then the bootstrap list, for metadata.
 // Called with ctrlLock held.
-func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Metadata, error) {
+func (c *Cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Metadata, error) {
 	var md *kwire.Metadata
 	err := c.withCtrlLocked(ctx, func(ctx context.Context, conn *kwire.Conn) (err error) {
 		md, err = conn.Metadata(ctx, topics)
@@ -186,7 +183,7 @@ func (c *cluster) fetchMetadata(ctx context.Context, topics []string) (*kwire.Me
 
 // roundTrip sends one of kafka-go's typed requests to any broker of the
 // cluster (admin requests: KRaft brokers forward them to the controller).
-func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol.Message, error) {
+func (c *Cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol.Message, error) {
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -205,9 +202,9 @@ func (c *cluster) roundTrip(ctx context.Context, msg protocol.Message) (protocol
 // attempt has its own exchangeTimeout bound (f gets the bounded context),
 // so a dead cached connection costs one bound, not the reconnect's too.
 // Called with ctrlLock held.
-func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *kwire.Conn) error) error {
+func (c *Cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *kwire.Conn) error) error {
 	attempt := func(conn *kwire.Conn) error {
-		ctx, cancel := exchangeCtx(ctx)
+		ctx, cancel := ExchangeCtx(ctx)
 		defer cancel()
 		return f(ctx, conn)
 	}
@@ -220,7 +217,7 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 		c.ctrl.Close()
 		c.ctrl = nil
 	}
-	addrs := append([]string(nil), c.bootstrap...)
+	addrs := append([]string(nil), c.Bootstrap...)
 	if c.md != nil {
 		for _, a := range c.md.Brokers {
 			if !slices.Contains(addrs, a) {
@@ -234,7 +231,7 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 			errs = append(errs, ctx.Err())
 			break
 		}
-		dctx, cancel := exchangeCtx(ctx)
+		dctx, cancel := ExchangeCtx(ctx)
 		conn, err := c.dialSecure(dctx, a)
 		cancel()
 		if err != nil {
@@ -258,7 +255,7 @@ func (c *cluster) withCtrlLocked(ctx context.Context, f func(context.Context, *k
 	if slices.ContainsFunc(errs, SecurityFailure) {
 		how = "refused kmirror's connection"
 	}
-	return &joinedError{prefix: fmt.Sprintf("%s %s (bootstrap %s)", c.name, how, strings.Join(c.bootstrap, ",")), errs: errs}
+	return &joinedError{prefix: fmt.Sprintf("%s %s (bootstrap %s)", c.Name, how, strings.Join(c.Bootstrap, ",")), errs: errs}
 }
 
 // joinedError is one line naming several errors, each still found by
@@ -287,63 +284,63 @@ func SecurityFailure(err error) bool {
 	return errors.Is(err, kwire.ErrAuthentication) || (errors.As(err, &kerr) && kwire.IsAuthorization(kerr.Code))
 }
 
-// leader returns the leader broker address and epoch of a partition.
-func (c *cluster) leader(ctx context.Context, topic string, partition int32, maxAge time.Duration) (id int32, addr string, epoch int32, err error) {
-	c.watch(topic)
-	md, err := c.metadata(ctx, maxAge)
+// Leader returns the leader broker address and epoch of a partition.
+func (c *Cluster) Leader(ctx context.Context, topic string, partition int32, maxAge time.Duration) (id int32, addr string, epoch int32, err error) {
+	c.Watch(topic)
+	md, err := c.Metadata(ctx, maxAge)
 	if err != nil {
 		return -1, "", -1, err
 	}
 	if code, ok := md.TopicErrors[topic]; ok {
-		return -1, "", -1, &kwire.Error{Code: code, Topic: topic, Partition: partition, Op: "metadata of " + c.name}
+		return -1, "", -1, &kwire.Error{Code: code, Topic: topic, Partition: partition, Op: "metadata of " + c.Name}
 	}
 	parts, ok := md.Topics[topic]
 	if !ok || int(partition) >= len(parts) {
 		// The topic may have been added since the last refresh.
 		if maxAge > 0 {
-			return c.leader(ctx, topic, partition, 0)
+			return c.Leader(ctx, topic, partition, 0)
 		}
-		return -1, "", -1, fmt.Errorf("%s has no partition %s/%d", c.name, topic, partition)
+		return -1, "", -1, fmt.Errorf("%s has no partition %s/%d", c.Name, topic, partition)
 	}
 	p := parts[partition]
 	a, ok := md.Brokers[p.Leader]
 	if p.Leader < 0 || !ok {
-		return -1, "", -1, fmt.Errorf("%s/%d on %s: %w", topic, partition, c.name, errNoLeader)
+		return -1, "", -1, fmt.Errorf("%s/%d on %s: %w", topic, partition, c.Name, errNoLeader)
 	}
 	return p.Leader, a, p.LeaderEpoch, nil
 }
 
-// listOffset asks a partition's leader for its earliest or latest (high
+// ListOffset asks a partition's leader for its earliest or latest (high
 // watermark) offset, on a pooled connection.
-func (c *cluster) listOffset(ctx context.Context, topic string, partition int32, which int64) (int64, error) {
-	_, addr, epoch, err := c.leader(ctx, topic, partition, 0)
+func (c *Cluster) ListOffset(ctx context.Context, topic string, partition int32, which int64) (int64, error) {
+	_, addr, epoch, err := c.Leader(ctx, topic, partition, 0)
 	if err != nil {
 		return 0, err
 	}
-	conn, err := c.borrow(ctx, addr)
+	conn, err := c.Borrow(ctx, addr)
 	if err != nil {
 		return 0, err
 	}
-	rctx, cancel := exchangeCtx(ctx)
+	rctx, cancel := ExchangeCtx(ctx)
 	defer cancel()
-	off, err := listOffset(rctx, conn, c.name, topic, partition, epoch, which)
+	off, err := listOffset(rctx, conn, c.Name, topic, partition, epoch, which)
 	var kerr *kwire.Error
 	if err != nil && !errors.As(err, &kerr) {
 		conn.Close()
 		return 0, err
 	}
-	c.giveBack(addr, conn)
+	c.GiveBack(addr, conn)
 	return off, err
 }
 
-// dial opens a new connection to a broker by address; the connect and the
+// Dial opens a new connection to a broker by address; the connect and the
 // API-version handshake are bounded by exchangeTimeout.
-func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {
-	ctx, cancel := exchangeCtx(ctx)
+func (c *Cluster) Dial(ctx context.Context, addr string) (*kwire.Conn, error) {
+	ctx, cancel := ExchangeCtx(ctx)
 	defer cancel()
 	conn, err := c.dialSecure(ctx, addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.name, err)
+		return nil, fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return conn, nil
 }
@@ -351,7 +348,7 @@ func (c *cluster) dial(ctx context.Context, addr string) (*kwire.Conn, error) {
 // dialSecure resolves the cluster's security settings (fresh at every
 // dial, so replaced certificate and secret files apply to new
 // connections) and dials addr with them.
-func (c *cluster) dialSecure(ctx context.Context, addr string) (*kwire.Conn, error) {
+func (c *Cluster) dialSecure(ctx context.Context, addr string) (*kwire.Conn, error) {
 	var sec *kwire.Security
 	if c.security != nil {
 		var err error
@@ -362,7 +359,7 @@ func (c *cluster) dialSecure(ctx context.Context, addr string) (*kwire.Conn, err
 	return kwire.Dial(ctx, addr, c.clientID, sec)
 }
 
-func (c *cluster) close() {
+func (c *Cluster) Close() {
 	c.lock(context.Background())
 	defer c.unlock()
 	if c.ctrl != nil {

@@ -1,4 +1,4 @@
-package fetch
+package kafka
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // TestSecurityFailure: what the engine puts in FAILED, and what the

@@ -1,4 +1,4 @@
-package fetch
+package kafka
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 	"github.com/segmentio/kafka-go/protocol/offsetfetch"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // TopicPartition names a partition of a topic within one cluster.
@@ -47,24 +47,24 @@ type coordinators struct {
 // ListGroups lists every group of the cluster: ListGroups goes to every
 // broker, each answering for the groups it coordinates.
 func (a *Admin) ListGroups(ctx context.Context) ([]kwire.GroupListing, error) {
-	md, err := a.cl.metadata(ctx, time.Minute)
+	md, err := a.cl.Metadata(ctx, time.Minute)
 	if err != nil {
 		return nil, err
 	}
 	var out []kwire.GroupListing
 	for id, addr := range md.Brokers {
-		conn, err := a.cl.borrow(ctx, addr)
+		conn, err := a.cl.Borrow(ctx, addr)
 		if err != nil {
-			return nil, fmt.Errorf("list groups of %s: broker %d: %w", a.cl.name, id, err)
+			return nil, fmt.Errorf("list groups of %s: broker %d: %w", a.cl.Name, id, err)
 		}
-		rctx, cancel := exchangeCtx(ctx)
+		rctx, cancel := ExchangeCtx(ctx)
 		gs, err := conn.ListGroups(rctx)
 		cancel()
 		if err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("list groups of %s: %w", a.cl.name, err)
+			return nil, fmt.Errorf("list groups of %s: %w", a.cl.Name, err)
 		}
-		a.cl.giveBack(addr, conn)
+		a.cl.GiveBack(addr, conn)
 		out = append(out, gs...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -81,12 +81,12 @@ func (a *Admin) coordinator(ctx context.Context, group string) (string, error) {
 	}
 	msg, err := a.cl.roundTrip(ctx, &findcoordinator.Request{Key: group, KeyType: 0})
 	if err != nil {
-		return "", fmt.Errorf("find the coordinator of group %s on %s: %w", group, a.cl.name, err)
+		return "", fmt.Errorf("find the coordinator of group %s on %s: %w", group, a.cl.Name, err)
 	}
 	res := msg.(*findcoordinator.Response)
 	if res.ErrorCode != 0 {
 		return "", &AdminError{Err: &kwire.Error{Code: res.ErrorCode, Topic: group, Partition: -1,
-			Op: "find the coordinator of group on " + a.cl.name}, Message: res.ErrorMessage}
+			Op: "find the coordinator of group on " + a.cl.Name}, Message: res.ErrorMessage}
 	}
 	addr = fmt.Sprintf("%s:%d", res.Host, res.Port)
 	a.coord.mu.Lock()
@@ -131,25 +131,25 @@ func (a *Admin) groupRequest(ctx context.Context, group string, msg protocol.Mes
 			}
 			return nil, err
 		}
-		conn, err := a.cl.borrow(ctx, addr)
+		conn, err := a.cl.Borrow(ctx, addr)
 		if err != nil {
 			a.forgetCoordinator(group)
 			lastErr = err
 			continue
 		}
-		rctx, cancel := exchangeCtx(ctx)
+		rctx, cancel := ExchangeCtx(ctx)
 		res, err := conn.RoundTrip(rctx, msg)
 		cancel()
 		if err != nil {
 			conn.Close()
 			a.forgetCoordinator(group)
-			lastErr = fmt.Errorf("group %s on %s (coordinator %s): %w", group, a.cl.name, addr, err)
+			lastErr = fmt.Errorf("group %s on %s (coordinator %s): %w", group, a.cl.Name, addr, err)
 			continue
 		}
-		a.cl.giveBack(addr, conn)
+		a.cl.GiveBack(addr, conn)
 		if code := moved(res); coordinatorMoved(code) {
 			a.forgetCoordinator(group)
-			lastErr = &kwire.Error{Code: code, Topic: group, Partition: -1, Op: "group request on " + a.cl.name}
+			lastErr = &kwire.Error{Code: code, Topic: group, Partition: -1, Op: "group request on " + a.cl.Name}
 			continue
 		}
 		return res, nil
@@ -185,18 +185,18 @@ func (a *Admin) CommittedOffsets(ctx context.Context, group string, parts []Topi
 		return 0
 	})
 	if err != nil {
-		return nil, fmt.Errorf("committed offsets of group %s on %s: %w", group, a.cl.name, err)
+		return nil, fmt.Errorf("committed offsets of group %s on %s: %w", group, a.cl.Name, err)
 	}
 	res := msg.(*offsetfetch.Response)
 	if res.ErrorCode != 0 {
-		return nil, &AdminError{Err: &kwire.Error{Code: res.ErrorCode, Topic: group, Partition: -1, Op: "committed offsets of group on " + a.cl.name}}
+		return nil, &AdminError{Err: &kwire.Error{Code: res.ErrorCode, Topic: group, Partition: -1, Op: "committed offsets of group on " + a.cl.Name}}
 	}
 	out := map[TopicPartition]Committed{}
 	for _, t := range res.Topics {
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 {
 				return nil, &kwire.Error{Code: p.ErrorCode, Topic: t.Name, Partition: p.PartitionIndex,
-					Op: fmt.Sprintf("committed offset of group %s on %s", group, a.cl.name)}
+					Op: fmt.Sprintf("committed offset of group %s on %s", group, a.cl.Name)}
 			}
 			if p.CommittedOffset >= 0 {
 				out[TopicPartition{t.Name, p.PartitionIndex}] = Committed{Offset: p.CommittedOffset, Metadata: p.Metadata}
@@ -237,14 +237,14 @@ func (a *Admin) CommitOffsets(ctx context.Context, group string, offsets map[Top
 		return 0
 	})
 	if err != nil {
-		return nil, fmt.Errorf("commit offsets of group %s on %s: %w", group, a.cl.name, err)
+		return nil, fmt.Errorf("commit offsets of group %s on %s: %w", group, a.cl.Name, err)
 	}
 	refused := map[TopicPartition]error{}
 	for _, t := range msg.(*offsetcommit.Response).Topics {
 		for _, p := range t.Partitions {
 			if p.ErrorCode != 0 {
 				refused[TopicPartition{t.Name, p.PartitionIndex}] = &kwire.Error{Code: p.ErrorCode, Topic: t.Name, Partition: p.PartitionIndex,
-					Op: fmt.Sprintf("commit offset of group %s on %s", group, a.cl.name)}
+					Op: fmt.Sprintf("commit offset of group %s on %s", group, a.cl.Name)}
 			}
 		}
 	}

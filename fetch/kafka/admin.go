@@ -1,4 +1,4 @@
-package fetch
+package kafka
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
 
-	"github.com/kmirror/kmirror/fetch/kwire"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // ErrTopicNotFound is returned when a topic does not exist.
@@ -26,7 +26,7 @@ var ErrTopicNotFound = errors.New("topic does not exist")
 // one cluster: topic metadata and configs, offsets, topic creation,
 // producer IDs.
 type Admin struct {
-	cl    *cluster
+	cl    *Cluster
 	coord coordinators
 }
 
@@ -34,15 +34,19 @@ type Admin struct {
 // errors call the cluster ("source cluster of mirror m1").
 // security secures its connections (nil: PLAINTEXT).
 func NewAdmin(name string, bootstrap []string, clientID string, security Security) *Admin {
-	return &Admin{cl: newCluster(name, bootstrap, clientID, security)}
+	return &Admin{cl: NewCluster(name, bootstrap, clientID, security)}
 }
 
+// Cluster is the cluster the admin client talks to (for the data path's
+// readers of the same cluster).
+func (a *Admin) Cluster() *Cluster { return a.cl }
+
 // Close releases connections.
-func (a *Admin) Close() { a.cl.close() }
+func (a *Admin) Close() { a.cl.Close() }
 
 // ClusterID checks the cluster answers and returns its ID.
 func (a *Admin) ClusterID(ctx context.Context) (string, error) {
-	md, err := a.cl.metadata(ctx, 0)
+	md, err := a.cl.Metadata(ctx, 0)
 	if err != nil {
 		return "", err
 	}
@@ -59,20 +63,20 @@ type TopicMeta struct {
 
 // Topic describes a topic, or returns an error wrapping ErrTopicNotFound.
 func (a *Admin) Topic(ctx context.Context, topic string) (TopicMeta, error) {
-	a.cl.watch(topic)
-	md, err := a.cl.metadata(ctx, 0)
+	a.cl.Watch(topic)
+	md, err := a.cl.Metadata(ctx, 0)
 	if err != nil {
 		return TopicMeta{}, err
 	}
 	if code, ok := md.TopicErrors[topic]; ok {
 		if code == kwire.CodeUnknownTopicOrPartition {
-			return TopicMeta{}, fmt.Errorf("%w: %s on %s", ErrTopicNotFound, topic, a.cl.name)
+			return TopicMeta{}, fmt.Errorf("%w: %s on %s", ErrTopicNotFound, topic, a.cl.Name)
 		}
-		return TopicMeta{}, &kwire.Error{Code: code, Topic: topic, Partition: -1, Op: "metadata of " + a.cl.name}
+		return TopicMeta{}, &kwire.Error{Code: code, Topic: topic, Partition: -1, Op: "metadata of " + a.cl.Name}
 	}
 	parts, ok := md.Topics[topic]
 	if !ok {
-		return TopicMeta{}, fmt.Errorf("metadata of %s does not mention topic %s", a.cl.name, topic)
+		return TopicMeta{}, fmt.Errorf("metadata of %s does not mention topic %s", a.cl.Name, topic)
 	}
 	return TopicMeta{Partitions: len(parts), ID: md.TopicIDs[topic]}, nil
 }
@@ -132,12 +136,12 @@ func (a *Admin) TopicConfigs(ctx context.Context, topic string) (map[string]stri
 		ConfigNames:  mirroredConfigs,
 	}}})
 	if err != nil {
-		return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name, err)
+		return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.Name, err)
 	}
 	out := map[string]string{}
 	for _, r := range msg.(*describeconfigs.Response).Resources {
 		if r.ErrorCode != 0 {
-			return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.name,
+			return nil, fmt.Errorf("describe configs of %s on %s: %w", topic, a.cl.Name,
 				&kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "describe configs"})
 		}
 		for _, e := range r.ConfigEntries {
@@ -173,11 +177,11 @@ func (a *Admin) CreateTopic(ctx context.Context, topic string, partitions int, r
 	}
 	msg, err := a.cl.roundTrip(ctx, &createtopics.Request{Topics: []createtopics.RequestTopic{rt}, TimeoutMs: 30000})
 	if err != nil {
-		return fmt.Errorf("create topic %s on %s: %w", topic, a.cl.name, err)
+		return fmt.Errorf("create topic %s on %s: %w", topic, a.cl.Name, err)
 	}
 	for _, t := range msg.(*createtopics.Response).Topics {
 		if t.ErrorCode != 0 {
-			return &AdminError{Err: &kwire.Error{Code: t.ErrorCode, Topic: topic, Partition: -1, Op: "create topic on " + a.cl.name},
+			return &AdminError{Err: &kwire.Error{Code: t.ErrorCode, Topic: topic, Partition: -1, Op: "create topic on " + a.cl.Name},
 				Message: t.ErrorMessage}
 		}
 	}
@@ -239,11 +243,11 @@ func (a *Admin) AlterTopicConfigs(ctx context.Context, topic string, configs map
 	}
 	msg, err := a.cl.roundTrip(ctx, &incrementalalterconfigs.Request{Resources: []incrementalalterconfigs.RequestResource{res}})
 	if err != nil {
-		return fmt.Errorf("alter configs of %s on %s: %w", topic, a.cl.name, err)
+		return fmt.Errorf("alter configs of %s on %s: %w", topic, a.cl.Name, err)
 	}
 	for _, r := range msg.(*incrementalalterconfigs.Response).Responses {
 		if r.ErrorCode != 0 {
-			return &AdminError{Err: &kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "alter topic configs on " + a.cl.name},
+			return &AdminError{Err: &kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "alter topic configs on " + a.cl.Name},
 				Message: r.ErrorMessage}
 		}
 	}
@@ -281,7 +285,7 @@ func (a *Admin) CreatePartitions(ctx context.Context, topic string, count int) e
 		Topics: []createpartitions.RequestTopic{{Name: topic, Count: int32(count)}}, TimeoutMs: 30000,
 	})
 	if err != nil {
-		return fmt.Errorf("create partitions of %s on %s: %w", topic, a.cl.name, err)
+		return fmt.Errorf("create partitions of %s on %s: %w", topic, a.cl.Name, err)
 	}
 	for _, r := range msg.(*createpartitions.Response).Results {
 		if r.ErrorCode == 0 {
@@ -292,7 +296,7 @@ func (a *Admin) CreatePartitions(ctx context.Context, topic string, count int) e
 				continue
 			}
 		}
-		return &AdminError{Err: &kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "create partitions on " + a.cl.name},
+		return &AdminError{Err: &kwire.Error{Code: r.ErrorCode, Topic: topic, Partition: -1, Op: "create partitions on " + a.cl.Name},
 			Message: r.ErrorMessage}
 	}
 	return a.waitLed(ctx, topic, count)
@@ -301,9 +305,9 @@ func (a *Admin) CreatePartitions(ctx context.Context, topic string, count int) e
 // waitLed waits until topic has the given partition count, each with a
 // leader.
 func (a *Admin) waitLed(ctx context.Context, topic string, partitions int) error {
-	a.cl.watch(topic)
+	a.cl.Watch(topic)
 	for {
-		md, err := a.cl.metadata(ctx, 0)
+		md, err := a.cl.Metadata(ctx, 0)
 		if err == nil {
 			if parts, ok := md.Topics[topic]; ok && len(parts) == partitions && allLed(parts) {
 				return nil
@@ -311,7 +315,7 @@ func (a *Admin) waitLed(ctx context.Context, topic string, partitions int) error
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("topic %s on %s has no leader for every partition yet: %w", topic, a.cl.name, ctx.Err())
+			return fmt.Errorf("topic %s on %s has no leader for every partition yet: %w", topic, a.cl.Name, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -364,7 +368,7 @@ func (a *Admin) offsets(ctx context.Context, topic string, partitions int, which
 		left = retry
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("list offsets of %s on %s: %d partitions still without an answer: %w", topic, a.cl.name, len(left), ctx.Err())
+			return nil, fmt.Errorf("list offsets of %s on %s: %d partitions still without an answer: %w", topic, a.cl.Name, len(left), ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -380,7 +384,7 @@ func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, wh
 	byLeader := map[int32]*leaderReq{}
 	var ids []int32
 	for _, p := range parts {
-		id, addr, epoch, err := a.cl.leader(ctx, topic, p, 0)
+		id, addr, epoch, err := a.cl.Leader(ctx, topic, p, 0)
 		if err != nil {
 			var kerr *kwire.Error
 			if (errors.As(err, &kerr) && kerr.Action() == kwire.Fatal) || ctx.Err() != nil {
@@ -399,14 +403,14 @@ func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, wh
 	}
 	for _, id := range ids {
 		lr := byLeader[id]
-		conn, err := a.cl.borrow(ctx, lr.addr)
+		conn, err := a.cl.Borrow(ctx, lr.addr)
 		if err != nil {
 			for _, rp := range lr.parts {
 				retry = append(retry, rp.Partition)
 			}
 			continue
 		}
-		rctx, cancel := exchangeCtx(ctx)
+		rctx, cancel := ExchangeCtx(ctx)
 		msg, err := conn.RoundTrip(rctx, &listoffsets.Request{ReplicaID: -1, IsolationLevel: isolation,
 			Topics: []listoffsets.RequestTopic{{Topic: topic, Partitions: lr.parts}}})
 		cancel()
@@ -417,7 +421,7 @@ func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, wh
 			}
 			continue
 		}
-		a.cl.giveBack(lr.addr, conn)
+		a.cl.GiveBack(lr.addr, conn)
 		answered := map[int32]bool{}
 		for _, t := range msg.(*listoffsets.Response).Topics {
 			for _, rp := range t.Partitions {
@@ -426,7 +430,7 @@ func (a *Admin) offsetsOnce(ctx context.Context, topic string, parts []int32, wh
 				}
 				answered[rp.Partition] = true
 				if rp.ErrorCode != 0 {
-					kerr := &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: rp.Partition, Op: "list offsets on " + a.cl.name}
+					kerr := &kwire.Error{Code: rp.ErrorCode, Topic: topic, Partition: rp.Partition, Op: "list offsets on " + a.cl.Name}
 					if kerr.Action() == kwire.Fatal {
 						return nil, kerr
 					}
@@ -463,13 +467,13 @@ func (a *Admin) InitProducerID(ctx context.Context) (ProducerID, error) {
 }
 
 func (a *Admin) initProducerID(ctx context.Context) (ProducerID, error) {
-	md, err := a.cl.metadata(ctx, time.Minute)
+	md, err := a.cl.Metadata(ctx, time.Minute)
 	if err != nil {
 		return ProducerID{}, err
 	}
 	var lastErr error
 	for _, addr := range md.Brokers {
-		conn, err := a.cl.dial(ctx, addr)
+		conn, err := a.cl.Dial(ctx, addr)
 		if err != nil {
 			lastErr = err
 			continue
@@ -484,10 +488,10 @@ func (a *Admin) initProducerID(ctx context.Context) (ProducerID, error) {
 		}
 		res := msg.(*initproducerid.Response)
 		if res.ErrorCode != 0 {
-			lastErr = &kwire.Error{Code: res.ErrorCode, Op: "init producer ID on " + a.cl.name}
+			lastErr = &kwire.Error{Code: res.ErrorCode, Op: "init producer ID on " + a.cl.Name}
 			continue
 		}
 		return ProducerID{ID: res.ProducerID, Epoch: res.ProducerEpoch}, nil
 	}
-	return ProducerID{}, fmt.Errorf("allocate a producer ID on %s: %w", a.cl.name, lastErr)
+	return ProducerID{}, fmt.Errorf("allocate a producer ID on %s: %w", a.cl.Name, lastErr)
 }
