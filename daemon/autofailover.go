@@ -175,8 +175,8 @@ func (p *sourceProbe) setBlocked(mirror string, on bool) {
 	}
 }
 
-// localSourceReach serves /v1/internal/sources.
-func (m *Member) localSourceReach() []api.SourceReach { return m.sources.reach() }
+// LocalSourceReach serves /v1/internal/sources.
+func (m *Member) LocalSourceReach() []api.SourceReach { return m.sources.reach() }
 
 // checkAutoFailover is the leader's decision, once per round: for each
 // mirror with failover.auto.after.ms set and topics still mirroring, it

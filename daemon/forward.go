@@ -3,24 +3,15 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/kmirror/kmirror/daemon/httpapi"
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
-
-type ctxKey int
-
-const forwardedKey ctxKey = 1
-
-func isForwarded(ctx context.Context) bool {
-	v, _ := ctx.Value(forwardedKey).(bool)
-	return v
-}
 
 // memberTimeout bounds a request from one member to another.
 const memberTimeout = 2 * time.Minute
@@ -50,7 +41,7 @@ func (m *Member) memberClient(id string) (*api.Client, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("%w: member %s has no known HTTP address", api.ErrUnavailable, id)
 	}
-	c, err := m.auth.clientFor(addr, memberTimeout)
+	c, err := m.auth.ClientFor(addr, memberTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +86,7 @@ func (m *Member) toLeader(ctx context.Context) (*api.Client, error) {
 	if m.store.IsLeader() {
 		return nil, nil
 	}
-	if isForwarded(ctx) {
+	if httpapi.IsForwarded(ctx) {
 		return nil, fmt.Errorf("%w: this member stopped being the leader while the request was forwarded; retry", api.ErrNotLeader)
 	}
 	return m.leaderClient()
@@ -203,7 +194,7 @@ func askOthers[T any](ctx context.Context, m *Member, timeout time.Duration, ask
 			defer mu.Unlock()
 			if err != nil {
 				failed[id] = true
-				m.auth.peerFailed(m, id, err)
+				m.auth.PeerFailed(id, err)
 				return
 			}
 			answers[id] = v
@@ -224,91 +215,9 @@ func (m *Member) mirrorsSnapshot() map[string]raftstore.Mirror {
 	return mirrors
 }
 
-// internalAPI is what members serve each other under /v1/internal.
-type internalAPI interface {
-	ApplyInternal(ctx context.Context, entry []byte) error
-	LocalStatuses() []api.LiveStatus
-	localGroupRows() []api.GroupStatus
-	localSourceReach() []api.SourceReach
-	blockSource(mirror string, on bool)
-	probe() raftProbe
-	// testHooks reports whether test_hooks is on; SetRaftIsolated is
-	// served only then.
-	testHooks() bool
-	SetRaftIsolated(on bool) error
-}
-
-func (m *Member) testHooks() bool { return m.cfg.TestHooks }
+func (m *Member) TestHooks() bool { return m.cfg.TestHooks }
 
 // SetRaftIsolated cuts or restores this member's raft traffic (test hook).
 func (m *Member) SetRaftIsolated(on bool) error { return m.store.SetIsolated(on) }
 
-func (h *handler) raftIsolation(r *http.Request) (int, any, error) {
-	q, err := queryParams(r, "on")
-	if err != nil {
-		return 0, nil, err
-	}
-	on, err := strconv.ParseBool(q["on"])
-	if err != nil {
-		return 0, nil, fmt.Errorf("%w: on=%q: use true or false", api.ErrInvalid, q["on"])
-	}
-	if err := h.internal.SetRaftIsolated(on); err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, api.StatusBody{Status: fmt.Sprintf("raft isolated: %t", on)}, nil
-}
-
-func (h *handler) applyInternal(r *http.Request) (int, any, error) {
-	var req api.InternalApplyRequest
-	if err := decodeBody(r, &req); err != nil {
-		return 0, nil, err
-	}
-	if err := h.internal.ApplyInternal(r.Context(), req.Entry); err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, api.StatusBody{Status: "applied"}, nil
-}
-
-func (h *handler) localSources(*http.Request) (int, any, error) {
-	return http.StatusOK, h.internal.localSourceReach(), nil
-}
-
-// blockSourceRequest is the body of the block-source test hook.
-type blockSourceRequest struct {
-	Mirror string `json:"mirror"`
-	On     bool   `json:"on"`
-}
-
-func (h *handler) blockSource(r *http.Request) (int, any, error) {
-	var req blockSourceRequest
-	if err := decodeBody(r, &req); err != nil {
-		return 0, nil, err
-	}
-	h.internal.blockSource(req.Mirror, req.On)
-	return http.StatusOK, api.StatusBody{Status: "ok"}, nil
-}
-
-func (m *Member) blockSource(mirror string, on bool) { m.sources.setBlocked(mirror, on) }
-
-func (h *handler) localGroups(*http.Request) (int, any, error) {
-	return http.StatusOK, h.internal.localGroupRows(), nil
-}
-
-func (h *handler) localStatuses(*http.Request) (int, any, error) {
-	return http.StatusOK, h.internal.LocalStatuses(), nil
-}
-
-// startingHandler answers while the member forms or joins the group: the
-// probe peers need, /healthz, and 503 for everything else.
-func startingHandler(m *Member) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, m.probe()) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, api.StatusBody{Status: "ok"})
-	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{
-			Error: "this kmirror member is starting: it is forming or joining the raft group (see its log)", Code: "not_leader"})
-	})
-	return mux
-}
+func (m *Member) BlockSource(mirror string, on bool) { m.sources.setBlocked(mirror, on) }

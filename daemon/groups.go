@@ -495,8 +495,8 @@ func (g *groupSync) conflictCounts() map[string]int64 {
 	return out
 }
 
-// localGroupRows serves /v1/internal/groups.
-func (m *Member) localGroupRows() []api.GroupStatus { return m.groups.localRows() }
+// LocalGroupRows serves /v1/internal/groups.
+func (m *Member) LocalGroupRows() []api.GroupStatus { return m.groups.localRows() }
 
 // DescribeGroups shows the group offset sync of every member: each member
 // reports the partitions it syncs. A member that does not answer within a

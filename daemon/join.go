@@ -2,10 +2,8 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,23 +39,6 @@ func checkNodeID(dataDir, nodeID string) error {
 			"start with node_id: %s, or give this member its own empty data_dir", api.ErrRefused, dataDir, got, nodeID, got)
 	}
 	return nil
-}
-
-// raftProbe answers GET /v1/internal/raft: what a starting member needs to
-// know of a peer to decide between bootstrapping and joining.
-type raftProbe struct {
-	NodeID string `json:"node_id"`
-	// HasState: the peer runs with raft state (a group exists).
-	HasState bool `json:"has_state"`
-	// Joined lists the members the peer's state says have run with state.
-	Joined []string `json:"joined,omitempty"`
-	// StateIndex is the raft index of the last command the peer's state
-	// applied; a follower reads only once it has applied as far as the
-	// leader's (a read index).
-	StateIndex uint64 `json:"state_index"`
-	// Peers is the peer's configured peers list ("id=raft-address",
-	// sorted): members that bootstrap a group together must agree on it.
-	Peers []string `json:"peers,omitempty"`
 }
 
 // peersKey lists peers as "id=raft-address" (a non-voter with "~"), sorted.
@@ -97,7 +78,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 		}
 	}
 	quorum := voters/2 + 1
-	client := m.auth.httpClient(time.Second)
+	client := m.auth.HTTPClient(time.Second)
 	lastLog := time.Time{}
 	for {
 		fresh, missing := 0, []string{}
@@ -108,7 +89,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 			if p.ID == m.cfg.NodeID {
 				continue
 			}
-			pr, err := m.auth.probePeer(ctx, client, p.HTTP)
+			pr, err := m.auth.ProbePeer(ctx, client, p.HTTP)
 			if err != nil {
 				missing = append(missing, p.ID)
 				continue
@@ -150,32 +131,9 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 	}
 }
 
-func (a *apiAuth) probePeer(ctx context.Context, client *http.Client, addr string) (raftProbe, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.scheme()+addr+"/v1/internal/raft", nil)
-	if err != nil {
-		return raftProbe{}, err
-	}
-	if tok := a.currentToken(); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return raftProbe{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return raftProbe{}, fmt.Errorf("%s answered %s", addr, resp.Status)
-	}
-	var pr raftProbe
-	if err := json.NewDecoder(resp.Body).Decode(&pr); err != nil {
-		return raftProbe{}, fmt.Errorf("%s: %w", addr, err)
-	}
-	return pr, nil
-}
-
-// probe answers GET /v1/internal/raft for this member.
-func (m *Member) probe() raftProbe {
-	pr := raftProbe{NodeID: m.cfg.NodeID, Peers: peersKey(m.cfg.Peers)}
+// Probe answers GET /v1/internal/raft for this member.
+func (m *Member) Probe() api.RaftProbe {
+	pr := api.RaftProbe{NodeID: m.cfg.NodeID, Peers: peersKey(m.cfg.Peers)}
 	st := m.storeOrNil()
 	if st == nil {
 		pr.HasState = m.hadState

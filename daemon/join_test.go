@@ -32,7 +32,7 @@ func TestCheckNodeID(t *testing.T) {
 }
 
 // fakePeer answers the start-up probe with pr, or 503 when pr is nil.
-func fakePeer(t *testing.T, pr *raftProbe) string {
+func fakePeer(t *testing.T, pr *api.RaftProbe) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if pr == nil || r.URL.Path != "/v1/internal/raft" {
@@ -53,9 +53,9 @@ func joinMember(t *testing.T, peers ...config.PeerConfig) *Member {
 
 func TestBootstrapDecision(t *testing.T) {
 	ctx := context.Background()
-	fresh := &raftProbe{NodeID: "x"}
-	running := &raftProbe{NodeID: "x", HasState: true, Joined: []string{"m2", "m3"}}
-	ranBefore := &raftProbe{NodeID: "x", HasState: true, Joined: []string{"m1", "m2"}}
+	fresh := &api.RaftProbe{NodeID: "x"}
+	running := &api.RaftProbe{NodeID: "x", HasState: true, Joined: []string{"m2", "m3"}}
+	ranBefore := &api.RaftProbe{NodeID: "x", HasState: true, Joined: []string{"m1", "m2"}}
 	down := "127.0.0.1:1"
 
 	t.Run("alone bootstraps", func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestBootstrapDecision(t *testing.T) {
 		}
 	})
 	t.Run("another peers list is refused", func(t *testing.T) {
-		other := &raftProbe{NodeID: "m2", Peers: []string{"m1=127.0.0.1:7001", "m2=x:1"}}
+		other := &api.RaftProbe{NodeID: "m2", Peers: []string{"m1=127.0.0.1:7001", "m2=x:1"}}
 		m := joinMember(t, config.PeerConfig{ID: "m2", HTTP: fakePeer(t, other)}, config.PeerConfig{ID: "m3", HTTP: down})
 		_, err := m.bootstrapDecision(ctx)
 		if !errors.Is(err, api.ErrRefused) || !strings.Contains(err.Error(), "member m2 lists peers [m1=127.0.0.1:7001,m2=x:1]") {

@@ -13,7 +13,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
+	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -27,6 +29,14 @@ import (
 // to the leader), announce.go (this member's record, hand-off before
 // stop), forward.go (requests to other members), service.go (the admin
 // API), members.go (the members API).
+// A Member serves the admin API and the member-to-member routes; NewHandler
+// finds the latter by a type assertion, so a method that drifted would
+// silently drop routes: these fail the build instead.
+var (
+	_ api.Service      = (*Member)(nil)
+	_ httpapi.Internal = (*Member)(nil)
+)
+
 type Member struct {
 	cfg   config.Config
 	log   *zap.Logger
@@ -36,7 +46,7 @@ type Member struct {
 	engine    *fetch.Engine
 	dest      *kafka.Admin
 	// auth secures the API, served and called (api section).
-	auth *apiAuth
+	auth *httpapi.Auth
 	// destPrincipal is kmirror's principal on the destination; readOnly
 	// is the leader's DENY WRITE reconciler (readonly.go).
 	destPrincipal string
@@ -112,7 +122,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 			return nil, err
 		}
 	}
-	auth, err := newAPIAuth(cfg.API)
+	auth, err := httpapi.NewAuth(cfg.API, log.Named("http"))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +202,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	}
 	mx := newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, &m.autoFailovers)
 	mx.readOnly, mx.auth = &m.readOnly, m.auth
-	full := NewHandler(m, m.log, mx.handler())
+	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.goLoop(m.leadershipLoop)
@@ -260,16 +270,16 @@ func (m *Member) listen() error {
 		return fmt.Errorf("http_listen %s: %w", m.cfg.HTTPListen, err)
 	}
 	m.addr = ln.Addr()
-	boot := http.Handler(startingHandler(m))
+	boot := http.Handler(httpapi.StartingHandler(m.Probe))
 	m.handler.Store(&boot)
 	m.srv = &http.Server{
-		Handler:           m.auth.require(m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
+		Handler:           m.auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
 		ReadHeaderTimeout: 10 * time.Second,
 		// The server's own errors (TLS handshakes refused) as JSON log
 		// lines like the rest.
 		ErrorLog: zap.NewStdLog(m.log.Named("http")),
 	}
-	if cfg := m.auth.serverTLS(); cfg != nil {
+	if cfg := m.auth.ServerTLS(); cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	} else if m.cfg.API.TokenFile != "" && !isLoopback(m.addr) {
 		m.log.Warn("api.token_file without api.tls: the bearer token crosses the network unencrypted; set api.tls")

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/kmirror/kmirror/daemon/httpapi"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -47,7 +49,7 @@ type metrics struct {
 	readOnly      *readOnly
 	roUnprotected *prometheus.Desc
 	roUnlifted    *prometheus.Desc
-	auth          *apiAuth
+	auth          *httpapi.Auth
 	unauthorized  *prometheus.Desc
 }
 
@@ -150,8 +152,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.groups != nil {
 		m.collectGroups(ch)
 	}
-	if m.auth != nil && m.auth.token != nil {
-		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.unauthorized.Load()))
+	if m.auth.TokenRequired() {
+		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.UnauthorizedTotal()))
 	}
 	if m.readOnly != nil {
 		if unprotected, unlifted, ok := m.readOnly.gauges(); ok {

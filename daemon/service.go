@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/httpapi"
+
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
@@ -482,7 +484,7 @@ func (m *Member) caughtUp(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pr, err := m.auth.probePeer(cctx, m.auth.httpClient(2*time.Second), addr)
+	pr, err := m.auth.ProbePeer(cctx, m.auth.HTTPClient(2*time.Second), addr)
 	if err != nil {
 		return fmt.Errorf("%w: cannot ask the raft leader %s how far the state goes (%v); retry or ask another member", api.ErrNotLeader, id, err)
 	}
@@ -513,7 +515,7 @@ func (m *Member) Translate(ctx context.Context, mirror, topic string, partition 
 			owner = p.Owner
 		}
 	})
-	if owner != "" && owner != m.cfg.NodeID && !isForwarded(ctx) {
+	if owner != "" && owner != m.cfg.NodeID && !httpapi.IsForwarded(ctx) {
 		c, err := m.memberClient(owner)
 		if err != nil {
 			return api.Translation{}, err

@@ -15,8 +15,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/kmirror/kmirror/daemon"
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/truncate"
 )
 
@@ -127,7 +127,7 @@ type cliResult struct {
 // runCLI runs kmirror with args against a fresh server backed by f.
 func runCLI(t *testing.T, f *fakeAPI, args ...string) cliResult {
 	t.Helper()
-	srv := httptest.NewServer(daemon.NewHandler(f, zap.NewNop(), nil))
+	srv := httptest.NewServer(httpapi.NewHandler(f, zap.NewNop(), nil))
 	defer srv.Close()
 	return runAt(f, srv.URL, args...)
 }
@@ -341,7 +341,7 @@ func TestServerNotRunning(t *testing.T) {
 
 func TestServerFromEnvironment(t *testing.T) {
 	f := &fakeAPI{}
-	srv := httptest.NewServer(daemon.NewHandler(f, zap.NewNop(), nil))
+	srv := httptest.NewServer(httpapi.NewHandler(f, zap.NewNop(), nil))
 	defer srv.Close()
 	t.Setenv("KMIRROR_SERVER", srv.URL)
 	var stdout, stderr strings.Builder

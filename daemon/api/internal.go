@@ -54,3 +54,20 @@ func (c *Client) InternalStatus(ctx context.Context) ([]LiveStatus, error) {
 	}
 	return out, nil
 }
+
+// RaftProbe answers GET /v1/internal/raft: what a starting member needs to
+// know of a peer to decide between bootstrapping and joining.
+type RaftProbe struct {
+	NodeID string `json:"node_id"`
+	// HasState: the peer runs with raft state (a group exists).
+	HasState bool `json:"has_state"`
+	// Joined lists the members the peer's state says have run with state.
+	Joined []string `json:"joined,omitempty"`
+	// StateIndex is the raft index of the last command the peer's state
+	// applied; a follower reads only once it has applied as far as the
+	// leader's (a read index).
+	StateIndex uint64 `json:"state_index"`
+	// Peers is the peer's configured peers list ("id=raft-address",
+	// sorted): members that bootstrap a group together must agree on it.
+	Peers []string `json:"peers,omitempty"`
+}

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -36,12 +36,12 @@ func writeTemp(t *testing.T, dir, name, text string) string {
 func TestAPIToken(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := writeTemp(t, dir, "token", "first-token-0123456789\n")
-	auth, err := newAPIAuth(config.APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}})
+	auth, err := NewAuth(config.APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fakeAPI{mirrors: testMirrors}
-	srv := httptest.NewServer(auth.require(&Member{log: zaptest.NewLogger(t)}, NewHandler(f, zaptest.NewLogger(t), http.NotFoundHandler())))
+	srv := httptest.NewServer(auth.Require(NewHandler(f, zaptest.NewLogger(t), http.NotFoundHandler())))
 	defer srv.Close()
 	ctx := context.Background()
 	client := func(token string) *api.Client {
@@ -91,15 +91,15 @@ func TestAPIToken(t *testing.T) {
 			t.Fatalf("token %s while the file holds two: %v", tok, err)
 		}
 	}
-	if auth.currentToken() != "second-token-longer" {
-		t.Fatalf("members send %q, want the file's first line", auth.currentToken())
+	if auth.CurrentToken() != "second-token-longer" {
+		t.Fatalf("members send %q, want the file's first line", auth.CurrentToken())
 	}
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/mirrors", nil)
 	req.Header.Set("Authorization", "bearer third-token-0123456789")
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("lower-case scheme: %v %v", resp, err)
 	}
-	if got := auth.unauthorized.Load(); got < 3 {
+	if got := auth.UnauthorizedTotal(); got < 3 {
 		t.Fatalf("refused requests counted %d, want at least 3", got)
 	}
 }
@@ -128,7 +128,7 @@ func TestAPITLS(t *testing.T) {
 	if err := cfg.Check("kmirror-2.example"); err == nil || !strings.Contains(err.Error(), "api.tls.cert_file: x509: certificate is not valid for any names, but wanted to match kmirror-2.example: other members and the CLI reach this member") {
 		t.Fatalf("a certificate without the member's API host: %v", err)
 	}
-	auth, err := newAPIAuth(cfg)
+	auth, err := NewAuth(cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +138,12 @@ func TestAPITLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: NewHandler(&fakeAPI{mirrors: testMirrors}, zaptest.NewLogger(t), nil)}
-	go hs.Serve(tls.NewListener(ln, auth.serverTLS()))
+	go hs.Serve(tls.NewListener(ln, auth.ServerTLS()))
 	defer hs.Close()
 	addr := ln.Addr().String()
 	srv := struct{ URL string }{"https://" + addr}
 	ctx := context.Background()
-	member, err := auth.clientFor(addr, 5*time.Second)
+	member, err := auth.ClientFor(addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

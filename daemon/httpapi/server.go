@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -24,7 +24,7 @@ const maxBodyBytes = 1 << 20
 // handler serves the admin API on top of an API implementation.
 type handler struct {
 	api      api.Service
-	internal internalAPI // nil: no member-to-member routes (tests)
+	internal Internal // nil: no member-to-member routes (tests)
 	log      *zap.Logger
 }
 
@@ -36,7 +36,7 @@ type apiFunc func(r *http.Request) (int, any, error)
 // /healthz, /readyz and, if metrics is not nil, /metrics.
 func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.Handler {
 	h := &handler{api: api, log: logger.Named("http")}
-	h.internal, _ = api.(internalAPI)
+	h.internal, _ = api.(Internal)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/mirrors", h.wrap(h.createMirror))
 	mux.Handle("GET /v1/mirrors", h.wrap(h.listMirrors))
@@ -60,8 +60,8 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 		mux.Handle("GET /v1/internal/status", h.wrap(h.localStatuses))
 		mux.Handle("GET /v1/internal/groups", h.wrap(h.localGroups))
 		mux.Handle("GET /v1/internal/sources", h.wrap(h.localSources))
-		mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, h.internal.probe()) })
-		if h.internal.testHooks() {
+		mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, h.internal.Probe()) })
+		if h.internal.TestHooks() {
 			mux.Handle("POST /v1/internal/test/raft-isolation", h.wrap(h.raftIsolation))
 			mux.Handle("POST /v1/internal/test/block-source", h.wrap(h.blockSource))
 		}

@@ -1,8 +1,10 @@
-package daemon
+package httpapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,10 +53,10 @@ func (c *fileCache[T]) get() (T, error) {
 	return v, nil
 }
 
-// apiAuth is this member's view of the API's security, as a server and as
-// a client of the other members. A nil *apiAuth is plain HTTP without a
+// Auth is this member's view of the API's security, as a server and as
+// a client of the other members. A nil *Auth is plain HTTP without a
 // token.
-type apiAuth struct {
+type Auth struct {
 	cfg   config.APIConfig
 	token *fileCache[[]string]
 	// unauthorized counts requests refused for their token
@@ -66,10 +68,11 @@ type apiAuth struct {
 	cert         *fileCache[*tls.Certificate]
 	// client calls other members: TLS when the API is TLS, with CAFile.
 	clientTLS *tls.Config
+	log       *zap.Logger
 }
 
-func newAPIAuth(cfg config.APIConfig) (*apiAuth, error) {
-	a := &apiAuth{cfg: cfg}
+func NewAuth(cfg config.APIConfig, log *zap.Logger) (*Auth, error) {
+	a := &Auth{cfg: cfg, log: log}
 	if cfg.TokenFile != "" {
 		a.token = &fileCache[[]string]{paths: []string{cfg.TokenFile}, load: func() ([]string, error) { return config.ReadTokens(cfg.TokenFile) }}
 	}
@@ -90,17 +93,17 @@ func newAPIAuth(cfg config.APIConfig) (*apiAuth, error) {
 	return a, nil
 }
 
-// scheme is how members reach each other's API.
-func (a *apiAuth) scheme() string {
+// Scheme is how members reach each other's API.
+func (a *Auth) Scheme() string {
 	if a != nil && a.cert != nil {
 		return "https://"
 	}
 	return "http://"
 }
 
-// serverTLS is the API server's TLS configuration (nil: plain HTTP). The
+// ServerTLS is the API server's TLS configuration (nil: plain HTTP). The
 // certificate files are read again when they change.
-func (a *apiAuth) serverTLS() *tls.Config {
+func (a *Auth) ServerTLS() *tls.Config {
 	if a == nil || a.cert == nil {
 		return nil
 	}
@@ -109,9 +112,9 @@ func (a *apiAuth) serverTLS() *tls.Config {
 	}}
 }
 
-// currentToken is the token members send each other: the file's first
+// CurrentToken is the token members send each other: the file's first
 // line ("" when none).
-func (a *apiAuth) currentToken() string {
+func (a *Auth) CurrentToken() string {
 	if a == nil || a.token == nil {
 		return ""
 	}
@@ -123,7 +126,7 @@ func (a *apiAuth) currentToken() string {
 }
 
 // warnEvery logs at most one warning per key and interval.
-func (a *apiAuth) warnEvery(m *Member, key string, msg string, fields ...zap.Field) {
+func (a *Auth) warnEvery(key string, msg string, fields ...zap.Field) {
 	a.warnMu.Lock()
 	defer a.warnMu.Unlock()
 	if a.lastWarn == nil {
@@ -133,23 +136,23 @@ func (a *apiAuth) warnEvery(m *Member, key string, msg string, fields ...zap.Fie
 		return
 	}
 	a.lastWarn[key] = time.Now()
-	m.log.Warn(msg, fields...)
+	a.log.Warn(msg, fields...)
 }
 
-// peerFailed logs, with the peer's ID, a member that refused this one's
+// PeerFailed logs, with the peer's ID, a member that refused this one's
 // API call for a reason no retry fixes: its token or TLS settings differ.
-func (a *apiAuth) peerFailed(m *Member, id string, err error) {
+func (a *Auth) PeerFailed(id string, err error) {
 	if a == nil || (!errors.Is(err, api.ErrUnauthorized) && !strings.Contains(err.Error(), "certificate")) {
 		return
 	}
-	a.warnEvery(m, "peer "+id, "a member refused this member's API call: the api settings (token_file, tls.ca_file, the API certificate's hosts) must suit every member",
+	a.warnEvery("peer "+id, "a member refused this member's API call: the api settings (token_file, tls.ca_file, the API certificate's hosts) must suit every member",
 		zap.String("member", id), zap.Error(err))
 }
 
-// require wraps h: every route except the open ones needs the bearer
+// Require wraps h: every route except the open ones needs the bearer
 // token. A missing or wrong token is answered 401 with what to do, and the
 // request does nothing.
-func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
+func (a *Auth) Require(h http.Handler) http.Handler {
 	if a == nil || a.token == nil {
 		return h
 	}
@@ -160,7 +163,7 @@ func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 		}
 		want, err := a.token.get()
 		if err != nil {
-			a.warnEvery(m, "token file", "this member cannot read api.token_file: it refuses every API request until the file is fixed", zap.Error(err))
+			a.warnEvery("token file", "this member cannot read api.token_file: it refuses every API request until the file is fixed", zap.Error(err))
 			writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Code: "not_leader", Error: "this member cannot read its api.token_file (fix the file on the member); ask another member"})
 			return
 		}
@@ -169,7 +172,7 @@ func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 		valid := slices.ContainsFunc(want, func(t string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 })
 		if !valid {
 			a.unauthorized.Add(1)
-			a.warnEvery(m, "unauthorized", "API request refused: no or a wrong bearer token (counted in kmirror_api_unauthorized_total)",
+			a.warnEvery("unauthorized", "API request refused: no or a wrong bearer token (counted in kmirror_api_unauthorized_total)",
 				zap.String("remote", r.RemoteAddr), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 		}
 		switch {
@@ -186,24 +189,53 @@ func (a *apiAuth) require(m *Member, h http.Handler) http.Handler {
 	})
 }
 
-// clientFor returns a client of the API at addr (host:port) as this member
+// TokenRequired reports whether API requests need the bearer token.
+func (a *Auth) TokenRequired() bool { return a != nil && a.token != nil }
+
+// UnauthorizedTotal counts the requests refused for their token.
+func (a *Auth) UnauthorizedTotal() int64 { return a.unauthorized.Load() }
+
+// ClientFor returns a client of the API at addr (host:port) as this member
 // calls it.
-func (a *apiAuth) clientFor(addr string, timeout time.Duration) (*api.Client, error) {
-	c, err := api.NewClient(a.scheme()+addr, timeout)
+func (a *Auth) ClientFor(addr string, timeout time.Duration) (*api.Client, error) {
+	c, err := api.NewClient(a.Scheme()+addr, timeout)
 	if err != nil {
 		return nil, err
 	}
 	if a == nil {
 		return c, nil
 	}
-	return c.WithAuth(a.clientTLS, a.currentToken()), nil
+	return c.WithAuth(a.clientTLS, a.CurrentToken()), nil
 }
 
-// httpClient is an http.Client for raw member-to-member calls.
-func (a *apiAuth) httpClient(timeout time.Duration) *http.Client {
+// HTTPClient is an http.Client for raw member-to-member calls.
+func (a *Auth) HTTPClient(timeout time.Duration) *http.Client {
 	c := &http.Client{Timeout: timeout}
 	if a != nil && a.clientTLS != nil {
 		c.Transport = &http.Transport{TLSClientConfig: a.clientTLS.Clone()}
 	}
 	return c
+}
+
+func (a *Auth) ProbePeer(ctx context.Context, client *http.Client, addr string) (api.RaftProbe, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.Scheme()+addr+"/v1/internal/raft", nil)
+	if err != nil {
+		return api.RaftProbe{}, err
+	}
+	if tok := a.CurrentToken(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return api.RaftProbe{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return api.RaftProbe{}, fmt.Errorf("%s answered %s", addr, resp.Status)
+	}
+	var pr api.RaftProbe
+	if err := json.NewDecoder(resp.Body).Decode(&pr); err != nil {
+		return api.RaftProbe{}, fmt.Errorf("%s: %w", addr, err)
+	}
+	return pr, nil
 }
