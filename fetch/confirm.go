@@ -19,10 +19,10 @@ import (
 // second time (the package doc has the whole argument).
 func (e *Engine) confirmLocked(p *partition, why string) {
 	p.produceErr = why
-	if p.confirming {
+	if p.send == sendConfirming {
 		return
 	}
-	p.confirming = true
+	p.moveSend(sendConfirming)
 	gen := p.gen
 	e.goLoop(func() { e.confirm(p, gen, why) })
 }
@@ -126,14 +126,14 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 		p.queue[0].seqSet = false // collectProduce numbers it again
 	}
 	e.noteDuplicatesLocked(p, w.duplicates)
-	p.confirming = false
+	p.moveSend(sendIdle)
 	p.produceErr = ""
 	p.dstLeader = -1
 	p.failures = 0
 	e.log.Info("destination verified after the last acknowledged batch", zap.Stringer("partition", p.key()),
 		zap.Int64("source_offset", w.end.Src), zap.Int64("destination_offset", w.end.Dst),
 		zap.Int64("walked_records", w.walked), zap.Int("duplicate_batches", len(w.duplicates)))
-	if p.draining && p.drained() && p.released != nil {
+	if p.releasing() && p.drained() && p.released != nil {
 		closeOnce(p)
 	}
 	kick(e.kickRt)

@@ -43,8 +43,9 @@
 // run here), resume.go (takeover), walk.go (reading source and destination
 // side by side), realign.go (the walk after the source deleted records it
 // had copied), confirm.go (unknown produce outcomes), fetcher.go and
-// sender.go (the fetch and produce loops), partition.go and items.go
-// (per-partition state and the produce queue), idle.go, offsets.go (the
+// sender.go (the fetch and produce loops), partition.go (a partition's
+// sub-states with their move tables, and its per-partition state), items.go
+// (the produce queue), idle.go, offsets.go (the
 // progress store: checkpoints and translation segments in the internal
 // topic), translate.go (the translation log), failback.go (reading another
 // group's progress store; seeding a partition; copying a record range).

@@ -73,6 +73,7 @@ func kick(ch chan struct{}) {
 // New returns an engine; call Start before Assign.
 func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 	cfg.Defaults()
+	illegalLog.CompareAndSwap(nil, log.Named("fetch"))
 	dest := kafka.NewCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity)
 	return &Engine{
 		cfg:       cfg,
@@ -214,24 +215,25 @@ func (e *Engine) Assign(specs []Spec) {
 			e.parkDivergedLocked(k, p, s)
 			continue
 		}
-		if ok && !p.draining && p.spec.Generation != s.Generation && (p.state == Diverged || p.state == Failed || s.AcceptGap) {
+		if ok && !p.releasing() && p.spec.Generation != s.Generation && (p.life == lifeDiverged || p.life == lifeFailed || p.life == lifeRenewing || s.AcceptGap) {
 			// An operator resumed it (kmirror resume): start over with a
 			// walk now, also out of a FAILED backoff, so a gap permission
 			// is used by this start and by no later one.
 			e.log.Info("partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", s.AcceptGap))
-			p.spec, p.renewing = s, false
+			p.spec = s
 			e.dropQueueLocked(p)
-			p.state, p.failures = Starting, 0
+			p.moveLife(lifeStarting)
+			p.failures = 0
 			e.startLocked(p, 0)
 			continue
 		}
-		if ok && !p.draining && p.spec.Generation != s.Generation && (p.renewing || !sameProducer(p.spec.Producer, s.Producer)) {
+		if ok && !p.releasing() && p.spec.Generation != s.Generation && (p.life == lifeRenewing || !sameProducer(p.spec.Producer, s.Producer)) {
 			// A new producer identity (a renewal through raft): resume
 			// under it with a walk.
 			e.log.Info("partition has a new producer identity; resuming", zap.Stringer("partition", k))
-			p.spec, p.renewing = s, false
+			p.spec = s
 			e.dropQueueLocked(p)
-			p.state = Starting
+			p.moveLife(lifeStarting)
 			e.startLocked(p, 0)
 			continue
 		}
@@ -239,7 +241,7 @@ func (e *Engine) Assign(specs []Spec) {
 			p.spec.Generation = s.Generation
 			continue
 		}
-		p = &partition{spec: s, state: Starting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
+		p = &partition{spec: s, life: lifeStarting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
 		e.parts[k] = p
 		e.startLocked(p, 0)
 	}
@@ -251,12 +253,12 @@ func (e *Engine) Assign(specs []Spec) {
 func (e *Engine) parkDivergedLocked(k Key, p *partition, s Spec) {
 	if p != nil {
 		p.spec.Generation = s.Generation
-		if p.state != Diverged && !p.draining {
+		if p.life != lifeDiverged && !p.releasing() {
 			e.divergeLocked(p, s.Diverged)
 		}
 		return
 	}
-	p = &partition{spec: s, state: Diverged, reason: s.Diverged, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
+	p = &partition{spec: s, life: lifeDiverged, reason: s.Diverged, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
 	if cp, ok := e.store.checkpointOf(k); ok {
 		p.pos = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
 	} else {
@@ -323,7 +325,7 @@ func (e *Engine) Statuses() []Status {
 			// DIVERGED by the control plane, which keeps its start offset.
 			if cp, ok := e.store.checkpointOf(k); ok {
 				st.Position = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
-			} else if p.state != Diverged {
+			} else if p.life != lifeDiverged {
 				st.Position = Position{SourceOffset: -1, DestinationOffset: -1}
 			}
 		}

@@ -198,7 +198,7 @@ func (e *Engine) reroute(keys []Key, err error) {
 		if p, ok := e.parts[k]; ok {
 			p.srcLeader = -1
 			p.fetchErr = err.Error()
-			if kafka.SecurityFailure(err) && p.active() && !p.draining {
+			if kafka.SecurityFailure(err) && p.active() && !p.releasing() {
 				e.failLocked(p, err)
 			}
 		}
@@ -300,7 +300,7 @@ func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map
 		from := a.Offset
 		e.mu.Lock()
 		p := e.parts[k]
-		current := p != nil && p.state == Mirroring && !p.draining && p.srcLeader == broker && p.fetchOffset == from
+		current := p != nil && p.mirroring() && p.srcLeader == broker && p.fetchOffset == from
 		if current {
 			p.srcEnd, p.srcHW = fp.LastStableOffset, fp.HighWatermark
 			if fp.LogStartOffset > 0 {
@@ -321,7 +321,7 @@ func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map
 		}
 		items, next, need, err := buildItems(fp.Records, fp.Aborted, from)
 		e.mu.Lock()
-		if p.state != Mirroring || p.draining || p.fetchOffset != from {
+		if !p.mirroring() || p.fetchOffset != from {
 			e.mu.Unlock()
 			continue
 		}
@@ -368,8 +368,8 @@ func (e *Engine) fetchErrorLocked(p *partition, fp kwire.FetchedPartition, mirro
 		// Stop fetching; what was fetched before the hole is produced,
 		// then the partition stops DIVERGED at exactly the hole
 		// (sourceOutOfRange), so resume --accept-gap continues from there.
-		if !p.outOfRange {
-			p.outOfRange = true
+		if p.fetch != fetchOutOfRange {
+			p.moveFetch(fetchOutOfRange)
 			gen, from := p.gen, p.fetchOffset
 			e.goLoop(func() { e.sourceOutOfRange(p, gen, from) })
 		}
@@ -419,7 +419,7 @@ func (e *Engine) sourceOutOfRange(p *partition, gen int, from int64) {
 		// In range again (a leader change under way): fetch on.
 		e.mu.Lock()
 		if p.gen == gen {
-			p.outOfRange = false
+			p.moveFetch(fetchOpen)
 			p.srcLeader = -1
 			kick(e.kickRt)
 		}
@@ -428,7 +428,7 @@ func (e *Engine) sourceOutOfRange(p *partition, gen int, from int64) {
 	}
 	for {
 		e.mu.Lock()
-		if p.gen != gen || p.state != Mirroring {
+		if p.gen != gen || !p.mirroring() {
 			e.mu.Unlock()
 			return
 		}
@@ -445,7 +445,7 @@ func (e *Engine) sourceOutOfRange(p *partition, gen int, from int64) {
 	e.checkpoint()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if p.gen != gen || p.state != Mirroring {
+	if p.gen != gen || !p.mirroring() {
 		return
 	}
 	if end >= 0 {

@@ -31,7 +31,7 @@ func (e *Engine) checkIdle() {
 	byBroker := map[string][]idle{}
 	e.mu.Lock()
 	for _, p := range e.parts {
-		quiet := p.state == Mirroring && !p.draining && !p.inflight && !p.confirming && len(p.queue) == 0 && p.dstLeader >= 0
+		quiet := p.mirroring() && p.send == sendIdle && len(p.queue) == 0 && p.dstLeader >= 0
 		if quiet && p.idleSeen == p.pos.DestinationOffset {
 			if w := e.senders[p.dstLeader]; w != nil {
 				byBroker[w.addr] = append(byBroker[w.addr], idle{p, p.pos.DestinationOffset})
@@ -57,7 +57,7 @@ func (e *Engine) checkIdle() {
 		for i, x := range ps {
 			p := x.p
 			h, ok := hw[keys[i]]
-			if !ok && p.state == Mirroring && p.dstLeader >= 0 {
+			if !ok && p.mirroring() && p.dstLeader >= 0 {
 				// The leader could not answer for it (the topic was
 				// deleted, the leadership moved): route it again, which
 				// finds out which and reports a missing topic.
@@ -65,7 +65,7 @@ func (e *Engine) checkIdle() {
 				kick(e.kickRt)
 				continue
 			}
-			if !ok || h <= x.dst || p.pos.DestinationOffset != x.dst || p.state != Mirroring || p.inflight || p.confirming {
+			if !ok || h <= x.dst || p.pos.DestinationOffset != x.dst || !p.mirroring() || p.send != sendIdle {
 				continue
 			}
 			e.confirmLocked(p, fmt.Sprintf("destination %s/%d holds offsets %d..%d after kmirror's last acknowledged batch",

@@ -61,9 +61,9 @@ func (e *Engine) failLocked(p *partition, err error) {
 	if backoff > e.cfg.MaxRetryBackoff {
 		backoff = e.cfg.MaxRetryBackoff
 	}
-	e.setStateLocked(p, Failed, err.Error())
+	e.setLifeLocked(p, lifeFailed, err.Error())
 	e.dropQueueLocked(p)
-	if p.draining {
+	if p.releasing() {
 		// Being released: Release settles its position; no restart.
 		e.log.Warn("partition failed while draining", zap.Stringer("partition", p.key()), zap.Error(err))
 		return
@@ -81,10 +81,9 @@ func sameProducer(a, b *kafka.ProducerID) bool {
 // identity and asks the control plane to renew it; Assign restarts p once
 // the new generation arrives.
 func (e *Engine) handBackLocked(p *partition, reason string) {
-	e.setStateLocked(p, Failed, reason+"; waiting for the raft leader to renew the producer epoch")
+	e.setLifeLocked(p, lifeRenewing, reason+"; waiting for the raft leader to renew the producer epoch")
 	e.dropQueueLocked(p)
 	p.gen++ // no restart before the renewal
-	p.renewing = true
 	k, gen := p.key(), p.spec.Generation
 	go e.ctl.RenewProducer(k, gen, reason)
 }
@@ -92,7 +91,7 @@ func (e *Engine) handBackLocked(p *partition, reason string) {
 // divergeLocked stops p for good: it needs an operator.
 func (e *Engine) divergeLocked(p *partition, reason string) {
 	e.divergences++
-	e.setStateLocked(p, Diverged, reason)
+	e.setLifeLocked(p, lifeDiverged, reason)
 	e.dropQueueLocked(p)
 	p.gen++
 	e.log.Error("partition diverged", zap.Stringer("partition", p.key()), zap.String("reason", reason))
@@ -101,17 +100,24 @@ func (e *Engine) divergeLocked(p *partition, reason string) {
 func (e *Engine) dropQueueLocked(p *partition) {
 	e.inUse -= p.queued
 	p.queue, p.queued = nil, 0
-	p.confirming = false
-	if p.draining && p.released != nil && !p.inflight {
+	if p.send == sendConfirming {
+		p.moveSend(sendIdle) // the restart walks; an in-flight produce is waited for
+	}
+	if p.releasing() && p.released != nil && p.send != sendInflight {
 		closeOnce(p)
 	}
 }
 
-func (e *Engine) setStateLocked(p *partition, s State, reason string) {
-	if p.state == s && p.reason == reason {
+// setLifeLocked moves p's life to l with reason, and reports the State it
+// shows when that or the reason changed.
+func (e *Engine) setLifeLocked(p *partition, l life, reason string) {
+	before, beforeReason := p.reported(), p.reason
+	p.moveLife(l)
+	p.reason = reason
+	s := p.reported()
+	if s == before && reason == beforeReason {
 		return
 	}
-	p.state, p.reason = s, reason
 	gapBelow := int64(0)
 	if s == Diverged {
 		gapBelow = p.gapBelow

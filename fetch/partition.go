@@ -2,19 +2,208 @@ package fetch
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
+	"go.uber.org/zap"
 )
+
+// A partition's state on this member is four sub-states. Each changes only
+// through the moves below (moveLife, moveRelease, moveSend, moveFetch),
+// which check these tables: a move not listed is a programming error
+// (illegalMove: a panic in tests, an error log in production, where the
+// move is made anyway so behaviour does not depend on the check).
+//
+// life: where the partition is in its run here; reported as its State.
+//
+//	from \ to   starting mirroring failed renewing diverged stopped
+//	(new)        x                                    x (parked)
+//	starting     x        x         x                 x        x
+//	mirroring    x                  x      x          x        x
+//	failed       x        x         x                 x        x
+//	renewing     x                                    x        x
+//	diverged     x                                    x        x
+//	stopped      -
+//
+//   - starting: the resume walk runs (STARTING); a restart after a failure
+//     walks in failed and goes to mirroring directly.
+//   - mirroring: fetching and producing (MIRRORING, or DRAINING while
+//     released).
+//   - failed: waiting out a backoff before the next start (FAILED).
+//   - renewing: the destination refused the producer identity; nothing
+//     runs until the control plane's new epoch arrives (FAILED).
+//   - diverged: stopped for good until an operator resumes it (DIVERGED).
+//   - stopped: dropped; the engine forgets it (STOPPED).
+//
+// release: whether the partition is being given up here.
+//
+//	none -> draining, dropped;  draining -> draining, dropped
+//
+//   - draining: Release, HandOff or Stop: fetch no more, finish the queue,
+//     give the exact position back.
+//   - dropped: Drop: stopped at once (the lease moved); life is stopped.
+//
+// send: the produce of the queue head (one at a time per partition).
+//
+//	idle -> idle, inflight, confirming;  inflight -> idle;
+//	confirming -> confirming, idle
+//
+//   - inflight: the head is in a produce request.
+//   - confirming: its outcome is unknown; nothing is sent until confirm has
+//     read what the destination holds (DESIGN.md). A failure clears it
+//     (the restart walks); an in-flight produce is waited for instead.
+//
+// fetch: whether the source may be fetched (besides life and release).
+//
+//	open -> open, outOfRange;  outOfRange -> open
+//
+//   - outOfRange: the source answered OFFSET_OUT_OF_RANGE; sourceOutOfRange
+//     decides before anything more is fetched.
+//
+// Two booleans are facts about the data rather than states: resumed (the
+// producer identity, position and translation are valid: set by the first
+// successful start, never cleared) and dirty (the position changed since
+// the last checkpoint).
+
+type life uint8
+
+const (
+	lifeStarting life = iota
+	lifeMirroring
+	lifeFailed
+	lifeRenewing
+	lifeDiverged
+	lifeStopped
+)
+
+type releasePhase uint8
+
+const (
+	releaseNone releasePhase = iota
+	releaseDraining
+	releaseDropped
+)
+
+type sendPhase uint8
+
+const (
+	sendIdle sendPhase = iota
+	sendInflight
+	sendConfirming
+)
+
+type fetchPhase uint8
+
+const (
+	fetchOpen fetchPhase = iota
+	fetchOutOfRange
+)
+
+var (
+	lifeNames    = []string{"starting", "mirroring", "failed", "renewing", "diverged", "stopped"}
+	releaseNames = []string{"none", "draining", "dropped"}
+	sendNames    = []string{"idle", "inflight", "confirming"}
+	fetchNames   = []string{"open", "outOfRange"}
+
+	lifeMoves = [][]life{
+		lifeStarting:  {lifeStarting, lifeMirroring, lifeFailed, lifeDiverged, lifeStopped},
+		lifeMirroring: {lifeStarting, lifeFailed, lifeRenewing, lifeDiverged, lifeStopped},
+		lifeFailed:    {lifeStarting, lifeMirroring, lifeFailed, lifeDiverged, lifeStopped},
+		lifeRenewing:  {lifeStarting, lifeDiverged, lifeStopped},
+		lifeDiverged:  {lifeStarting, lifeDiverged, lifeStopped},
+		lifeStopped:   {},
+	}
+	releaseMoves = [][]releasePhase{
+		releaseNone:     {releaseDraining, releaseDropped},
+		releaseDraining: {releaseDraining, releaseDropped},
+		releaseDropped:  {},
+	}
+	sendMoves = [][]sendPhase{
+		sendIdle:       {sendIdle, sendInflight, sendConfirming},
+		sendInflight:   {sendIdle},
+		sendConfirming: {sendConfirming, sendIdle},
+	}
+	fetchMoves = [][]fetchPhase{
+		fetchOpen:       {fetchOpen, fetchOutOfRange},
+		fetchOutOfRange: {fetchOpen},
+	}
+)
+
+// strictMoves makes an illegal move panic (tests; KMIRROR_STRICT_TRANSITIONS=1
+// for a daemon under test); otherwise it is logged through illegalLog.
+var (
+	strictMoves = os.Getenv("KMIRROR_STRICT_TRANSITIONS") == "1"
+	illegalLog  atomic.Pointer[zap.Logger]
+)
+
+// illegalMove reports a move the tables do not list.
+func (p *partition) illegalMove(kind, from, to string) {
+	msg := fmt.Sprintf("partition %s: illegal %s move %s -> %s (life %s, release %s, send %s, fetch %s)", p.key(), kind, from, to,
+		lifeNames[p.life], releaseNames[p.release], sendNames[p.send], fetchNames[p.fetch])
+	if strictMoves {
+		panic(msg)
+	}
+	if l := illegalLog.Load(); l != nil {
+		l.Error("bug: " + msg)
+	}
+}
+
+func (p *partition) moveLife(to life) { move(p, "life", lifeNames, lifeMoves, &p.life, to) }
+
+func (p *partition) moveRelease(to releasePhase) {
+	move(p, "release", releaseNames, releaseMoves, &p.release, to)
+}
+
+func (p *partition) moveSend(to sendPhase) { move(p, "send", sendNames, sendMoves, &p.send, to) }
+
+func (p *partition) moveFetch(to fetchPhase) { move(p, "fetch", fetchNames, fetchMoves, &p.fetch, to) }
+
+// move sets *cur to to, checking the move against table.
+func move[T ~uint8](p *partition, kind string, names []string, table [][]T, cur *T, to T) {
+	if !slices.Contains(table[*cur], to) {
+		p.illegalMove(kind, names[*cur], names[to])
+	}
+	*cur = to
+}
+
+// reported is the State describe and the control plane see.
+func (p *partition) reported() State {
+	switch p.life {
+	case lifeStarting:
+		return Starting
+	case lifeMirroring:
+		if p.release == releaseDraining {
+			return Draining
+		}
+		return Mirroring
+	case lifeFailed, lifeRenewing:
+		return Failed
+	case lifeDiverged:
+		return Diverged
+	}
+	return Stopped
+}
+
+// releasing reports whether the partition is being given up here.
+func (p *partition) releasing() bool { return p.release != releaseNone }
+
+// mirroring reports whether it copies and is not being released.
+func (p *partition) mirroring() bool { return p.life == lifeMirroring && p.release == releaseNone }
 
 // partition is the engine's state for one leased partition. All fields are
 // guarded by Engine.mu.
 type partition struct {
-	spec   Spec
-	state  State
-	reason string
+	spec    Spec
+	life    life
+	release releasePhase
+	send    sendPhase
+	fetch   fetchPhase
+	reason  string
 	// gen counts (re)starts so a stale start goroutine or fetch response
 	// can tell it is no longer current.
 	gen int
@@ -30,9 +219,6 @@ type partition struct {
 	// (at fetchOffset); -1 unknown. A new source leader is asked where it
 	// ends (checkSourceTruncation).
 	fetchedEpoch int32
-	// outOfRange: the source answered OFFSET_OUT_OF_RANGE; fetching stops
-	// while sourceOutOfRange decides.
-	outOfRange bool
 	// gapBelow is the source log start of a gap divergence (see
 	// Control.Report); 0 otherwise.
 	gapBelow int64
@@ -47,20 +233,13 @@ type partition struct {
 	dstLeader int32 // -1: route needed
 	queue     []*item
 	queued    int64 // bytes in queue
-	inflight  bool
-	// confirming: the head batch was sent and its outcome is unknown; it
-	// is not sent again until confirm has read what the destination holds.
-	confirming bool
-	producer   kafka.ProducerID
-	resumed    bool // producer, pos and translation are valid
-	nextSeq    int32
+	producer  kafka.ProducerID
+	resumed   bool // producer, pos and translation are valid (see above)
+	nextSeq   int32
 	// own holds every producer identity this partition was written with
 	// since its checkpoint (the current one, one replaced by a renewal)
 	// and its next sequence, to tell late copies from foreign writes.
-	own ownSeqs
-	// renewing: the destination refused the producer identity and the
-	// control plane is asked for a new epoch; nothing runs until it comes.
-	renewing bool
+	own      ownSeqs
 	retryAt  time.Time
 	failures int
 
@@ -87,22 +266,22 @@ type partition struct {
 	// the partition was idle then (-1 otherwise); see checkIdle.
 	idleSeen int64
 
-	draining bool
 	released chan struct{} // closed when a drain completes
 }
 
 func (p *partition) key() Key { return p.spec.Key }
 
-// active reports whether the data path works on the partition.
-func (p *partition) active() bool { return p.state == Mirroring || p.state == Draining }
+// active reports whether the data path works on the partition (mirroring,
+// or draining its queue).
+func (p *partition) active() bool { return p.life == lifeMirroring }
 
 // wantsFetch reports whether the fetcher should ask for more data.
 func (p *partition) wantsFetch(limit int64) bool {
-	return p.state == Mirroring && !p.draining && !p.outOfRange && p.srcLeader >= 0 && p.queued < limit
+	return p.mirroring() && p.fetch == fetchOpen && p.srcLeader >= 0 && p.queued < limit
 }
 
 // drained reports whether a draining partition has nothing left to send.
-func (p *partition) drained() bool { return len(p.queue) == 0 && !p.inflight }
+func (p *partition) drained() bool { return len(p.queue) == 0 && p.send != sendInflight }
 
 // ack applies a successful produce of the queue head at destination
 // offset base.
@@ -129,9 +308,9 @@ func (p *partition) skipped(it *item) {
 }
 
 func (p *partition) status() Status {
-	st := Status{Key: p.key(), State: p.state, Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd,
+	st := Status{Key: p.key(), State: p.reported(), Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd,
 		DuplicateRecords: p.duplicateRecords, Duplicate: p.lastDuplicate}
-	if p.state == Mirroring {
+	if p.mirroring() {
 		var parts []string
 		for _, s := range []string{p.fetchErr, p.produceErr, p.checkpointErr} {
 			if s != "" {
@@ -145,7 +324,7 @@ func (p *partition) status() Status {
 	}
 	st.CheckpointFailing = p.checkpointErr != ""
 	st.TranslationEntries, st.TranslationBytes = p.xl.Len(), p.xl.Bytes()
-	if p.state == Mirroring && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
+	if p.mirroring() && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
 		st.Waiting = fmt.Sprintf("waiting for an open source transaction: source offsets %d..%d are not committed yet "+
 			"(read_committed mirrors up to the last stable offset %d)", p.srcEnd, p.srcHW-1, p.srcEnd)
 	}

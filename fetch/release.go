@@ -27,7 +27,8 @@ func (e *Engine) Drop(ctx context.Context, k Key) error {
 	}
 	p.gen++
 	e.dropQueueLocked(p)
-	p.state, p.draining = Stopped, true
+	p.moveRelease(releaseDropped)
+	p.moveLife(lifeStopped)
 	e.mu.Unlock()
 	err := e.waitIdle(ctx, p, -1)
 	e.mu.Lock()
@@ -110,9 +111,8 @@ func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool
 	if p.released == nil {
 		p.released = make(chan struct{})
 	}
-	p.draining = true
-	if p.active() {
-		p.state = Draining
+	p.moveRelease(releaseDraining)
+	if p.active() { // now DRAINING
 		if p.drained() {
 			closeOnce(p)
 		}
@@ -138,7 +138,7 @@ func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
-	clean := p.state == Draining
+	clean := p.reported() == Draining
 	pos, spec, resumed := p.pos, p.spec, p.resumed
 	up := e.updateLocked(p)
 	e.mu.Unlock()

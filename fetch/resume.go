@@ -232,10 +232,10 @@ func topicRecreatedReason(k Key, side, now, was string) string {
 // staleStartLocked reports whether the start of p that began in gen was
 // overtaken (a restart, or a release that is now waiting for it).
 func (e *Engine) staleStartLocked(p *partition, gen int) bool {
-	if p.gen == gen && !p.draining {
+	if p.gen == gen && !p.releasing() {
 		return false
 	}
-	if p.draining && p.released != nil {
+	if p.releasing() && p.released != nil {
 		closeOnce(p)
 	}
 	return true
@@ -247,7 +247,9 @@ func (e *Engine) staleStartLocked(p *partition, gen int) bool {
 func (e *Engine) mirrorFromLocked(p *partition, pid kafka.ProducerID, seq int32, own ownSeqs, pos Position, xl Translation) {
 	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq, p.own = seq, own
-	p.confirming = false
+	if p.send == sendConfirming {
+		p.moveSend(sendIdle)
+	}
 	p.pos = pos
 	p.xl = xl
 	p.xl.Advance(pos.SourceOffset, pos.DestinationOffset)
@@ -256,10 +258,11 @@ func (e *Engine) mirrorFromLocked(p *partition, pid kafka.ProducerID, seq int32,
 	p.fetchedEpoch = pos.SourceLeaderEpoch
 	p.fetchBytes = e.cfg.PartitionBytes
 	p.srcLeader, p.dstLeader = -1, -1
-	p.outOfRange, p.gapBelow = false, 0
+	p.moveFetch(fetchOpen)
+	p.gapBelow = 0
 	// failures is reset by the first acknowledged batch, not here: a
 	// partition that fails again right after resuming backs off longer.
-	e.setStateLocked(p, Mirroring, "")
+	e.setLifeLocked(p, lifeMirroring, "")
 	kick(e.kickRt)
 }
 
@@ -288,7 +291,7 @@ func (e *Engine) startHandoff(p *partition, gen int, h Handoff, xl Translation) 
 func (e *Engine) waitIdle(ctx context.Context, p *partition, gen int) error {
 	for {
 		e.mu.Lock()
-		idle := !p.inflight || (gen >= 0 && p.gen != gen)
+		idle := p.send != sendInflight || (gen >= 0 && p.gen != gen)
 		e.mu.Unlock()
 		if idle {
 			return nil

@@ -40,7 +40,7 @@ func (e *Engine) route() {
 		if !p.active() {
 			continue
 		}
-		if p.srcLeader < 0 && !p.draining {
+		if p.srcLeader < 0 && !p.releasing() {
 			needSrc = append(needSrc, p)
 		}
 		if p.dstLeader < 0 {
@@ -151,7 +151,7 @@ func (e *Engine) checkSourceTruncation(ctx context.Context, cl *kafka.Cluster, p
 			keep++
 		}
 		straddles := keep < len(p.queue) && p.queue[keep].srcFirst < cut
-		inFlightLost := p.inflight && keep == 0 && len(p.queue) > 0
+		inFlightLost := p.send == sendInflight && keep == 0 && len(p.queue) > 0
 		if !straddles && !inFlightLost {
 			for _, it := range p.queue[keep:] {
 				p.queued -= it.size
@@ -237,14 +237,14 @@ func (e *Engine) routeFailed(p *partition, side string, cl *kafka.Cluster, err e
 	switch {
 	case errors.As(err, &dv):
 		e.divergeLocked(p, dv.Reason)
-	case kafka.SecurityFailure(err) && !p.draining:
+	case kafka.SecurityFailure(err) && !p.releasing():
 		e.failLocked(p, err)
 	case errors.As(err, &kerr) && kerr.Code == kwire.CodeUnknownTopicOrPartition:
 		if missing.IsZero() {
 			*missing = time.Now()
 		}
 		reason := topicGoneReason(p.key(), side, cl.Name)
-		if time.Since(*missing) >= topicGoneWait && !p.draining {
+		if time.Since(*missing) >= topicGoneWait && !p.releasing() {
 			*missing = time.Time{}
 			e.failLocked(p, errors.New(reason))
 			return true

@@ -114,7 +114,7 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 	fenced := !now.Before(writeBy)
 	size := 0
 	for _, p := range e.parts {
-		if p.dstLeader != broker || !p.active() || p.inflight || p.confirming {
+		if p.dstLeader != broker || !p.active() || p.send != sendIdle {
 			continue
 		}
 		for len(p.queue) > 0 && p.queue[0].skip() {
@@ -122,7 +122,7 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 			p.queue = p.queue[1:]
 		}
 		if len(p.queue) == 0 {
-			if p.draining && p.released != nil {
+			if p.releasing() && p.released != nil {
 				closeOnce(p)
 			}
 			continue
@@ -150,14 +150,14 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 			it.seqSet = true
 			it.batch.Rewrite(p.producer.ID, p.producer.Epoch, it.seq)
 		}
-		p.inflight = true
+		p.moveSend(sendInflight)
 		size += len(it.batch)
 		batch = append(batch, sent{p, it})
 	}
 	if len(verify) > 0 {
 		// Verify first; nothing collected is sent in this round.
 		for _, s := range batch {
-			s.p.inflight = false
+			s.p.moveSend(sendIdle)
 		}
 		return nil, writeBy, 0, verify, true
 	}
@@ -218,10 +218,10 @@ func (e *Engine) verifyDestinationTopics(ps []*partition) {
 func (e *Engine) unsend(batch []sent, err error) {
 	e.mu.Lock()
 	for _, s := range batch {
-		s.p.inflight = false
+		s.p.moveSend(sendIdle)
 		s.p.dstLeader = -1
 		s.p.produceErr = err.Error()
-		if kafka.SecurityFailure(err) && s.p.active() && !s.p.draining {
+		if kafka.SecurityFailure(err) && s.p.active() && !s.p.releasing() {
 			e.failLocked(s.p, err)
 		}
 	}
@@ -235,7 +235,7 @@ func (e *Engine) unknownOutcome(batch []sent, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range batch {
-		s.p.inflight = false
+		s.p.moveSend(sendIdle)
 		if s.p.active() && len(s.p.queue) > 0 && s.p.queue[0] == s.it {
 			e.confirmLocked(s.p, fmt.Sprintf("produce to destination %s/%d: outcome unknown (%v)", s.p.key().Topic, s.p.key().Partition, err))
 		}
@@ -252,7 +252,7 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 	defer e.mu.Unlock()
 	for _, s := range batch {
 		p, it := s.p, s.it
-		p.inflight = false
+		p.moveSend(sendIdle)
 		k := p.key()
 		if len(p.queue) == 0 || p.queue[0] != it {
 			continue // dropped meanwhile (failed or diverged)
@@ -282,7 +282,7 @@ func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
 		p.queued -= it.size
 		e.inUse -= it.size
 		p.failures = 0
-		if p.draining && p.drained() {
+		if p.releasing() && p.drained() {
 			for len(p.queue) > 0 && p.queue[0].skip() {
 				p.skipped(p.queue[0])
 				p.queue = p.queue[1:]
