@@ -21,14 +21,6 @@ import (
 	"github.com/kmirror/kmirror/raftstore"
 )
 
-// Member is one kmirror daemon: the raft store, the data path engine and
-// the admin API, wired together. Files by job: member.go (start and stop),
-// join.go (forming or joining the group), leader.go (the leader loop),
-// assign.go (where partitions go), owner.go (this member's partitions and
-// their jobs), control.go (the data path's reports), outbox.go (commands
-// to the leader), announce.go (this member's record, hand-off before
-// stop), forward.go (requests to other members), service.go (the admin
-// API), members.go (the members API).
 // A Member serves the admin API and the member-to-member routes; NewHandler
 // finds the latter by a type assertion, so a method that drifted would
 // silently drop routes: these fail the build instead.
@@ -37,6 +29,8 @@ var (
 	_ httpapi.Internal = (*Member)(nil)
 )
 
+// Member is one kmirror daemon: the raft store, the data path engine and
+// the admin API, wired together (the package doc lists its files by duty).
 type Member struct {
 	cfg   config.Config
 	log   *zap.Logger

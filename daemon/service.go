@@ -18,7 +18,6 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
-	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/fetch/kafka/ksec"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -139,55 +138,6 @@ func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) erro
 		}
 	}
 	return mapStoreErr(m.store.Apply(ctx, raftstore.DeleteMirror{Name: name}))
-}
-
-// finishPending completes a topic left PENDING by a leader that stopped
-// between recording it and creating the destination topic, or whose
-// creation failed: it creates the destination topic with the recorded
-// configs and replication factor (or adopts the one an earlier attempt
-// created, if its partition count matches). A failure keeps the topic
-// PENDING with the reason shown, retried every pendingRetry.
-func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
-	key := raftstore.TopicKey(t.Mirror, t.Topic)
-	m.creatingMu.Lock()
-	if m.pendingTried == nil {
-		m.pendingTried = map[string]time.Time{}
-	}
-	busy := m.creating[key]
-	if !busy && time.Since(m.pendingTried[key]) < pendingRetry {
-		busy = true
-	}
-	if !busy {
-		m.pendingTried[key] = time.Now()
-	}
-	m.creatingMu.Unlock()
-	if busy {
-		return
-	}
-	ctx, cancel := context.WithTimeout(lctx, adminTimeout)
-	defer cancel()
-	tm, err := m.dest.Topic(ctx, t.Topic)
-	destID := tm.ID
-	switch {
-	case errors.Is(err, kafka.ErrTopicNotFound):
-		destID, err = m.createDestination(ctx, t)
-	case err == nil && tm.Partitions != len(t.Partitions):
-		err = fmt.Errorf("destination topic %s has %d partitions, the source %d: delete it on the destination cluster, "+
-			"kmirror creates it again", t.Topic, tm.Partitions, len(t.Partitions))
-	}
-	if err != nil {
-		reason := "creating the destination topic failed (retried every " + pendingRetry.String() + "): " + err.Error()
-		if t.Reason != reason {
-			if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StatePending, Reason: reason}); aerr != nil {
-				m.log.Warn("record pending topic's reason", zap.String("topic", t.Topic), zap.Error(aerr))
-			}
-		}
-		m.log.Warn("create destination topic of a pending topic", zap.String("mirror", t.Mirror), zap.String("topic", t.Topic), zap.Error(err))
-		return
-	}
-	if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StateMirroring, DestTopicID: destID}); aerr != nil {
-		m.log.Warn("finish pending topic", zap.String("topic", t.Topic), zap.Error(aerr))
-	}
 }
 
 // RemoveTopic stops mirroring a topic: the topic becomes STOPPING in the
@@ -439,67 +389,6 @@ func inMirror(mirror string) string {
 		return ""
 	}
 	return " by mirror " + mirror
-}
-
-// Ready is nil when raft has a leader, this member has applied what it
-// knows committed, and the destination cluster answers.
-func (m *Member) Ready(ctx context.Context) error {
-	if _, id := m.store.Leader(); id == "" {
-		return errors.New("raft group has no leader")
-	}
-	if err := m.caughtUp(ctx); err != nil {
-		return err
-	}
-	m.readyMu.Lock()
-	defer m.readyMu.Unlock()
-	if time.Since(m.readyAt) > 5*time.Second {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, m.readyErr = m.dest.ClusterID(cctx)
-		cancel()
-		m.readyAt = time.Now()
-	}
-	if m.readyErr != nil {
-		return fmt.Errorf("destination cluster unreachable: %v", m.readyErr)
-	}
-	return nil
-}
-
-// caughtUp is nil when this member's replicated state is current enough to
-// answer reads: it is the leader, or it has applied every command the
-// leader had applied when asked (a read index: a restarted follower
-// applies its log only once the leader tells it the commit index, and
-// raft's applied index counts entries handed to the state machine, not
-// applied by it).
-func (m *Member) caughtUp(ctx context.Context) error {
-	if m.store.IsLeader() {
-		return nil
-	}
-	_, id := m.store.Leader()
-	addr := m.memberHTTP(id)
-	if id == "" || addr == "" {
-		if err := m.notInGroup(); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: no raft leader is known to this member, so its state may be stale; retry shortly or ask another member", api.ErrNotLeader)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	pr, err := m.auth.ProbePeer(cctx, m.auth.HTTPClient(2*time.Second), addr)
-	if err != nil {
-		return fmt.Errorf("%w: cannot ask the raft leader %s how far the state goes (%v); retry or ask another member", api.ErrNotLeader, id, err)
-	}
-	for {
-		var applied uint64
-		m.store.Read(func(s *raftstore.State) { applied = s.Index })
-		if applied >= pr.StateIndex {
-			return nil
-		}
-		select {
-		case <-cctx.Done():
-			return fmt.Errorf("%w: this member has applied the replicated state to index %d, the leader to %d; retry shortly", api.ErrNotLeader, applied, pr.StateIndex)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // Translate maps a source offset of a partition this member mirrors to the

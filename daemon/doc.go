@@ -1,0 +1,33 @@
+// Package daemon is one kmirror member: it wires the raft store
+// (raftstore), the data path (fetch), the HTTP server (httpapi) and its
+// configuration (config) together, and holds the member's duties, each in
+// its own files:
+//
+//   - wiring: member.go (start and stop order), join.go (forming or joining
+//     the group), metrics.go, security.go (source connection settings).
+//   - operator verbs, run on the leader (requests are forwarded there):
+//     service.go (create, delete, remove, list, describe, translate),
+//     addtopics.go and existing.go (add, and re-add over an existing
+//     destination topic), mirrorprops.go (alter), members.go, pause.go,
+//     resume.go, switchover.go, ready.go (the read barrier behind
+//     /readyz and describe).
+//   - leader duties, while this member leads: leader.go (the loop, members
+//     known), assign.go (where partitions go), pending.go (finishing
+//     PENDING topics), topics.go (the topic watch: growth, deletion,
+//     recreation), readonly.go (DENY WRITE on mirror topics),
+//     autofailover.go (automatic failover; every member probes sources).
+//   - owner duties, on every member for the partitions it owns: owner.go
+//     (reconcile leases with the engine, handoff, stop and drop jobs),
+//     lease.go (the write window), control.go (the data path's reports),
+//     outbox.go (commands to the leader), announce.go (this member's
+//     record, hand-off before stop), groups.go and groupsync.go (consumer
+//     group offset sync).
+//   - between members: forward.go (the leader's and the owners' clients,
+//     submitting commands, asking every member).
+//
+// Every change to the replicated state goes through raft commands whose
+// authority the command table states (raftstore.Authorize); the package
+// writes to Kafka only through fetch and fetch/kafka. The HTTP contract
+// is daemon/api; nothing here may be imported by it or by the CLI's
+// commands.
+package daemon
