@@ -1,0 +1,221 @@
+package fetch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kmirror/kmirror/fetch/kafka"
+)
+
+// The engine tests' fixtures: a control plane that records what the engine
+// tells it, and a source and a destination in franz-go's kfake.
+
+// fakeControl is the control plane for engine tests: it grants a lease
+// that never ends and records what the engine reports.
+type fakeControl struct {
+	mu       sync.Mutex
+	states   map[Key][]State
+	reasons  map[Key]string
+	renewals []Key
+	saved    map[Key]kafka.ProducerID
+	deadline time.Time // zero: a lease that never ends
+	gaps     [][2]int64
+}
+
+func newFakeControl() *fakeControl {
+	return &fakeControl{states: map[Key][]State{}, reasons: map[Key]string{}, saved: map[Key]kafka.ProducerID{}}
+}
+
+func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id kafka.ProducerID) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saved[k] = id
+	return nil
+}
+
+func (c *fakeControl) Report(k Key, s State, reason string, _ int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.states[k] = append(c.states[k], s)
+	c.reasons[k] = reason
+}
+
+func (c *fakeControl) RenewProducer(k Key, _ uint64, _ string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.renewals = append(c.renewals, k)
+}
+
+func (c *fakeControl) RecordGap(_ context.Context, k Key, _ uint64, from, to int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gaps = append(c.gaps, [2]int64{from, to})
+	return nil
+}
+
+func (c *fakeControl) WriteDeadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deadline.IsZero() {
+		return time.Now().Add(time.Hour)
+	}
+	return c.deadline
+}
+
+// kfakePair is a source and a destination kfake cluster and an engine
+// mirroring from one into the other.
+type kfakePair struct {
+	t        *testing.T
+	src, dst *kfake.Cluster
+	ctl      *fakeControl
+	e        *Engine
+}
+
+func newKfakePair(t *testing.T) *kfakePair {
+	t.Helper()
+	src, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	x := &kfakePair{t: t, src: src, dst: dst, ctl: newFakeControl()}
+	x.e = New(Config{Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond, RetryBackoff: 20 * time.Millisecond}, x.ctl, zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := x.e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = x.e.Close(cctx)
+	})
+	x.e.SetSource("m", Source{Bootstrap: src.ListenAddrs()})
+	return x
+}
+
+func (x *kfakePair) client(cl *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	x.t.Helper()
+	c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cl.ListenAddrs()...)}, opts...)...)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.t.Cleanup(c.Close)
+	return c
+}
+
+// createTopic creates topic with n partitions on both clusters.
+func (x *kfakePair) createTopic(topic string, n int32) {
+	x.t.Helper()
+	for _, cl := range []*kfake.Cluster{x.src, x.dst} {
+		if err := cl.CreateTopic(topic, n, nil); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+}
+
+// produce writes n keyed records with a header into topic on cl.
+func (x *kfakePair) produce(cl *kfake.Cluster, topic string, from, n int) {
+	x.t.Helper()
+	prod := x.client(cl, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond))
+	for i := from; i < from+n; i++ {
+		prod.Produce(context.Background(), &kgo.Record{
+			Key: []byte(fmt.Sprintf("k%d", i%7)), Value: []byte(fmt.Sprintf("v%d", i)),
+			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte{byte(i)}}},
+		}, nil)
+	}
+	if err := prod.Flush(context.Background()); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// records reads every record of topic on cl, by partition.
+func (x *kfakePair) records(cl *kfake.Cluster, topic string, partitions int32) [][]*kgo.Record {
+	x.t.Helper()
+	out := make([][]*kgo.Record, partitions)
+	for p := range partitions {
+		info := cl.PartitionInfo(topic, p)
+		if info == nil || info.HighWatermark == 0 {
+			continue
+		}
+		c := x.client(cl, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for int64(len(out[p])) < info.HighWatermark {
+			fs := c.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				cancel()
+				x.t.Fatalf("reading %s/%d: %d of %d records", topic, p, len(out[p]), info.HighWatermark)
+			}
+			fs.EachRecord(func(r *kgo.Record) { out[p] = append(out[p], r) })
+		}
+		cancel()
+	}
+	return out
+}
+
+// requireMirrored compares source and destination record by record:
+// offset, key, value, headers, timestamp.
+func (x *kfakePair) requireMirrored(topic string, partitions int32) {
+	x.t.Helper()
+	src, dst := x.records(x.src, topic, partitions), x.records(x.dst, topic, partitions)
+	for p := range src {
+		if len(src[p]) != len(dst[p]) {
+			x.t.Fatalf("%s/%d: source %d records, destination %d", topic, p, len(src[p]), len(dst[p]))
+		}
+		for i, a := range src[p] {
+			b := dst[p][i]
+			if a.Offset != b.Offset || string(a.Key) != string(b.Key) || string(a.Value) != string(b.Value) ||
+				!a.Timestamp.Equal(b.Timestamp) || fmt.Sprint(a.Headers) != fmt.Sprint(b.Headers) {
+				x.t.Fatalf("%s/%d offset %d: source %+v, destination %+v", topic, p, a.Offset, a, b)
+			}
+		}
+	}
+}
+
+// waitCaughtUp waits until every held partition mirrors with lag 0 and the
+// destination holds what the source does.
+func (x *kfakePair) waitCaughtUp(topic string, partitions int32) {
+	x.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		done := true
+		for p := range partitions {
+			s, d := x.src.PartitionInfo(topic, p), x.dst.PartitionInfo(topic, p)
+			if s == nil || d == nil || s.HighWatermark != d.HighWatermark {
+				done = false
+			}
+		}
+		for _, st := range x.e.Statuses() {
+			if st.State != Mirroring || st.Lag != 0 {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			x.t.Fatalf("not caught up within 20s: %+v", x.e.Statuses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func specs(topic string, partitions int32) []Spec {
+	var out []Spec
+	for p := range partitions {
+		out = append(out, Spec{Key: Key{Mirror: "m", Topic: topic, Partition: p}})
+	}
+	return out
+}
