@@ -12,9 +12,9 @@
 //     resume.go, switchover.go, ready.go (the read barrier behind
 //     /readyz and describe).
 //   - leader duties, while this member leads: leader.go (the loop, members
-//     known), assign.go (where partitions go), pending.go (finishing
-//     PENDING topics), topics.go (the topic watch: growth, deletion,
-//     recreation), readonly.go (DENY WRITE on mirror topics),
+//     known), daemon/leader (placement: where partitions go), pending.go
+//     (finishing PENDING topics), topics.go (the topic watch: growth,
+//     deletion, recreation), readonly.go (DENY WRITE on mirror topics),
 //     autofailover.go (automatic failover; every member probes sources).
 //   - owner duties, on every member for the partitions it owns: owner.go
 //     (reconcile leases with the engine, handoff, stop and drop jobs),

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/leader"
+
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -330,8 +332,8 @@ func TestGroupDrainHandsOffInSteps(t *testing.T) {
 		return c["n3"] == 0 && isBalanced(c, "n1", "n2")
 	})
 	mu.Lock()
-	if maxInFlight > maxMoves {
-		t.Fatalf("%d handoffs in flight at once, more than %d", maxInFlight, maxMoves)
+	if maxInFlight > leader.MaxMoves {
+		t.Fatalf("%d handoffs in flight at once, more than %d", maxInFlight, leader.MaxMoves)
 	}
 	mu.Unlock()
 	for k, p := range g.partitions(0) {

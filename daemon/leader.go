@@ -6,6 +6,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/leader"
+
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/raftstore"
@@ -123,7 +125,7 @@ func (m *Member) leaderReconcile(ctx context.Context) {
 	m.ensureMembers(ctx)
 	alive, inConfig := m.aliveFunc()
 	var pending []raftstore.MirrorTopic
-	var p plan
+	var p leader.Plan
 	var gone []string
 	m.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
@@ -131,7 +133,7 @@ func (m *Member) leaderReconcile(ctx context.Context) {
 				pending = append(pending, *t.Clone())
 			}
 		}
-		p = planAssignments(s, alive)
+		p = leader.PlanAssignments(s, alive)
 		gone = removedMembers(s, inConfig)
 	})
 	for _, id := range gone {
@@ -142,8 +144,8 @@ func (m *Member) leaderReconcile(ctx context.Context) {
 	for _, t := range pending {
 		m.finishPending(ctx, t)
 	}
-	for i := 0; i < len(p.assign); i += assignChunk {
-		chunk := p.assign[i:min(i+assignChunk, len(p.assign))]
+	for i := 0; i < len(p.Assign); i += assignChunk {
+		chunk := p.Assign[i:min(i+assignChunk, len(p.Assign))]
 		if err := m.store.Apply(ctx, raftstore.AssignPartitions{Assignments: chunk}); err != nil && ctx.Err() == nil {
 			m.log.Warn("assign partitions", zap.Int("partitions", len(chunk)), zap.Error(err))
 			return
@@ -154,7 +156,7 @@ func (m *Member) leaderReconcile(ctx context.Context) {
 			}
 		}
 	}
-	for _, mv := range p.moves {
+	for _, mv := range p.Moves {
 		err := m.store.Apply(ctx, mv)
 		if err != nil && !errors.Is(err, raftstore.ErrStaleGeneration) && ctx.Err() == nil {
 			m.log.Warn("request handoff", zap.Stringer("partition", mv.Key), zap.String("to", mv.To), zap.Error(err))

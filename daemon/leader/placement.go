@@ -1,4 +1,4 @@
-package daemon
+package leader
 
 import (
 	"sort"
@@ -6,18 +6,18 @@ import (
 	"github.com/kmirror/kmirror/raftstore"
 )
 
-// maxMoves bounds the graceful handoffs in flight at once, so a rebalance
+// MaxMoves bounds the graceful handoffs in flight at once, so a rebalance
 // moves a few partitions at a time and lag stays bounded.
-const maxMoves = 8
+const MaxMoves = 8
 
-// plan is what the leader changes in one round: assignments (one raft
+// Plan is what the leader changes in one round: assignments (one raft
 // entry) and handoff requests.
-type plan struct {
-	assign []raftstore.Assignment
-	moves  []raftstore.RequestMove
+type Plan struct {
+	Assign []raftstore.Assignment
+	Moves  []raftstore.RequestMove
 }
 
-// planAssignments decides where partitions go (design.md section 3): every
+// PlanAssignments decides where partitions go (design.md section 3): every
 // active partition gets a live owner; the partitions of a member that is
 // gone or unreachable past the lease TTL are taken over (the producer
 // epoch is bumped); draining members hand theirs off; and while leased
@@ -25,7 +25,7 @@ type plan struct {
 // by graceful handoff, at most maxMoves in flight. alive reports whether a
 // member was heard from within the lease TTL. It reads s only; the same
 // inputs give the same plan.
-func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
+func PlanAssignments(s *raftstore.State, alive func(id string) bool) Plan {
 	// A member gets partitions once it has run with raft state (Joined):
 	// one added with `members add` and not started yet gets none.
 	var eligible []string
@@ -36,7 +36,7 @@ func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
 	}
 	sort.Strings(eligible)
 	if len(eligible) == 0 {
-		return plan{}
+		return Plan{}
 	}
 	load := map[string]int{}
 	for _, id := range eligible {
@@ -87,7 +87,7 @@ func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
 		}
 		return best
 	}
-	var out plan
+	var out Plan
 	for _, x := range parts {
 		owner := x.p.Owner
 		mem, known := s.Members[owner]
@@ -95,11 +95,11 @@ func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
 		case owner == "":
 			to := least()
 			load[to]++
-			out.assign = append(out.assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation})
+			out.Assign = append(out.Assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation})
 		case !known || !alive(owner):
 			to := least()
 			load[to]++
-			out.assign = append(out.assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation, Takeover: true})
+			out.Assign = append(out.Assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation, Takeover: true})
 		case x.p.MoveTo != "" && !owns(x.p.MoveTo):
 			// The target is gone or draining: move elsewhere, or stay.
 			to := ""
@@ -112,17 +112,17 @@ func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
 					load[owner]++
 				}
 			}
-			out.moves = append(out.moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
-		case mem.Draining && x.p.MoveTo == "" && moving < maxMoves:
+			out.Moves = append(out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
+		case mem.Draining && x.p.MoveTo == "" && moving < MaxMoves:
 			to := least()
 			load[to]++
 			moving++
-			out.moves = append(out.moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
+			out.Moves = append(out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
 		}
 	}
 	// Rebalance by handoff: from the most to the least loaded member.
 	for _, x := range parts {
-		if moving >= maxMoves {
+		if moving >= MaxMoves {
 			break
 		}
 		from := x.p.Owner
@@ -136,7 +136,7 @@ func planAssignments(s *raftstore.State, alive func(id string) bool) plan {
 		load[from]--
 		load[to]++
 		moving++
-		out.moves = append(out.moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
+		out.Moves = append(out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
 	}
 	return out
 }

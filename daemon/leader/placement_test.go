@@ -1,4 +1,4 @@
-package daemon
+package leader
 
 import (
 	"testing"
@@ -25,15 +25,15 @@ func everyone(string) bool { return true }
 
 // applyPlan applies p to s as the FSM would, and completes every handoff
 // (the owner releases to the target), returning the moves made.
-func applyPlan(s *raftstore.State, p plan) {
-	for _, a := range p.assign {
+func applyPlan(s *raftstore.State, p Plan) {
+	for _, a := range p.Assign {
 		part, _ := s.Partition(a.Key)
 		if part.Generation == a.From {
 			part.Owner, part.MoveTo = a.Owner, ""
 			part.Generation += 100
 		}
 	}
-	for _, mv := range p.moves {
+	for _, mv := range p.Moves {
 		part, _ := s.Partition(mv.Key)
 		if part.Generation == mv.Generation {
 			part.MoveTo = mv.To
@@ -81,18 +81,18 @@ func balanced(t *testing.T, s *raftstore.State, members []string) {
 func TestPlanAssignsUnownedBalanced(t *testing.T) {
 	members := []string{"a", "b", "c"}
 	s := planState(members, make([]string, 100))
-	p := planAssignments(s, everyone)
-	if len(p.assign) != 100 || len(p.moves) != 0 {
-		t.Fatalf("plan: %d assignments, %d moves; want 100, 0", len(p.assign), len(p.moves))
+	p := PlanAssignments(s, everyone)
+	if len(p.Assign) != 100 || len(p.Moves) != 0 {
+		t.Fatalf("plan: %d assignments, %d moves; want 100, 0", len(p.Assign), len(p.Moves))
 	}
-	for _, a := range p.assign {
+	for _, a := range p.Assign {
 		if a.Takeover {
 			t.Fatalf("assignment of an unowned partition is a takeover: %+v", a)
 		}
 	}
 	applyPlan(s, p)
 	balanced(t, s, members)
-	if p := planAssignments(s, everyone); len(p.assign)+len(p.moves) != 0 {
+	if p := PlanAssignments(s, everyone); len(p.Assign)+len(p.Moves) != 0 {
 		t.Fatalf("a balanced state planned %+v", p)
 	}
 }
@@ -105,11 +105,11 @@ func TestPlanTakesOverFromUnreachable(t *testing.T) {
 	}
 	s := planState(members, owners)
 	dead := func(id string) bool { return id != "b" }
-	p := planAssignments(s, dead)
-	if len(p.assign) != 10 {
-		t.Fatalf("%d assignments, want b's 10", len(p.assign))
+	p := PlanAssignments(s, dead)
+	if len(p.Assign) != 10 {
+		t.Fatalf("%d assignments, want b's 10", len(p.Assign))
 	}
-	for _, a := range p.assign {
+	for _, a := range p.Assign {
 		part, _ := s.Partition(a.Key)
 		if part.Owner != "b" || !a.Takeover || a.Owner == "b" || a.From != part.Generation {
 			t.Fatalf("assignment %+v of a partition owned by %s", a, part.Owner)
@@ -119,8 +119,8 @@ func TestPlanTakesOverFromUnreachable(t *testing.T) {
 	balanced(t, s, []string{"a", "c"})
 	// A partition of a member no longer in the state is taken over too.
 	delete(s.Members, "c")
-	p = planAssignments(s, everyone)
-	for _, a := range p.assign {
+	p = PlanAssignments(s, everyone)
+	for _, a := range p.Assign {
 		if !a.Takeover {
 			t.Fatalf("partition of a removed member assigned without takeover: %+v", a)
 		}
@@ -139,17 +139,17 @@ func TestPlanRebalancesByHandoffInSteps(t *testing.T) {
 	s := planState(members, owners)
 	moved := 0
 	for round := 0; round < 20; round++ {
-		p := planAssignments(s, everyone)
-		if len(p.assign) != 0 {
-			t.Fatalf("round %d assigned %+v: only handoffs may move live members' partitions", round, p.assign)
+		p := PlanAssignments(s, everyone)
+		if len(p.Assign) != 0 {
+			t.Fatalf("round %d assigned %+v: only handoffs may move live members' partitions", round, p.Assign)
 		}
-		if len(p.moves) > maxMoves {
-			t.Fatalf("round %d asked for %d handoffs, more than %d", round, len(p.moves), maxMoves)
+		if len(p.Moves) > MaxMoves {
+			t.Fatalf("round %d asked for %d handoffs, more than %d", round, len(p.Moves), MaxMoves)
 		}
 		applyPlan(s, p)
 		// A second plan before the handoffs complete asks for nothing more.
-		if p2 := planAssignments(s, everyone); len(p2.moves) != 0 && len(p.moves) == maxMoves {
-			t.Fatalf("round %d: %d more handoffs planned while %d are in flight", round, len(p2.moves), maxMoves)
+		if p2 := PlanAssignments(s, everyone); len(p2.Moves) != 0 && len(p.Moves) == MaxMoves {
+			t.Fatalf("round %d: %d more handoffs planned while %d are in flight", round, len(p2.Moves), MaxMoves)
 		}
 		n := completeHandoffs(s)
 		moved += n
@@ -172,8 +172,8 @@ func TestPlanDrainsByHandoff(t *testing.T) {
 	s := planState(members, owners)
 	s.Members["c"].Draining = true
 	for round := 0; round < 10; round++ {
-		p := planAssignments(s, everyone)
-		for _, mv := range p.moves {
+		p := PlanAssignments(s, everyone)
+		for _, mv := range p.Moves {
 			if mv.To == "c" {
 				t.Fatalf("handoff to the draining member: %+v", mv)
 			}
@@ -193,8 +193,8 @@ func TestPlanRetargetsHandoffToDeadMember(t *testing.T) {
 	s := planState([]string{"a", "b"}, []string{"a"})
 	part, _ := s.Partition(raftstore.PartitionKey{Mirror: "m", Topic: "t"})
 	part.MoveTo = "b"
-	p := planAssignments(s, func(id string) bool { return id == "a" })
-	if len(p.moves) != 1 || p.moves[0].To != "" {
+	p := PlanAssignments(s, func(id string) bool { return id == "a" })
+	if len(p.Moves) != 1 || p.Moves[0].To != "" {
 		t.Fatalf("handoff to an unreachable member not cancelled: %+v", p)
 	}
 }
@@ -204,38 +204,19 @@ func TestPlanSkipsStoppedAndPending(t *testing.T) {
 	s.Topics[raftstore.TopicKey("m", "t")].Partitions[1].State = raftstore.StateStopped
 	s.Topics[raftstore.TopicKey("m", "p")] = &raftstore.MirrorTopic{Mirror: "m", Topic: "p", State: raftstore.StatePending,
 		Partitions: []raftstore.PartitionInfo{{State: raftstore.StatePending}}}
-	p := planAssignments(s, everyone)
-	if len(p.assign) != 1 || p.assign[0].Key.Partition != 0 || p.assign[0].Key.Topic != "t" {
+	p := PlanAssignments(s, everyone)
+	if len(p.Assign) != 1 || p.Assign[0].Key.Partition != 0 || p.Assign[0].Key.Topic != "t" {
 		t.Fatalf("plan %+v, want only t/0", p)
 	}
-	if p := planAssignments(planState(nil, []string{""}), everyone); len(p.assign) != 0 {
+	if p := PlanAssignments(planState(nil, []string{""}), everyone); len(p.Assign) != 0 {
 		t.Fatalf("assigned with no members: %+v", p)
 	}
 	// A member added but never started (not Joined) gets nothing.
 	s = planState([]string{"a", "b"}, []string{"", "", "", ""})
 	s.Members["b"].Joined = false
-	for _, a := range planAssignments(s, everyone).assign {
+	for _, a := range PlanAssignments(s, everyone).Assign {
 		if a.Owner != "a" {
 			t.Fatalf("partition given to a member that never started: %+v", a)
-		}
-	}
-}
-
-func TestSummarise(t *testing.T) {
-	m, st, f := raftstore.StateMirroring, raftstore.StateStopped, raftstore.StateFailed
-	cases := []struct {
-		states []raftstore.TopicState
-		want   string
-	}{
-		{nil, "EMPTY"},
-		{[]raftstore.TopicState{m, m}, "MIRRORING"},
-		{[]raftstore.TopicState{m, st}, "MIRRORING"}, // a removed topic is not a problem of the mirror
-		{[]raftstore.TopicState{st, st}, "STOPPED"},
-		{[]raftstore.TopicState{m, f, st}, "FAILED"},
-	}
-	for _, c := range cases {
-		if got := summarise(c.states); got != c.want {
-			t.Errorf("summarise(%v) = %s, want %s", c.states, got, c.want)
 		}
 	}
 }
