@@ -97,7 +97,7 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 		plans = append(plans, truncate.Plan{Mirror: req.Mirror, Topic: topic, Kind: truncate.KindRefused, Reason: err.Error()})
 		return nil
 	}
-	src := m.newSourceAdmin(mir)
+	src := m.SourceAdmin(mir)
 	defer src.Close()
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()

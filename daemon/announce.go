@@ -92,7 +92,7 @@ func (m *Member) announce() {
 	marker := filepath.Join(m.cfg.DataDir, drainedOnStop)
 	_, err := os.Stat(marker)
 	undrain := err == nil
-	want := raftstore.Member{ID: m.cfg.NodeID, RaftAddr: m.cfg.RaftAdvertise, HTTPAddr: m.advertisedHTTP(), Voter: self.IsVoter(), Joined: true}
+	want := raftstore.Member{ID: m.cfg.NodeID, RaftAddr: m.cfg.RaftAdvertise, HTTPAddr: m.AdvertisedHTTP(), Voter: self.IsVoter(), Joined: true}
 	for m.ctx.Err() == nil {
 		var cur raftstore.Member
 		found := false

@@ -3,15 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -101,7 +100,7 @@ func (p *sourceProbe) probe(mir raftstore.Mirror) {
 		if ok {
 			src.admin.Close()
 		}
-		src = &groupSource{admin: p.m.newSourceAdmin(mir), key: bs}
+		src = &groupSource{admin: p.m.SourceAdmin(mir), key: bs}
 		p.admins[mir.Name] = src
 	}
 	p.mu.Unlock()
@@ -178,101 +177,25 @@ func (p *sourceProbe) setBlocked(mirror string, on bool) {
 // LocalSourceReach serves /v1/internal/sources.
 func (m *Member) LocalSourceReach() []api.SourceReach { return m.sources.reach() }
 
-// checkAutoFailover is the leader's decision, once per round: for each
-// mirror with failover.auto.after.ms set and topics still mirroring, it
-// asks every member how long the source has not answered and fails the
-// mirror over when a majority of the members say longer than that.
-func (m *Member) checkAutoFailover(ctx context.Context) {
-	type candidate struct {
-		after  time.Duration
-		topics []string
-	}
-	cands := map[string]*candidate{}
-	var members []string
-	m.store.Read(func(s *raftstore.State) {
-		for id := range s.Members {
-			members = append(members, id)
-		}
-		for _, t := range s.Topics {
-			mir, ok := s.Mirrors[t.Mirror]
-			if !ok || (t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed && t.State != raftstore.StatePaused) {
-				continue
-			}
-			settings, err := parseMirrorSettings(mir.Name, mir.Properties)
-			if err != nil || settings.FailoverAutoAfter <= 0 {
-				continue
-			}
-			c := cands[t.Mirror]
-			if c == nil {
-				c = &candidate{after: settings.FailoverAutoAfter}
-				cands[t.Mirror] = c
-			}
-			c.topics = append(c.topics, t.Topic)
-		}
-	})
-	if len(cands) == 0 {
-		return
-	}
-	views := m.sourceViews(ctx)
-	for mirror, c := range cands {
-		var down []string
-		var why string
-		for id, view := range views {
-			for _, r := range view {
-				if r.Mirror == mirror && time.Duration(r.UnreachableMs)*time.Millisecond >= c.after {
-					down = append(down, id)
-					why = r.Error
-				}
-			}
-		}
-		if len(down) <= len(members)/2 {
-			continue
-		}
-		sort.Strings(down)
-		sort.Strings(c.topics)
-		reason := fmt.Sprintf("automatic failover: the source cluster of mirror %s did not answer members %s (a majority of %d) for %s "+
-			"(failover.auto.after.ms=%d); last error: %s", mirror, strings.Join(down, ", "), len(members), c.after,
-			c.after.Milliseconds(), why)
-		m.log.Warn("automatic failover", zap.String("mirror", mirror), zap.Strings("topics", c.topics), zap.String("reason", reason))
-		for _, topic := range c.topics {
-			if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping, Reason: reason}); err != nil {
-				m.log.Warn("automatic failover of a topic failed; retrying", zap.String("mirror", mirror), zap.String("topic", topic), zap.Error(err))
-				continue
-			}
-			m.autoFailovers.add(mirror)
-		}
-	}
-}
-
-// sourceViews asks every member (this one locally) for its source view;
+// SourceViews asks every member (this one locally) for its source view;
 // a member that does not answer within 2 s is left out.
-func (m *Member) sourceViews(ctx context.Context) map[string][]api.SourceReach {
+func (m *Member) SourceViews(ctx context.Context) map[string][]api.SourceReach {
 	views, _ := askOthers(ctx, m, 2*time.Second, (*api.Client).InternalSources)
 	views[m.cfg.NodeID] = m.sources.reach()
 	return views
 }
 
-// counter counts per mirror, for /metrics.
-type counter struct {
-	mu sync.Mutex
-	n  map[string]int64
+// FailoverAfter is a mirror's failover.auto.after.ms, 0 when unset or
+// unreadable (leader.Member).
+func (m *Member) FailoverAfter(mir raftstore.Mirror) time.Duration {
+	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
+	if err != nil {
+		return 0
+	}
+	return settings.FailoverAutoAfter
 }
 
-func (c *counter) add(mirror string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int64{}
-	}
-	c.n[mirror]++
-}
-
-func (c *counter) snapshot() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.n))
-	for k, v := range c.n {
-		out[k] = v
-	}
-	return out
+// Checkpointed is a partition's last checkpoint (leader.Member).
+func (m *Member) Checkpointed(ctx context.Context, k fetch.Key) (fetch.Position, bool, error) {
+	return m.engine.Checkpointed(ctx, k)
 }

@@ -11,11 +11,11 @@
 //     destination topic), mirrorprops.go (alter), members.go, pause.go,
 //     resume.go, switchover.go, ready.go (the read barrier behind
 //     /readyz and describe).
-//   - leader duties, while this member leads: leader.go (the loop, members
-//     known), daemon/leader (placement: where partitions go), pending.go
-//     (finishing PENDING topics), topics.go (the topic watch: growth,
-//     deletion, recreation), readonly.go (DENY WRITE on mirror topics),
-//     autofailover.go (automatic failover; every member probes sources).
+//   - leader duties, while this member leads: package daemon/leader (the
+//     loop, placement, the topic watch, read-only mirror topics, automatic
+//     failover); here pending.go (finishing PENDING topics, which the
+//     leader asks for) and autofailover.go (every member probes its
+//     sources; the leader asks all members for their views).
 //   - owner duties, on every member for the partitions it owns: owner.go
 //     (reconcile leases with the engine, handoff, stop and drop jobs),
 //     lease.go (the write window), control.go (the data path's reports),

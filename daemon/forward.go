@@ -76,7 +76,7 @@ func (m *Member) notInGroup() error {
 		}
 	}
 	return fmt.Errorf("%w: this member (%s) is not in the raft group: it was removed (kmirror members remove); ask another member, "+
-		"or add it again with kmirror members add %s --raft %s --http %s", api.ErrNotLeader, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.advertisedHTTP())
+		"or add it again with kmirror members add %s --raft %s --http %s", api.ErrNotLeader, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.AdvertisedHTTP())
 }
 
 // toLeader returns nil when this member is the leader and should serve a

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon/leader"
-
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/kmirror/kmirror/daemon/config"
+	"github.com/kmirror/kmirror/daemon/leader"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -67,7 +66,8 @@ func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 		m.ctx, m.cancel = context.WithCancel(context.Background())
 		m.owner.init()
 		m.out = newOutbox(m)
-		m.goLoop(m.leadershipLoop)
+		m.lead = leader.New(m.ctx, leader.Config{NodeID: id, LeaseTTL: ttl, Peers: cfgPeers}, store, nil, m, m.log)
+		m.goLoop(m.lead.Run)
 		g.members = append(g.members, m)
 	}
 	t.Cleanup(func() {

@@ -145,7 +145,7 @@ func (g *groupSync) source(mir raftstore.Mirror) *kafka.Admin {
 	} else if ok {
 		src.admin.Close()
 	}
-	a := g.m.newSourceAdmin(mir)
+	a := g.m.SourceAdmin(mir)
 	g.sources[mir.Name] = &groupSource{admin: a, key: bs}
 	return a
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/daemon/httpapi"
+	"github.com/kmirror/kmirror/daemon/leader"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -41,12 +42,12 @@ type Member struct {
 	dest      *kafka.Admin
 	// auth secures the API, served and called (api section).
 	auth *httpapi.Auth
-	// destPrincipal is kmirror's principal on the destination; readOnly
-	// is the leader's DENY WRITE reconciler (readonly.go).
+	// destPrincipal is kmirror's principal on the destination.
 	destPrincipal string
-	readOnly      readOnly
-	srv           *http.Server
-	addr          net.Addr
+	// lead runs the leader's duties while this member leads.
+	lead *leader.Leader
+	srv  *http.Server
+	addr net.Addr
 	// handler is the HTTP handler; it answers only probes until started.
 	handler atomic.Pointer[http.Handler]
 	started atomic.Bool
@@ -70,10 +71,7 @@ type Member struct {
 	groups *groupSync
 	// sources probes every mirror's source cluster (automatic failover).
 	sources *sourceProbe
-	// autoFailovers counts the automatic failovers this member decided
-	// as leader, per mirror.
-	autoFailovers counter
-	lease         leaseState
+	lease   leaseState
 
 	readyMu  sync.Mutex
 	readyAt  time.Time
@@ -194,12 +192,14 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	if err := m.engine.Start(ectx); err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
-	mx := newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, &m.autoFailovers)
-	mx.readOnly, mx.auth = &m.readOnly, m.auth
+	m.lead = leader.New(m.ctx, leader.Config{NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Peers: cfg.Peers, DestPrincipal: m.destPrincipal},
+		m.store, m.dest, m, log)
+	mx := newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, m.lead)
+	mx.auth = m.auth
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
-	m.goLoop(m.leadershipLoop)
+	m.goLoop(m.lead.Run)
 	m.goLoop(m.leaseLoop)
 	m.goLoop(m.ownerLoop)
 	m.goLoop(m.out.run)
@@ -333,4 +333,19 @@ func (m *Member) skippedRecords() map[fetch.Key]int64 {
 func isLoopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// AdvertisedHTTP is the HTTP address other members reach this one on.
+func (m *Member) AdvertisedHTTP() string {
+	if p := m.self(); p.HTTP != "" && len(m.cfg.Peers) > 0 {
+		return p.HTTP
+	}
+	return m.addr.String()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }

@@ -26,7 +26,7 @@ func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
 		return nil, fmt.Errorf("%w: %v", api.ErrNotLeader, err)
 	}
 	_, leader := m.store.Leader()
-	alive, _ := m.aliveFunc()
+	alive, _ := m.lead.Alive()
 	owned := map[string]int{}
 	members := map[string]raftstore.Member{}
 	m.store.Read(func(s *raftstore.State) {
@@ -141,7 +141,7 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 			}
 		}
 	})
-	alive, inConfig := m.aliveFunc()
+	alive, inConfig := m.lead.Alive()
 	if !known && !inConfig[id] {
 		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", api.ErrNotFound, id)
 	}
@@ -150,7 +150,7 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 	}
 	// Out of the raft configuration first: from then on the member is not
 	// alive for the leader, its partitions are taken over after the lease,
-	// and its record is dropped once it owns none (leaderReconcile). The
+	// and its record is dropped once it owns none (the leader's round, daemon/leader). The
 	// leader may remove itself: it steps down once the change is committed,
 	// and the next leader drops its record.
 	return mapStoreErr(m.store.RemoveServer(id))

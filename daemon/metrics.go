@@ -4,13 +4,13 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/kmirror/kmirror/daemon/httpapi"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/httpapi"
+	"github.com/kmirror/kmirror/daemon/leader"
 	"github.com/kmirror/kmirror/fetch"
 )
 
@@ -36,31 +36,30 @@ type metrics struct {
 	groupRows   *prometheus.Desc
 	groupLag    *prometheus.Desc
 	groupConfls *prometheus.Desc
-	// probe and failovers feed the source reachability and automatic
-	// failover metrics (nil in tests).
+	// probe and lead feed the source reachability and automatic failover
+	// metrics (nil in tests).
 	probe       *sourceProbe
-	failovers   *counter
+	lead        *leader.Leader
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
 	fetched     *prometheus.Desc
-	// readOnly feeds kmirror_read_only_unprotected_topics and
+	// lead also feeds kmirror_read_only_unprotected_topics and
 	// kmirror_read_only_unlifted_topics, auth kmirror_api_unauthorized_total
 	// (nil in tests).
-	readOnly      *readOnly
 	roUnprotected *prometheus.Desc
 	roUnlifted    *prometheus.Desc
 	auth          *httpapi.Auth
 	unauthorized  *prometheus.Desc
 }
 
-func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, failovers *counter) *metrics {
+func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, lead *leader.Leader) *metrics {
 	labels := []string{"mirror", "topic", "partition"}
 	m := &metrics{
-		engine:    engine,
-		skipped:   skipped,
-		groups:    groups,
-		probe:     probe,
-		failovers: failovers,
+		engine:  engine,
+		skipped: skipped,
+		groups:  groups,
+		probe:   probe,
+		lead:    lead,
 		unauthorized: prometheus.NewDesc("kmirror_api_unauthorized_total",
 			"API requests this member refused for a missing or wrong bearer token (api.token_file).", nil, nil),
 		roUnprotected: prometheus.NewDesc("kmirror_read_only_unprotected_topics",
@@ -155,8 +154,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.auth.TokenRequired() {
 		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.UnauthorizedTotal()))
 	}
-	if m.readOnly != nil {
-		if unprotected, unlifted, ok := m.readOnly.gauges(); ok {
+	if m.lead != nil {
+		if unprotected, unlifted, ok := m.lead.ReadOnlyGauges(); ok {
 			ch <- prometheus.MustNewConstMetric(m.roUnprotected, prometheus.GaugeValue, float64(unprotected))
 			ch <- prometheus.MustNewConstMetric(m.roUnlifted, prometheus.GaugeValue, float64(unlifted))
 		}
@@ -166,8 +165,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.srcDown, prometheus.GaugeValue, float64(r.UnreachableMs)/1000, r.Mirror)
 		}
 	}
-	if m.failovers != nil {
-		for mirror, n := range m.failovers.snapshot() {
+	if m.lead != nil {
+		for mirror, n := range m.lead.AutoFailovers() {
 			ch <- prometheus.MustNewConstMetric(m.autoFailovr, prometheus.CounterValue, float64(n), mirror)
 		}
 	}

@@ -15,13 +15,13 @@ import (
 // destination topic existed (or its configs could be set) is completed
 // here, on every leader round until it is.
 
-// finishPending completes a topic left PENDING by a leader that stopped
+// FinishPending completes a topic left PENDING by a leader that stopped
 // between recording it and creating the destination topic, or whose
 // creation failed: it creates the destination topic with the recorded
 // configs and replication factor (or adopts the one an earlier attempt
 // created, if its partition count matches). A failure keeps the topic
 // PENDING with the reason shown, retried every pendingRetry.
-func (m *Member) finishPending(lctx context.Context, t raftstore.MirrorTopic) {
+func (m *Member) FinishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
 	m.creatingMu.Lock()
 	if m.pendingTried == nil {

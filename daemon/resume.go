@@ -83,7 +83,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([
 	if req.AcceptGap {
 		// Partitions not stopped by a gap accept none beyond the
 		// source's log start of this moment.
-		src := m.newSourceAdmin(mir)
+		src := m.SourceAdmin(mir)
 		defer src.Close()
 		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 		defer cancel()

@@ -39,8 +39,8 @@ func sourceKey(mir raftstore.Mirror) string {
 	return strings.Join(mir.Bootstrap, ",") + "|" + key
 }
 
-// newSourceAdmin opens an Admin on a mirror's source cluster.
-func (m *Member) newSourceAdmin(mir raftstore.Mirror) *kafka.Admin {
+// SourceAdmin opens an Admin on a mirror's source cluster.
+func (m *Member) SourceAdmin(mir raftstore.Mirror) *kafka.Admin {
 	sec, _ := mirrorSecurity(mir)
 	return kafka.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, m.cfg.Destination.ClientID, sec)
 }
@@ -50,3 +50,7 @@ func sourceOf(mir raftstore.Mirror) fetch.Source {
 	sec, key := mirrorSecurity(mir)
 	return fetch.Source{Bootstrap: mir.Bootstrap, Security: sec, SecurityKey: key}
 }
+
+// SourceKey changes when a mirror's source connection settings do
+// (leader.Member).
+func (m *Member) SourceKey(mir raftstore.Mirror) string { return sourceKey(mir) }

@@ -212,7 +212,7 @@ func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
 			return fmt.Errorf("%w: topic %s of mirror %s was deleted while it stopped", api.ErrNotFound, topic, mirror)
 		}
 		if left == 0 {
-			m.liftReadOnly(ctx) // returns with the topic writable (README, Read-only mirror topics)
+			m.lead.LiftReadOnly(ctx) // returns with the topic writable (README, Read-only mirror topics)
 			return nil
 		}
 		select {

@@ -67,7 +67,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
 			"groups.sync.interval=%s): give --wait-for-sync=%s or more", api.ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
 	}
-	src := m.newSourceAdmin(*mir)
+	src := m.SourceAdmin(*mir)
 	defer src.Close()
 	w := switchoverWait{m: m, src: src, mirror: mirror, topic: topic, partitions: partitions}
 	deadline := time.Now().Add(timeout)

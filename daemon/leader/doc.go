@@ -1,13 +1,13 @@
-// Package leader holds the raft leader's decisions that need no I/O:
-// placement (where partitions go, design.md section 3: every active
-// partition gets a live owner, the partitions of a member gone past the
-// lease TTL are taken over, draining members hand theirs off, and counts
-// are balanced by graceful handoffs, a few at a time). The same state and
-// liveness give the same plan.
+// Package leader is the raft leader's duties, run while the member leads
+// (Nomad's monitorLeadership shape: a loop per leadership, cancelled when
+// it is lost): the members known to the replicated state, placement
+// (PlanAssignments: where partitions go, design.md section 3), pending
+// topics finished, the topic watch (partitions added on the source, topics
+// deleted or recreated), read-only mirror topics (DENY WRITE ACLs) and
+// automatic failover.
 //
-// The leader loop that applies the plan, and the leader's other duties
-// (topic watch, read-only mirror topics, automatic failover, pending
-// topics), still run as Member methods in package daemon (leader.go,
-// topics.go, readonly.go, autofailover.go, pending.go); they move here
-// next. The package must not import the daemon.
+// It reaches the member through narrow interfaces (Store, Member) and
+// changes the replicated state only by raft commands it may submit
+// (raftstore's command table: the leader's). It must not import the
+// daemon; operator verbs and the owners' duties are not here.
 package leader

@@ -1,4 +1,4 @@
-package daemon
+package leader
 
 import (
 	"context"
@@ -56,14 +56,14 @@ type readOnly struct {
 // set records a round's outcome; a change is logged, at warn level when
 // some mirrored topic is left writable by others or some failed-over topic
 // is left read-only.
-func (r *readOnly) set(m *Member, status string, unprotected, unlifted int) {
+func (r *readOnly) set(log *zap.Logger, status string, unprotected, unlifted int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if status != r.status {
 		if unprotected == 0 && unlifted == 0 {
-			m.log.Info("read-only mirror topics", zap.String("status", status))
+			log.Info("read-only mirror topics", zap.String("status", status))
 		} else {
-			m.log.Warn("read-only mirror topics", zap.String("status", status),
+			log.Warn("read-only mirror topics", zap.String("status", status),
 				zap.Int("unprotected_topics", unprotected), zap.Int("unlifted_topics", unlifted))
 		}
 	}
@@ -80,14 +80,14 @@ func (r *readOnly) gauges() (unprotected, unlifted int, ok bool) {
 }
 
 // readOnlyLoop reconciles the DENY ACLs while this member leads.
-func (m *Member) readOnlyLoop(ctx context.Context) {
-	if m.destPrincipal == "" {
+func (l *Leader) readOnlyLoop(ctx context.Context) {
+	if l.cfg.DestPrincipal == "" {
 		return // a control-plane-only member (tests): no destination
 	}
-	changed, unwatch := m.store.Watch()
+	changed, unwatch := l.store.Watch()
 	defer unwatch()
 	for {
-		m.reconcileReadOnly(ctx)
+		l.reconcileReadOnly(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -104,23 +104,23 @@ const liftWait = 10 * time.Second
 
 // liftReadOnly runs a round at once on the leader, after remove or
 // switchover stopped a topic: its DENY ACLs are gone when they return.
-func (m *Member) liftReadOnly(ctx context.Context) {
-	if m.destPrincipal == "" || !m.store.IsLeader() {
+func (l *Leader) liftReadOnly(ctx context.Context) {
+	if l.cfg.DestPrincipal == "" || !l.store.IsLeader() {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, liftWait)
 	defer cancel()
-	m.reconcileReadOnly(lctx)
+	l.reconcileReadOnly(lctx)
 }
 
 // reconcileReadOnly runs one round: deny the writers of mirrored topics,
 // lift the denials of topics no longer mirrored.
-func (m *Member) reconcileReadOnly(ctx context.Context) {
-	m.readOnly.round.Lock()
-	defer m.readOnly.round.Unlock()
+func (l *Leader) reconcileReadOnly(ctx context.Context) {
+	l.readOnly.round.Lock()
+	defer l.readOnly.round.Unlock()
 	active := map[string]bool{}
 	var denials map[string][]string
-	m.store.Read(func(s *raftstore.State) {
+	l.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			if t.State != raftstore.StateStopped {
 				active[t.Topic] = true
@@ -138,14 +138,14 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 		if active[topic] {
 			continue
 		}
-		if err := m.dest.RemoveDenyWrite(cctx, topic, principals); err != nil {
+		if err := l.dest.RemoveDenyWrite(cctx, topic, principals); err != nil {
 			unlifted, liftErr = append(unlifted, topic), err
 			continue
 		}
-		if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic}); err != nil {
+		if err := l.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic}); err != nil {
 			return // retried next round; deleting again is harmless
 		}
-		m.log.Info("mirror topic writable again: DENY WRITE ACLs removed", zap.String("topic", topic), zap.Strings("principals", principals))
+		l.log.Info("mirror topic writable again: DENY WRITE ACLs removed", zap.String("topic", topic), zap.Strings("principals", principals))
 	}
 	unliftedStatus := ""
 	if len(unlifted) > 0 {
@@ -153,17 +153,17 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 			readOnlyError(liftErr, "to make them writable again")
 	}
 	set := func(status string, unprotected int) {
-		m.readOnly.set(m, status+unliftedStatus, unprotected, len(unlifted))
+		l.readOnly.set(l.log, status+unliftedStatus, unprotected, len(unlifted))
 	}
 	if len(active) == 0 {
 		set("no mirrored topics", 0)
 		return
 	}
-	own := m.destPrincipal
+	own := l.cfg.DestPrincipal
 	var wildcard []string
 	denied := 0
 	topics := slices.Sorted(maps.Keys(active))
-	writers, err := m.dest.TopicWriteACLs(cctx, topics)
+	writers, err := l.dest.TopicWriteACLs(cctx, topics)
 	if err != nil {
 		set("not enforced: "+readOnlyError(err, "to keep mirror topics read-only"), len(active))
 		return
@@ -197,19 +197,19 @@ func (m *Member) reconcileReadOnly(ctx context.Context) {
 			// Record, then create: a crash between leaves a record of an
 			// ACL that may not exist, whose deletion is harmless.
 			if len(unrecorded) > 0 {
-				if err := m.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic, Principals: append(slices.Clone(have), unrecorded...)}); err != nil {
+				if err := l.store.Apply(cctx, raftstore.SetWriteDenials{Topic: topic, Principals: append(slices.Clone(have), unrecorded...)}); err != nil {
 					return
 				}
 			}
-			if err := m.dest.DenyWrite(cctx, topic, missing); err != nil {
+			if err := l.dest.DenyWrite(cctx, topic, missing); err != nil {
 				set("not enforced on "+topic+": "+readOnlyError(err, "to keep mirror topics read-only"), len(active))
 				return
 			}
 			if len(recreated) > 0 {
-				m.log.Warn("mirror topic read-only: DENY WRITE ACLs kmirror had added were deleted by someone; added again",
+				l.log.Warn("mirror topic read-only: DENY WRITE ACLs kmirror had added were deleted by someone; added again",
 					zap.String("topic", topic), zap.Strings("principals", recreated))
 			}
-			m.log.Info("mirror topic read-only: DENY WRITE ACLs added", zap.String("topic", topic), zap.Strings("principals", missing))
+			l.log.Info("mirror topic read-only: DENY WRITE ACLs added", zap.String("topic", topic), zap.Strings("principals", missing))
 		}
 		denied += len(want)
 	}

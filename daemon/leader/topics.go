@@ -1,4 +1,4 @@
-package daemon
+package leader
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const topicCheckInterval = 3 * time.Second
 // admin connection per mirror's source cluster, kept between rounds.
 type topicWatch struct {
 	admins map[string]*kafka.Admin
-	boot   map[string]string // sourceKey the admin was made for
+	boot   map[string]string // Member.SourceKey the admin was made for
 	// reported holds the divergences already applied, so a refused or
 	// repeated one is not logged every round.
 	reported map[string]bool
@@ -38,28 +38,29 @@ func (w *topicWatch) close() {
 
 // source returns the admin for mirror's source cluster, replacing one whose
 // bootstrap list changed.
-func (w *topicWatch) source(m *Member, mir raftstore.Mirror) *kafka.Admin {
+func (w *topicWatch) source(l *Leader, mir raftstore.Mirror) *kafka.Admin {
 	if w.admins == nil {
 		w.admins, w.boot, w.reported = map[string]*kafka.Admin{}, map[string]string{}, map[string]bool{}
 	}
-	if a, ok := w.admins[mir.Name]; ok && w.boot[mir.Name] == sourceKey(mir) {
+	key := l.member.SourceKey(mir)
+	if a, ok := w.admins[mir.Name]; ok && w.boot[mir.Name] == key {
 		return a
 	} else if ok {
 		a.Close()
 	}
-	a := m.newSourceAdmin(mir)
-	w.admins[mir.Name], w.boot[mir.Name] = a, sourceKey(mir)
+	a := l.member.SourceAdmin(mir)
+	w.admins[mir.Name], w.boot[mir.Name] = a, key
 	return a
 }
 
 // topicLoop runs checkTopics every topicCheckInterval while ctx (the
 // leadership) lasts, apart from the leader's reconcile loop so a slow
 // source cluster never holds up assignments.
-func (m *Member) topicLoop(ctx context.Context) {
+func (l *Leader) topicLoop(ctx context.Context) {
 	var w topicWatch
 	defer w.close()
 	for {
-		m.checkTopics(ctx, &w)
+		l.checkTopics(ctx, &w)
 		select {
 		case <-ctx.Done():
 			return
@@ -82,10 +83,10 @@ func (m *Member) topicLoop(ctx context.Context) {
 //
 // A topic missing on either side is left to the partitions' owners, which
 // report it FAILED after a bounded wait (fetch.Engine).
-func (m *Member) checkTopics(ctx context.Context, w *topicWatch) {
+func (l *Leader) checkTopics(ctx context.Context, w *topicWatch) {
 	var topics []raftstore.MirrorTopic
 	mirrors := map[string]raftstore.Mirror{}
-	m.store.Read(func(s *raftstore.State) {
+	l.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			if t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed {
 				continue
@@ -107,13 +108,13 @@ func (m *Member) checkTopics(ctx context.Context, w *topicWatch) {
 			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
-		m.checkTopic(cctx, w, w.source(m, mirrors[t.Mirror]), t)
+		l.checkTopic(cctx, w, w.source(l, mirrors[t.Mirror]), t)
 		cancel()
 	}
 }
 
-func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *kafka.Admin, t raftstore.MirrorTopic) {
-	log := m.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
+func (l *Leader) checkTopic(ctx context.Context, w *topicWatch, src *kafka.Admin, t raftstore.MirrorTopic) {
+	log := l.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
 	srcMeta, err := src.Topic(ctx, t.Topic)
 	if err != nil {
 		if !errors.Is(err, kafka.ErrTopicNotFound) {
@@ -121,7 +122,7 @@ func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *kafka.Admin
 		}
 		return
 	}
-	dstMeta, err := m.dest.Topic(ctx, t.Topic)
+	dstMeta, err := l.dest.Topic(ctx, t.Topic)
 	if err != nil {
 		if !errors.Is(err, kafka.ErrTopicNotFound) {
 			log.Debug("check destination topic", zap.Error(err))
@@ -129,36 +130,36 @@ func (m *Member) checkTopic(ctx context.Context, w *topicWatch, src *kafka.Admin
 		return
 	}
 	if t.SourceTopicID != "" && srcMeta.ID != "" && srcMeta.ID != t.SourceTopicID {
-		m.divergeTopic(ctx, w, t, fmt.Sprintf("source topic %s was recreated: its topic ID is now %s, the mirrored topic's was %s. "+
+		l.divergeTopic(ctx, w, t, fmt.Sprintf("source topic %s was recreated: its topic ID is now %s, the mirrored topic's was %s. "+
 			"The destination holds the old topic's records, and the new topic's offsets mean other records. To mirror the new topic: "+
 			"kmirror remove --mirror %s --topic %s, delete topic %s on the destination cluster, then kmirror add it again",
 			t.Topic, srcMeta.ID, t.SourceTopicID, t.Mirror, t.Topic, t.Topic))
 		return
 	}
 	if t.DestTopicID != "" && dstMeta.ID != "" && dstMeta.ID != t.DestTopicID {
-		m.divergeTopic(ctx, w, t, fmt.Sprintf("destination topic %s was recreated: its topic ID is now %s, the one kmirror created was %s; "+
+		l.divergeTopic(ctx, w, t, fmt.Sprintf("destination topic %s was recreated: its topic ID is now %s, the one kmirror created was %s; "+
 			"kmirror does not write into a topic it did not create. Delete it on the destination cluster and kmirror remove --mirror %s --topic %s, "+
 			"then kmirror add it again", t.Topic, dstMeta.ID, t.DestTopicID, t.Mirror, t.Topic))
 		return
 	}
 	if (t.SourceTopicID == "" && srcMeta.ID != "") || (t.DestTopicID == "" && dstMeta.ID != "") {
-		if err := m.store.Apply(ctx, raftstore.SetTopicIDs{Mirror: t.Mirror, Topic: t.Topic,
+		if err := l.store.Apply(ctx, raftstore.SetTopicIDs{Mirror: t.Mirror, Topic: t.Topic,
 			SourceTopicID: srcMeta.ID, DestTopicID: dstMeta.ID}); err != nil {
 			log.Warn("record topic IDs", zap.Error(err))
 		}
 	}
 	if srcMeta.Partitions > len(t.Partitions) {
-		m.growTopic(ctx, src, t, srcMeta.Partitions, dstMeta.Partitions)
+		l.growTopic(ctx, src, t, srcMeta.Partitions, dstMeta.Partitions)
 	}
 	if len(t.DeferredConfigs) > 0 {
-		m.applyDeferred(ctx, t)
+		l.applyDeferred(ctx, t)
 	}
 }
 
 // applyDeferred sets a topic's deferred compaction configs on the
 // destination once every partition's checkpoint is past its DeferUntil
 // offset (kafka.DeferCompaction), then clears them in the state.
-func (m *Member) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
+func (l *Leader) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
 	for i, p := range t.Partitions {
 		if i >= len(t.DeferUntil) {
 			break // added later: created after the source was compacted
@@ -166,17 +167,17 @@ func (m *Member) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
 		if t.DeferUntil[i] <= p.StartOffset {
 			continue // nothing the mirror copies lies below it
 		}
-		pos, ok, err := m.engine.Checkpointed(ctx, fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)})
+		pos, ok, err := l.member.Checkpointed(ctx, fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)})
 		if err != nil || !ok || pos.SourceOffset < t.DeferUntil[i] {
 			return
 		}
 	}
-	log := m.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
-	if err := m.dest.AlterTopicConfigs(ctx, t.Topic, t.DeferredConfigs); err != nil {
+	log := l.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
+	if err := l.dest.AlterTopicConfigs(ctx, t.Topic, t.DeferredConfigs); err != nil {
 		log.Warn("set the deferred compaction configs on the destination topic", zap.Error(err))
 		return
 	}
-	if err := m.store.Apply(ctx, raftstore.DeferredApplied{Mirror: t.Mirror, Topic: t.Topic}); err != nil {
+	if err := l.store.Apply(ctx, raftstore.DeferredApplied{Mirror: t.Mirror, Topic: t.Topic}); err != nil {
 		log.Warn("record deferred configs applied", zap.Error(err))
 		return
 	}
@@ -188,10 +189,10 @@ func (m *Member) applyDeferred(ctx context.Context, t raftstore.MirrorTopic) {
 // grows first (so an owner never waits for a partition that does not
 // exist), then the new partitions join the mirror topic, starting at the
 // source's log start offset of each.
-func (m *Member) growTopic(ctx context.Context, src *kafka.Admin, t raftstore.MirrorTopic, want, dest int) {
-	log := m.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
+func (l *Leader) growTopic(ctx context.Context, src *kafka.Admin, t raftstore.MirrorTopic, want, dest int) {
+	log := l.log.With(zap.String("mirror", t.Mirror), zap.String("topic", t.Topic))
 	if dest < want {
-		if err := m.dest.CreatePartitions(ctx, t.Topic, want); err != nil {
+		if err := l.dest.CreatePartitions(ctx, t.Topic, want); err != nil {
 			log.Warn("grow destination topic to the source's partition count", zap.Int("partitions", want), zap.Error(err))
 			return
 		}
@@ -201,7 +202,7 @@ func (m *Member) growTopic(ctx context.Context, src *kafka.Admin, t raftstore.Mi
 		log.Warn("read start offsets of partitions added on the source", zap.Error(err))
 		return
 	}
-	if err := m.store.Apply(ctx, raftstore.AddPartitions{Mirror: t.Mirror, Topic: t.Topic, Partitions: want,
+	if err := l.store.Apply(ctx, raftstore.AddPartitions{Mirror: t.Mirror, Topic: t.Topic, Partitions: want,
 		StartOffsets: offsets[len(t.Partitions):]}); err != nil {
 		log.Warn("add partitions to the mirror topic", zap.Error(err))
 		return
@@ -211,20 +212,20 @@ func (m *Member) growTopic(ctx context.Context, src *kafka.Admin, t raftstore.Mi
 
 // divergeTopic marks every running partition of t DIVERGED (the control
 // plane's decision: no lease) with reason.
-func (m *Member) divergeTopic(ctx context.Context, w *topicWatch, t raftstore.MirrorTopic, reason string) {
+func (l *Leader) divergeTopic(ctx context.Context, w *topicWatch, t raftstore.MirrorTopic, reason string) {
 	for i, p := range t.Partitions {
 		if p.State == raftstore.StateDiverged || p.State == raftstore.StateStopped || p.State == raftstore.StateStopping {
 			continue
 		}
 		k := raftstore.PartitionKey{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}
-		if err := m.store.Apply(ctx, raftstore.SetPartitionState{Key: k, State: raftstore.StateDiverged, Reason: reason}); err != nil {
-			m.log.Warn("mark partition diverged", zap.Stringer("partition", k), zap.Error(err))
+		if err := l.store.Apply(ctx, raftstore.SetPartitionState{Key: k, State: raftstore.StateDiverged, Reason: reason}); err != nil {
+			l.log.Warn("mark partition diverged", zap.Stringer("partition", k), zap.Error(err))
 			return
 		}
 	}
 	key := raftstore.TopicKey(t.Mirror, t.Topic) + reason
 	if !w.reported[key] {
 		w.reported[key] = true
-		m.log.Error("topic diverged", zap.String("mirror", t.Mirror), zap.String("topic", t.Topic), zap.String("reason", reason))
+		l.log.Error("topic diverged", zap.String("mirror", t.Mirror), zap.String("topic", t.Topic), zap.String("reason", reason))
 	}
 }

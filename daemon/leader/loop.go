@@ -1,12 +1,10 @@
-package daemon
+package leader
 
 import (
 	"context"
 	"errors"
 	"sort"
 	"time"
-
-	"github.com/kmirror/kmirror/daemon/leader"
 
 	"go.uber.org/zap"
 
@@ -19,21 +17,21 @@ const assignChunk = 2000
 // leadershipLoop runs the leader loop while this member is the raft leader
 // (Nomad's monitorLeadership shape): raft's notify channel starts it with
 // a context that is cancelled when leadership is lost.
-func (m *Member) leadershipLoop() {
+func (l *Leader) leadershipLoop() {
 	var lead *leaderTask
 	defer lead.stop()
 	for {
 		select {
-		case <-m.ctx.Done():
+		case <-l.ctx.Done():
 			return
-		case leader, ok := <-m.store.Leadership():
+		case leader, ok := <-l.store.Leadership():
 			if !ok {
 				return
 			}
 			lead.stop()
 			lead = nil
 			if leader {
-				lead = m.startLeaderTask()
+				lead = l.startLeaderTask()
 			}
 		}
 	}
@@ -41,17 +39,17 @@ func (m *Member) leadershipLoop() {
 
 // leaderTask is the running leader loop and how to stop it.
 type leaderTask struct {
-	m      *Member
+	l      *Leader
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func (m *Member) startLeaderTask() *leaderTask {
-	ctx, cancel := context.WithCancel(m.ctx)
-	t := &leaderTask{m: m, cancel: cancel, done: make(chan struct{})}
+func (l *Leader) startLeaderTask() *leaderTask {
+	ctx, cancel := context.WithCancel(l.ctx)
+	t := &leaderTask{l: l, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
-		m.runLeader(ctx)
+		l.runLeader(ctx)
 	}()
 	return t
 }
@@ -63,15 +61,15 @@ func (t *leaderTask) stop() {
 	}
 	t.cancel()
 	<-t.done
-	t.m.log.Info("leader loop stopped")
+	t.l.log.Info("leader loop stopped")
 }
 
 // runLeader waits for a barrier (every earlier entry applied here), then
 // reconciles on every state change and every second until ctx ends.
-func (m *Member) runLeader(ctx context.Context) {
+func (l *Leader) runLeader(ctx context.Context) {
 	for {
 		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := m.store.Barrier(bctx)
+		err := l.store.Barrier(bctx)
 		cancel()
 		if err == nil {
 			break
@@ -79,37 +77,37 @@ func (m *Member) runLeader(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		m.log.Warn("leader barrier failed; retrying", zap.Error(err))
+		l.log.Warn("leader barrier failed; retrying", zap.Error(err))
 		sleepCtx(ctx, time.Second)
 	}
-	m.log.Info("leader loop started")
-	changed, unwatch := m.store.Watch()
+	l.log.Info("leader loop started")
+	changed, unwatch := l.store.Watch()
 	defer unwatch()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	topicsDone := make(chan struct{})
 	go func() {
 		defer close(topicsDone)
-		m.topicLoop(ctx)
+		l.topicLoop(ctx)
 	}()
 	defer func() { <-topicsDone }()
 	readOnlyDone := make(chan struct{})
 	go func() {
 		defer close(readOnlyDone)
-		m.readOnlyLoop(ctx)
+		l.readOnlyLoop(ctx)
 	}()
 	defer func() { <-readOnlyDone }()
 	failoverDone := make(chan struct{})
 	go func() {
 		defer close(failoverDone)
 		for ctx.Err() == nil {
-			sleepCtx(ctx, sourceProbeInterval)
-			m.checkAutoFailover(ctx)
+			sleepCtx(ctx, failoverCheckInterval)
+			l.checkAutoFailover(ctx)
 		}
 	}()
 	defer func() { <-failoverDone }()
 	for {
-		m.leaderReconcile(ctx)
+		l.leaderReconcile(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -121,45 +119,45 @@ func (m *Member) runLeader(ctx context.Context) {
 
 // leaderReconcile is one round of leader work: members known, pending
 // topics finished, partitions placed.
-func (m *Member) leaderReconcile(ctx context.Context) {
-	m.ensureMembers(ctx)
-	alive, inConfig := m.aliveFunc()
+func (l *Leader) leaderReconcile(ctx context.Context) {
+	l.ensureMembers(ctx)
+	alive, inConfig := l.aliveFunc()
 	var pending []raftstore.MirrorTopic
-	var p leader.Plan
+	var p Plan
 	var gone []string
-	m.store.Read(func(s *raftstore.State) {
+	l.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			if t.State == raftstore.StatePending {
 				pending = append(pending, *t.Clone())
 			}
 		}
-		p = leader.PlanAssignments(s, alive)
+		p = PlanAssignments(s, alive)
 		gone = removedMembers(s, inConfig)
 	})
 	for _, id := range gone {
-		if err := m.store.Apply(ctx, raftstore.RemoveMember{ID: id}); err != nil && ctx.Err() == nil {
-			m.log.Warn("forget removed member", zap.String("member", id), zap.Error(err))
+		if err := l.store.Apply(ctx, raftstore.RemoveMember{ID: id}); err != nil && ctx.Err() == nil {
+			l.log.Warn("forget removed member", zap.String("member", id), zap.Error(err))
 		}
 	}
 	for _, t := range pending {
-		m.finishPending(ctx, t)
+		l.member.FinishPending(ctx, t)
 	}
 	for i := 0; i < len(p.Assign); i += assignChunk {
 		chunk := p.Assign[i:min(i+assignChunk, len(p.Assign))]
-		if err := m.store.Apply(ctx, raftstore.AssignPartitions{Assignments: chunk}); err != nil && ctx.Err() == nil {
-			m.log.Warn("assign partitions", zap.Int("partitions", len(chunk)), zap.Error(err))
+		if err := l.store.Apply(ctx, raftstore.AssignPartitions{Assignments: chunk}); err != nil && ctx.Err() == nil {
+			l.log.Warn("assign partitions", zap.Int("partitions", len(chunk)), zap.Error(err))
 			return
 		}
 		for _, a := range chunk {
 			if a.Takeover {
-				m.log.Warn("partition taken over from an unreachable member", zap.Stringer("partition", a.Key), zap.String("to", a.Owner))
+				l.log.Warn("partition taken over from an unreachable member", zap.Stringer("partition", a.Key), zap.String("to", a.Owner))
 			}
 		}
 	}
 	for _, mv := range p.Moves {
-		err := m.store.Apply(ctx, mv)
+		err := l.store.Apply(ctx, mv)
 		if err != nil && !errors.Is(err, raftstore.ErrStaleGeneration) && ctx.Err() == nil {
-			m.log.Warn("request handoff", zap.Stringer("partition", mv.Key), zap.String("to", mv.To), zap.Error(err))
+			l.log.Warn("request handoff", zap.Stringer("partition", mv.Key), zap.String("to", mv.To), zap.Error(err))
 		}
 	}
 }
@@ -170,18 +168,18 @@ func (m *Member) leaderReconcile(ctx context.Context) {
 // configuration is not alive, however recently it was heard from: raft no
 // longer sends it heartbeats, so their failures would never show. It also
 // returns the IDs in the raft configuration.
-func (m *Member) aliveFunc() (alive func(id string) bool, inConfig map[string]bool) {
-	inConfig = map[string]bool{m.cfg.NodeID: true}
-	if servers, err := m.store.Servers(); err == nil {
+func (l *Leader) aliveFunc() (alive func(id string) bool, inConfig map[string]bool) {
+	inConfig = map[string]bool{l.cfg.NodeID: true}
+	if servers, err := l.store.Servers(); err == nil {
 		for _, srv := range servers {
 			inConfig[srv.ID] = true
 		}
 	}
 	return func(id string) bool {
-		if id == m.cfg.NodeID {
+		if id == l.cfg.NodeID {
 			return true
 		}
-		return inConfig[id] && time.Since(m.store.PeerContact(id)) < m.cfg.LeaseTTL
+		return inConfig[id] && time.Since(l.store.PeerContact(id)) < l.cfg.LeaseTTL
 	}, inConfig
 }
 
@@ -209,23 +207,23 @@ func removedMembers(s *raftstore.State, inConfig map[string]bool) []string {
 
 // ensureMembers records every member of the raft configuration in the
 // replicated state, with its HTTP address from the peers list.
-func (m *Member) ensureMembers(ctx context.Context) {
-	servers, err := m.store.Servers()
+func (l *Leader) ensureMembers(ctx context.Context) {
+	servers, err := l.store.Servers()
 	if err != nil {
 		return
 	}
 	var missing []raftstore.Member
-	m.store.Read(func(s *raftstore.State) {
+	l.store.Read(func(s *raftstore.State) {
 		for _, srv := range servers {
 			if _, ok := s.Members[srv.ID]; !ok {
 				mem := raftstore.Member{ID: srv.ID, RaftAddr: srv.Addr, Voter: srv.Voter}
-				for _, p := range m.cfg.Peers {
+				for _, p := range l.cfg.Peers {
 					if p.ID == srv.ID {
 						mem.HTTPAddr = p.HTTP
 					}
 				}
-				if srv.ID == m.cfg.NodeID {
-					mem.HTTPAddr, mem.Joined = m.advertisedHTTP(), true
+				if srv.ID == l.cfg.NodeID {
+					mem.HTTPAddr, mem.Joined = l.member.AdvertisedHTTP(), true
 				}
 				missing = append(missing, mem)
 			}
@@ -233,23 +231,8 @@ func (m *Member) ensureMembers(ctx context.Context) {
 	})
 	for _, mem := range missing {
 		// IfAbsent: the member's own announce may have recorded it since.
-		if err := m.store.Apply(ctx, raftstore.UpsertMember{Member: mem, IfAbsent: true}); err != nil && ctx.Err() == nil {
-			m.log.Warn("record member", zap.String("member", mem.ID), zap.Error(err))
+		if err := l.store.Apply(ctx, raftstore.UpsertMember{Member: mem, IfAbsent: true}); err != nil && ctx.Err() == nil {
+			l.log.Warn("record member", zap.String("member", mem.ID), zap.Error(err))
 		}
-	}
-}
-
-// advertisedHTTP is the HTTP address other members reach this one on.
-func (m *Member) advertisedHTTP() string {
-	if p := m.self(); p.HTTP != "" && len(m.cfg.Peers) > 0 {
-		return p.HTTP
-	}
-	return m.addr.String()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }

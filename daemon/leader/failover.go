@@ -1,0 +1,105 @@
+package leader
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// checkAutoFailover is the leader's decision, once per round: for each
+// mirror with failover.auto.after.ms set and topics still mirroring, it
+// asks every member how long the source has not answered and fails the
+// mirror over when a majority of the members say longer than that.
+func (l *Leader) checkAutoFailover(ctx context.Context) {
+	type candidate struct {
+		after  time.Duration
+		topics []string
+	}
+	cands := map[string]*candidate{}
+	var members []string
+	l.store.Read(func(s *raftstore.State) {
+		for id := range s.Members {
+			members = append(members, id)
+		}
+		for _, t := range s.Topics {
+			mir, ok := s.Mirrors[t.Mirror]
+			if !ok || (t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed && t.State != raftstore.StatePaused) {
+				continue
+			}
+			after := l.member.FailoverAfter(*mir)
+			if after <= 0 {
+				continue
+			}
+			c := cands[t.Mirror]
+			if c == nil {
+				c = &candidate{after: after}
+				cands[t.Mirror] = c
+			}
+			c.topics = append(c.topics, t.Topic)
+		}
+	})
+	if len(cands) == 0 {
+		return
+	}
+	views := l.member.SourceViews(ctx)
+	for mirror, c := range cands {
+		var down []string
+		var why string
+		for id, view := range views {
+			for _, r := range view {
+				if r.Mirror == mirror && time.Duration(r.UnreachableMs)*time.Millisecond >= c.after {
+					down = append(down, id)
+					why = r.Error
+				}
+			}
+		}
+		if len(down) <= len(members)/2 {
+			continue
+		}
+		sort.Strings(down)
+		sort.Strings(c.topics)
+		reason := fmt.Sprintf("automatic failover: the source cluster of mirror %s did not answer members %s (a majority of %d) for %s "+
+			"(failover.auto.after.ms=%d); last error: %s", mirror, strings.Join(down, ", "), len(members), c.after,
+			c.after.Milliseconds(), why)
+		l.log.Warn("automatic failover", zap.String("mirror", mirror), zap.Strings("topics", c.topics), zap.String("reason", reason))
+		for _, topic := range c.topics {
+			if err := l.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping, Reason: reason}); err != nil {
+				l.log.Warn("automatic failover of a topic failed; retrying", zap.String("mirror", mirror), zap.String("topic", topic), zap.Error(err))
+				continue
+			}
+			l.autoFailovers.add(mirror)
+		}
+	}
+}
+
+// counter counts per mirror, for /metrics.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (c *counter) add(mirror string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[mirror]++
+}
+
+func (c *counter) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}

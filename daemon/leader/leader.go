@@ -1,0 +1,118 @@
+package leader
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// adminTimeout bounds each round's call to a Kafka cluster.
+const adminTimeout = 15 * time.Second
+
+// failoverCheckInterval is how often the leader decides on automatic
+// failover (each member probes its sources as often).
+const failoverCheckInterval = time.Second
+
+// Store is the raft store as the leader's duties use it
+// (*raftstore.Store).
+type Store interface {
+	// Leadership delivers true when this member becomes the raft leader
+	// and false when it stops being it.
+	Leadership() <-chan bool
+	Barrier(ctx context.Context) error
+	Watch() (<-chan struct{}, func())
+	Read(func(*raftstore.State))
+	// Apply applies a command as the leader; errors wrap raftstore's
+	// sentinels.
+	Apply(ctx context.Context, cmd raftstore.Command) error
+	Servers() ([]raftstore.Server, error)
+	// PeerContact is when the leader last heard from member id.
+	PeerContact(id string) time.Time
+	IsLeader() bool
+}
+
+// Member is what the leader's duties ask of the member they run on.
+type Member interface {
+	// AdvertisedHTTP is the address other members reach this one's API on.
+	AdvertisedHTTP() string
+	// FinishPending completes a PENDING topic: the second half of an
+	// operator's add (its destination topic and configs).
+	FinishPending(ctx context.Context, t raftstore.MirrorTopic)
+	// SourceAdmin opens an admin client of a mirror's source cluster;
+	// SourceKey changes when the mirror's connection settings do.
+	SourceAdmin(mir raftstore.Mirror) *kafka.Admin
+	SourceKey(mir raftstore.Mirror) string
+	// SourceViews is every member's view of each mirror's source (this
+	// member's too); members that do not answer in time are left out.
+	SourceViews(ctx context.Context) map[string][]api.SourceReach
+	// FailoverAfter is the mirror's failover.auto.after.ms (0: off).
+	FailoverAfter(mir raftstore.Mirror) time.Duration
+	// Checkpointed is a partition's last checkpoint (fetch.Engine).
+	Checkpointed(ctx context.Context, k fetch.Key) (pos fetch.Position, ok bool, err error)
+}
+
+// Config is what the leader's duties read of the member's configuration.
+type Config struct {
+	NodeID   string
+	LeaseTTL time.Duration // a member not heard from for this long is taken over
+	Peers    []config.PeerConfig
+	// DestPrincipal is kmirror's principal on the destination, never
+	// denied WRITE on mirror topics (read-only mirror topics).
+	DestPrincipal string
+}
+
+// Leader runs the raft leader's duties while this member leads: the
+// members known, placement (PlanAssignments), pending topics, the topic
+// watch, read-only mirror topics and automatic failover.
+type Leader struct {
+	cfg    Config
+	store  Store
+	dest   *kafka.Admin
+	member Member
+	log    *zap.Logger
+	// ctx is the member's life; each leadership gets a child of it.
+	ctx context.Context
+
+	readOnly      readOnly
+	autoFailovers counter
+}
+
+// New returns the leader duties of a member; Run starts them.
+func New(ctx context.Context, cfg Config, store Store, dest *kafka.Admin, member Member, log *zap.Logger) *Leader {
+	return &Leader{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx}
+}
+
+// Run runs the leader loop whenever this member leads, until the member's
+// context ends.
+func (l *Leader) Run() { l.leadershipLoop() }
+
+// ReadOnlyGauges returns kmirror_read_only_unprotected_topics and
+// kmirror_read_only_unlifted_topics; ok is false on a member that has not
+// led a round.
+func (l *Leader) ReadOnlyGauges() (unprotected, unlifted int, ok bool) { return l.readOnly.gauges() }
+
+// AutoFailovers counts, per mirror, the automatic failovers this member
+// decided as leader.
+func (l *Leader) AutoFailovers() map[string]int64 { return l.autoFailovers.snapshot() }
+
+// Alive returns whether a member is alive as the leader sees it now (see
+// aliveFunc), and the IDs in the raft configuration.
+func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) { return l.aliveFunc() }
+
+// LiftReadOnly runs a read-only round now (a remove that finished: the
+// topic is writable when it returns).
+func (l *Leader) LiftReadOnly(ctx context.Context) { l.liftReadOnly(ctx) }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
