@@ -1,0 +1,51 @@
+package daemon
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestPackagesImportOneWay keeps the layout's import directions (issue 17,
+// README Layout): the API contract, the config, the HTTP server and the
+// leader's duties import nothing of the daemon; the data path imports
+// neither the daemon nor raftstore; cluster access imports no data path;
+// the CLI's commands reach the daemon only through the api package.
+func TestPackagesImportOneWay(t *testing.T) {
+	const mod = "github.com/kmirror/kmirror/"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := map[string]map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		set := map[string]bool{}
+		for _, d := range f[1:] {
+			set[strings.TrimPrefix(d, mod)] = true
+		}
+		deps[strings.TrimPrefix(f[0], mod)] = set
+	}
+	for _, rule := range []struct {
+		pkg    string
+		forbid []string
+	}{
+		{"daemon/api", []string{"daemon", "daemon/config", "daemon/httpapi", "daemon/leader", "raftstore"}},
+		{"daemon/config", []string{"daemon", "daemon/api", "daemon/httpapi", "daemon/leader", "fetch"}},
+		{"daemon/httpapi", []string{"daemon", "daemon/leader"}},
+		{"daemon/leader", []string{"daemon", "daemon/httpapi"}},
+		{"fetch", []string{"daemon", "daemon/api", "daemon/config", "raftstore", "truncate"}},
+		{"fetch/kafka", []string{"fetch", "daemon", "raftstore", "truncate", "fetch/kafka/ksec"}},
+		{"raftstore", []string{"daemon", "fetch", "fetch/kafka", "truncate"}},
+	} {
+		d, ok := deps[rule.pkg]
+		if !ok {
+			t.Fatalf("package %s not found by go list", rule.pkg)
+		}
+		for _, f := range rule.forbid {
+			if d[f] {
+				t.Errorf("%s imports %s (directly or not): the layout forbids it", rule.pkg, f)
+			}
+		}
+	}
+}
