@@ -16,11 +16,10 @@
 //     failover); here pending.go (finishing PENDING topics, which the
 //     leader asks for) and autofailover.go (every member probes its
 //     sources; the leader asks all members for their views).
-//   - owner duties, on every member for the partitions it owns: owner.go
-//     (reconcile leases with the engine, handoff, stop and drop jobs),
-//     lease.go (the write window), control.go (the data path's reports),
-//     outbox.go (commands to the leader), announce.go (this member's
-//     record, hand-off before stop), groups.go and groupsync.go (consumer
+//   - owner duties, on every member for the partitions it owns: package
+//     daemon/owner (the lease, reconciling leases with the data path, the
+//     handoff, stop and drop jobs, the data path's reports, the outbox,
+//     this member's record); here groups.go and groupsync.go (consumer
 //     group offset sync).
 //   - between members: forward.go (the leader's and the owners' clients,
 //     submitting commands, asking every member).

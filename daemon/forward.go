@@ -92,11 +92,11 @@ func (m *Member) toLeader(ctx context.Context) (*api.Client, error) {
 	return m.leaderClient()
 }
 
-// submit applies a command through the leader: here when this member
+// Submit applies a command through the leader: here when this member
 // leads, else over the leader's internal API. Errors wrap ErrStale,
 // ErrInvalid, ErrNotFound, ErrExists (refused: do not retry) or
 // ErrNotLeader and transport errors (retry).
-func (m *Member) submit(ctx context.Context, cmd raftstore.Command) error {
+func (m *Member) Submit(ctx context.Context, cmd raftstore.Command) error {
 	if err := raftstore.Authorize(cmd, raftstore.ByMember); err != nil {
 		return mapStoreErr(err)
 	}

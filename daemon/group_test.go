@@ -64,10 +64,8 @@ func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 		m := &Member{cfg: config.Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: logger.Named(id)}
 		m.setStore(store)
 		m.ctx, m.cancel = context.WithCancel(context.Background())
-		m.owner.init()
-		m.out = newOutbox(m)
 		m.lead = leader.New(m.ctx, leader.Config{NodeID: id, LeaseTTL: ttl, Peers: cfgPeers}, store, nil, m, m.log)
-		m.goLoop(m.lead.Run)
+		m.Go(m.lead.Run)
 		g.members = append(g.members, m)
 	}
 	t.Cleanup(func() {
@@ -150,7 +148,7 @@ func (g *group) addTopic(name string, n int) {
 	l := g.leader()
 	ctx := context.Background()
 	for _, m := range g.members { // as each member's announce would
-		mem := raftstore.Member{ID: m.cfg.NodeID, Voter: true, Joined: true, HTTPAddr: m.self().HTTP, RaftAddr: m.self().Raft}
+		mem := raftstore.Member{ID: m.cfg.NodeID, Voter: true, Joined: true, HTTPAddr: m.Self().HTTP, RaftAddr: m.Self().Raft}
 		if err := l.store.Apply(ctx, raftstore.UpsertMember{Member: mem}); err != nil {
 			g.t.Fatal(err)
 		}

@@ -195,7 +195,7 @@ func (m *Member) LocalGroupRows() []api.GroupStatus { return m.groups.localRows(
 // reports the partitions it syncs. A member that does not answer within a
 // few seconds is left out.
 func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]api.GroupStatus, error) {
-	if err := m.caughtUp(ctx); err != nil {
+	if err := m.CaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	found := mirror == ""

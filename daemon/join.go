@@ -82,7 +82,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 	lastLog := time.Time{}
 	for {
 		fresh, missing := 0, []string{}
-		if m.self().IsVoter() {
+		if m.Self().IsVoter() {
 			fresh++
 		}
 		for _, p := range m.cfg.Peers {
@@ -100,7 +100,7 @@ func (m *Member) bootstrapDecision(ctx context.Context) (bool, error) {
 						return false, fmt.Errorf("%w: data_dir %s holds no raft state, but member %s says the group already ran with member %s: "+
 							"a wiped member must not rejoin under its old ID (it could vote twice in a term). "+
 							"Remove it first (kmirror members remove %s), then add it again (kmirror members add %s --raft %s --http %s) and start it",
-							api.ErrRefused, m.cfg.DataDir, p.ID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.self().HTTP)
+							api.ErrRefused, m.cfg.DataDir, p.ID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.Self().HTTP)
 					}
 				}
 				m.log.Info("joining the existing raft group", zap.String("peer", p.ID))
@@ -151,9 +151,9 @@ func (m *Member) Probe() api.RaftProbe {
 	return pr
 }
 
-// self is this member's entry in the peers list (a voter when peers is
+// Self is this member's entry in the peers list (a voter when peers is
 // empty).
-func (m *Member) self() config.PeerConfig {
+func (m *Member) Self() config.PeerConfig {
 	for _, p := range m.cfg.Peers {
 		if p.ID == m.cfg.NodeID {
 			return p

@@ -8,9 +8,9 @@ import (
 
 // TestPackagesImportOneWay keeps the layout's import directions (issue 17,
 // README Layout): the API contract, the config, the HTTP server and the
-// leader's duties import nothing of the daemon; the data path imports
-// neither the daemon nor raftstore; cluster access imports no data path;
-// the CLI's commands reach the daemon only through the api package.
+// leader's and the owners' duties import nothing of the daemon (nor the
+// duties each other); the data path imports neither the daemon nor
+// raftstore; cluster access imports no data path.
 func TestPackagesImportOneWay(t *testing.T) {
 	const mod = "github.com/kmirror/kmirror/"
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "../...").Output()
@@ -33,7 +33,8 @@ func TestPackagesImportOneWay(t *testing.T) {
 		{"daemon/api", []string{"daemon", "daemon/config", "daemon/httpapi", "daemon/leader", "raftstore"}},
 		{"daemon/config", []string{"daemon", "daemon/api", "daemon/httpapi", "daemon/leader", "fetch"}},
 		{"daemon/httpapi", []string{"daemon", "daemon/leader"}},
-		{"daemon/leader", []string{"daemon", "daemon/httpapi"}},
+		{"daemon/leader", []string{"daemon", "daemon/httpapi", "daemon/owner"}},
+		{"daemon/owner", []string{"daemon", "daemon/httpapi", "daemon/leader"}},
 		{"fetch", []string{"daemon", "daemon/api", "daemon/config", "raftstore", "truncate"}},
 		{"fetch/kafka", []string{"fetch", "daemon", "raftstore", "truncate", "fetch/kafka/ksec"}},
 		{"raftstore", []string{"daemon", "fetch", "fetch/kafka", "truncate"}},

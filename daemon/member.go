@@ -17,6 +17,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/daemon/leader"
+	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -66,12 +67,11 @@ type Member struct {
 	// destination topic of a PENDING topic (finishPending).
 	pendingTried map[string]time.Time
 
-	owner  ownerState
-	out    *outbox
+	// own runs the owner duties for the partitions leased to this member.
+	own    *owner.Owner
 	groups *groupSync
 	// sources probes every mirror's source cluster (automatic failover).
 	sources *sourceProbe
-	lease   leaseState
 
 	readyMu  sync.Mutex
 	readyAt  time.Time
@@ -133,8 +133,6 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		dest:          kafka.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.owner.init()
-	m.out = newOutbox(m)
 	m.groups = newGroupSync(m)
 	m.sources = newSourceProbe(m)
 	fail := func(err error) (*Member, error) {
@@ -178,6 +176,8 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	if err := m.waitForLeader(ctx); err != nil {
 		return fail(err)
 	}
+	m.own = owner.New(m.ctx, owner.Config{NodeID: cfg.NodeID, RaftAdvertise: cfg.RaftAdvertise, DataDir: cfg.DataDir,
+		LeaseTTL: cfg.LeaseTTL, LeaseMargin: cfg.LeaseMargin}, m.store, m, log)
 	m.engine = fetch.New(fetch.Config{
 		ClientID:            cfg.Destination.ClientID,
 		Destination:         cfg.Destination.BootstrapServers,
@@ -186,9 +186,10 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		Checkpoint:          cfg.CheckpointInterval,
 		InternalRF:          cfg.Destination.ReplicationFactor,
 		ProduceTimeout:      cfg.ProduceTimeout,
-	}, &control{m: m}, log)
+	}, m.own.Control(), log)
 	ectx, ecancel := context.WithTimeout(ctx, 60*time.Second)
 	defer ecancel()
+	m.own.SetEngine(m.engine)
 	if err := m.engine.Start(ectx); err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
@@ -199,19 +200,16 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
-	m.goLoop(m.lead.Run)
-	m.goLoop(m.leaseLoop)
-	m.goLoop(m.ownerLoop)
-	m.goLoop(m.out.run)
-	m.goLoop(m.announce)
-	m.goLoop(m.groups.loop)
-	m.goLoop(m.sources.loop)
+	m.Go(m.lead.Run)
+	m.own.Run()
+	m.Go(m.groups.loop)
+	m.Go(m.sources.loop)
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
 	return m, nil
 }
 
-func (m *Member) goLoop(f func()) {
+func (m *Member) Go(f func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -293,7 +291,7 @@ func (m *Member) Stop() error {
 	m.log.Info("stopping kmirror member: handing off or draining partitions")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	m.handOffAll(ctx)
+	m.own.HandOffAll(ctx)
 	var errs []error
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := m.srv.Shutdown(sctx); err != nil {
@@ -337,7 +335,7 @@ func isLoopback(addr net.Addr) bool {
 
 // AdvertisedHTTP is the HTTP address other members reach this one on.
 func (m *Member) AdvertisedHTTP() string {
-	if p := m.self(); p.HTTP != "" && len(m.cfg.Peers) > 0 {
+	if p := m.Self(); p.HTTP != "" && len(m.cfg.Peers) > 0 {
 		return p.HTTP
 	}
 	return m.addr.String()
@@ -348,4 +346,17 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+// FinalGroupSync syncs a stopping partition's consumer groups one last
+// time (owner.Member).
+func (m *Member) FinalGroupSync(ctx context.Context, spec fetch.Spec) { m.groups.finalSync(ctx, spec) }
+
+// Source is the data path's view of a mirror's source cluster
+// (owner.Member).
+func (m *Member) Source(mir raftstore.Mirror) fetch.Source { return sourceOf(mir) }
+
+// DestinationClusterID is the destination cluster's ID (owner.Member).
+func (m *Member) DestinationClusterID(ctx context.Context) (string, error) {
+	return m.dest.ClusterID(ctx)
 }

@@ -19,7 +19,7 @@ func (m *Member) Ready(ctx context.Context) error {
 	if _, id := m.store.Leader(); id == "" {
 		return errors.New("raft group has no leader")
 	}
-	if err := m.caughtUp(ctx); err != nil {
+	if err := m.CaughtUp(ctx); err != nil {
 		return err
 	}
 	m.readyMu.Lock()
@@ -36,13 +36,13 @@ func (m *Member) Ready(ctx context.Context) error {
 	return nil
 }
 
-// caughtUp is nil when this member's replicated state is current enough to
+// CaughtUp is nil when this member's replicated state is current enough to
 // answer reads: it is the leader, or it has applied every command the
 // leader had applied when asked (a read index: a restarted follower
 // applies its log only once the leader tells it the commit index, and
 // raft's applied index counts entries handed to the state machine, not
 // applied by it).
-func (m *Member) caughtUp(ctx context.Context) error {
+func (m *Member) CaughtUp(ctx context.Context) error {
 	if m.store.IsLeader() {
 		return nil
 	}

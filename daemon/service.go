@@ -243,7 +243,7 @@ func sortedKeys(set map[string]bool) []string {
 
 // ListMirrors summarises every mirror.
 func (m *Member) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
-	if err := m.caughtUp(ctx); err != nil {
+	if err := m.CaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	var out []api.MirrorSummary
@@ -303,7 +303,7 @@ func summarise(states []raftstore.TopicState) string {
 // Any member answers for every partition of the group: offsets come from
 // the members that run the partitions, asked at the time of the request.
 func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]api.PartitionStatus, error) {
-	if err := m.caughtUp(ctx); err != nil {
+	if err := m.CaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	live, silent := m.liveStatuses(ctx)
@@ -400,7 +400,7 @@ func (m *Member) Translate(ctx context.Context, mirror, topic string, partition 
 	k := fetch.Key{Mirror: mirror, Topic: topic, Partition: partition}
 	owner := ""
 	m.store.Read(func(s *raftstore.State) {
-		if p, ok := s.Partition(partitionKey(k)); ok {
+		if p, ok := s.Partition(raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}); ok {
 			owner = p.Owner
 		}
 	})

@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 // (SIGTERM), when there are others: it marks itself draining, and the
 // leader moves its partitions by graceful handoff. A restart clears the
 // mark (announce).
-func (m *Member) handOffAll(ctx context.Context) {
+func (o *Owner) handOffAll(ctx context.Context) {
 	others := false
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		for id, mem := range s.Members {
-			if id != m.cfg.NodeID && !mem.Draining {
+			if id != o.cfg.NodeID && !mem.Draining {
 				others = true
 			}
 		}
@@ -33,29 +33,29 @@ func (m *Member) handOffAll(ctx context.Context) {
 	}
 	// The mark tells the next start that this drain was the member's own,
 	// to be lifted then (an operator's drain stays).
-	if err := os.WriteFile(filepath.Join(m.cfg.DataDir, drainedOnStop), nil, 0o640); err != nil {
-		m.log.Warn("record the shutdown drain", zap.Error(err))
+	if err := os.WriteFile(filepath.Join(o.cfg.DataDir, drainedOnStop), nil, 0o640); err != nil {
+		o.log.Warn("record the shutdown drain", zap.Error(err))
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := m.submit(dctx, raftstore.SetDraining{ID: m.cfg.NodeID, Draining: true})
+	err := o.member.Submit(dctx, raftstore.SetDraining{ID: o.cfg.NodeID, Draining: true})
 	cancel()
 	if err != nil {
-		m.log.Warn("could not start handing off partitions; they are drained and taken over instead", zap.Error(err))
+		o.log.Warn("could not start handing off partitions; they are drained and taken over instead", zap.Error(err))
 		return
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
-	changed, stop := m.store.Watch()
+	changed, stop := o.store.Watch()
 	defer stop()
 	for {
-		n := m.ownedCount()
+		n := o.ownedCount()
 		if n == 0 {
-			m.log.Info("every partition handed off")
+			o.log.Info("every partition handed off")
 			return
 		}
 		select {
 		case <-wctx.Done():
-			m.log.Warn("handoff did not finish in time; draining the rest", zap.Int("partitions", n))
+			o.log.Warn("handoff did not finish in time; draining the rest", zap.Int("partitions", n))
 			return
 		case <-changed:
 		case <-time.After(time.Second):
@@ -65,12 +65,12 @@ func (m *Member) handOffAll(ctx context.Context) {
 
 // ownedCount counts the partitions leased to this member that are not
 // stopped.
-func (m *Member) ownedCount() int {
+func (o *Owner) ownedCount() int {
 	n := 0
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			for _, p := range t.Partitions {
-				if p.Owner == m.cfg.NodeID && p.State != raftstore.StateStopped {
+				if p.Owner == o.cfg.NodeID && p.State != raftstore.StateStopped {
 					n++
 				}
 			}
@@ -87,17 +87,17 @@ const drainedOnStop = "drained-on-stop"
 // raft state), with its addresses, and lifts a drain left by its own last
 // shutdown. It writes only those fields: a drain an operator asks for
 // meanwhile stays.
-func (m *Member) announce() {
-	self := m.self()
-	marker := filepath.Join(m.cfg.DataDir, drainedOnStop)
+func (o *Owner) announce() {
+	self := o.member.Self()
+	marker := filepath.Join(o.cfg.DataDir, drainedOnStop)
 	_, err := os.Stat(marker)
 	undrain := err == nil
-	want := raftstore.Member{ID: m.cfg.NodeID, RaftAddr: m.cfg.RaftAdvertise, HTTPAddr: m.AdvertisedHTTP(), Voter: self.IsVoter(), Joined: true}
-	for m.ctx.Err() == nil {
+	want := raftstore.Member{ID: o.cfg.NodeID, RaftAddr: o.cfg.RaftAdvertise, HTTPAddr: o.member.AdvertisedHTTP(), Voter: self.IsVoter(), Joined: true}
+	for o.ctx.Err() == nil {
 		var cur raftstore.Member
 		found := false
-		m.store.Read(func(s *raftstore.State) {
-			if mem, ok := s.Members[m.cfg.NodeID]; ok {
+		o.store.Read(func(s *raftstore.State) {
+			if mem, ok := s.Members[o.cfg.NodeID]; ok {
 				cur, found = *mem, true
 			}
 		})
@@ -111,14 +111,14 @@ func (m *Member) announce() {
 				return
 			}
 		}
-		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
-		err := m.submit(ctx, raftstore.UpsertMember{Member: want})
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		err := o.member.Submit(ctx, raftstore.UpsertMember{Member: want})
 		cancel()
 		if err != nil {
-			m.log.Debug("announce this member to the leader", zap.Error(err))
+			o.log.Debug("announce this member to the leader", zap.Error(err))
 		}
 		// Check again once this member's state has caught up: the record
 		// must show, whoever wrote last.
-		sleepCtx(m.ctx, time.Second)
+		sleepCtx(o.ctx, time.Second)
 	}
 }

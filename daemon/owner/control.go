@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 
 // control implements fetch.Control: the engine's reports reach the raft
 // leader from whichever member runs the partition, retried until applied.
-type control struct{ m *Member }
+type control struct{ o *Owner }
 
 func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id kafka.ProducerID) error {
-	return c.m.submit(ctx, raftstore.SetProducer{
+	return c.o.member.Submit(ctx, raftstore.SetProducer{
 		Key:        partitionKey(k),
 		Producer:   raftstore.ProducerIdentity{ProducerID: id.ID, Epoch: id.Epoch, Allocated: true},
 		Generation: gen,
-		Owner:      c.m.cfg.NodeID,
+		Owner:      c.o.cfg.NodeID,
 	})
 }
 
@@ -38,12 +38,12 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow
 	}
 	var cur raftstore.PartitionInfo
 	found := false
-	c.m.store.Read(func(st *raftstore.State) {
+	c.o.store.Read(func(st *raftstore.State) {
 		if p, ok := st.Partition(partitionKey(k)); ok {
 			cur, found = *p, true
 		}
 	})
-	if !found || cur.Owner != c.m.cfg.NodeID || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
+	if !found || cur.Owner != c.o.cfg.NodeID || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
 		return
 	}
 	key := "state " + k.String()
@@ -56,25 +56,25 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow
 		l, ok := last.(raftstore.SetPartitionState)
 		return ok && l.State == s && l.Reason == reason && l.GapBelow == gapBelow
 	}
-	if cur.State == s && cur.Reason == reason && cur.GapBelow == gapBelow && c.m.out.lastIs(key, same) {
-		c.m.out.drop(key) // a newer report may be waiting: this one is the truth
+	if cur.State == s && cur.Reason == reason && cur.GapBelow == gapBelow && c.o.out.lastIs(key, same) {
+		c.o.out.drop(key) // a newer report may be waiting: this one is the truth
 		return
 	}
-	c.m.out.put(key, raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason, GapBelow: gapBelow,
-		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: cur.Generation}})
+	c.o.out.put(key, raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason, GapBelow: gapBelow,
+		Lease: raftstore.Lease{Owner: c.o.cfg.NodeID, Generation: cur.Generation}})
 }
 
 func (c *control) RenewProducer(k fetch.Key, gen uint64, reason string) {
-	c.m.out.put("renew "+k.String(), raftstore.RenewProducer{Key: partitionKey(k), Reason: reason,
-		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: gen}})
+	c.o.out.put("renew "+k.String(), raftstore.RenewProducer{Key: partitionKey(k), Reason: reason,
+		Lease: raftstore.Lease{Owner: c.o.cfg.NodeID, Generation: gen}})
 }
 
 // RecordGap records a gap skipped under kmirror resume --accept-gap;
 // synchronous, since the partition must not mirror past an unrecorded gap.
 func (c *control) RecordGap(ctx context.Context, k fetch.Key, gen uint64, from, to int64) error {
-	return c.m.submit(ctx, raftstore.RecordGap{Key: partitionKey(k), From: from, To: to,
-		Lease: raftstore.Lease{Owner: c.m.cfg.NodeID, Generation: gen}})
+	return c.o.member.Submit(ctx, raftstore.RecordGap{Key: partitionKey(k), From: from, To: to,
+		Lease: raftstore.Lease{Owner: c.o.cfg.NodeID, Generation: gen}})
 }
 
 // WriteDeadline is the end of this member's lease (lease.go).
-func (c *control) WriteDeadline() time.Time { return c.m.writeDeadline() }
+func (c *control) WriteDeadline() time.Time { return c.o.writeDeadline() }

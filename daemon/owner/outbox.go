@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"context"
@@ -17,17 +17,17 @@ import (
 
 // submitRetry submits cmd until it is applied, refused for good (a stale
 // lease: the state moved on), or ctx ends.
-func (m *Member) submitRetry(ctx context.Context, cmd raftstore.Command) {
+func (o *Owner) submitRetry(ctx context.Context, cmd raftstore.Command) {
 	for {
-		err := m.submit(ctx, cmd)
+		err := o.member.Submit(ctx, cmd)
 		if err == nil || permanent(err) {
 			if err != nil {
-				m.log.Info("command refused", zap.Stringer("command", cmd.Type()), zap.Error(err))
+				o.log.Info("command refused", zap.Stringer("command", cmd.Type()), zap.Error(err))
 			}
 			return
 		}
 		if ctx.Err() != nil {
-			m.log.Warn("command not applied", zap.Stringer("command", cmd.Type()), zap.Error(err))
+			o.log.Warn("command not applied", zap.Stringer("command", cmd.Type()), zap.Error(err))
 			return
 		}
 		sleepCtx(ctx, 300*time.Millisecond)
@@ -44,9 +44,9 @@ func permanent(err error) bool {
 // for the same key replaces an older one not yet sent (desired state, not
 // a queue of events).
 type outbox struct {
-	m    *Member
-	mu   sync.Mutex
-	cmds map[string]pendingCmd
+	owner *Owner
+	mu    sync.Mutex
+	cmds  map[string]pendingCmd
 	// last is the latest command put under each key, kept after it was
 	// sent (see lastIs).
 	last map[string]raftstore.Command
@@ -59,73 +59,73 @@ type pendingCmd struct {
 	seq uint64
 }
 
-func newOutbox(m *Member) *outbox {
-	return &outbox{m: m, cmds: map[string]pendingCmd{}, last: map[string]raftstore.Command{}, kick: make(chan struct{}, 1)}
+func newOutbox(o *Owner) *outbox {
+	return &outbox{owner: o, cmds: map[string]pendingCmd{}, last: map[string]raftstore.Command{}, kick: make(chan struct{}, 1)}
 }
 
 // lastIs reports whether the latest command put under key satisfies same,
 // or none was put since this member started.
-func (o *outbox) lastIs(key string, same func(raftstore.Command) bool) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	last, ok := o.last[key]
+func (b *outbox) lastIs(key string, same func(raftstore.Command) bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	last, ok := b.last[key]
 	return !ok || same(last)
 }
 
-func (o *outbox) put(key string, cmd raftstore.Command) {
-	o.mu.Lock()
-	o.seq++
-	o.cmds[key] = pendingCmd{cmd, o.seq}
-	o.last[key] = cmd
-	o.mu.Unlock()
+func (b *outbox) put(key string, cmd raftstore.Command) {
+	b.mu.Lock()
+	b.seq++
+	b.cmds[key] = pendingCmd{cmd, b.seq}
+	b.last[key] = cmd
+	b.mu.Unlock()
 	select {
-	case o.kick <- struct{}{}:
+	case b.kick <- struct{}{}:
 	default:
 	}
 }
 
 // drop forgets the command waiting under key.
-func (o *outbox) drop(key string) {
-	o.mu.Lock()
-	delete(o.cmds, key)
-	o.mu.Unlock()
+func (b *outbox) drop(key string) {
+	b.mu.Lock()
+	delete(b.cmds, key)
+	b.mu.Unlock()
 }
 
-func (o *outbox) run() {
+func (b *outbox) run() {
 	for {
 		select {
-		case <-o.m.ctx.Done():
+		case <-b.owner.ctx.Done():
 			return
-		case <-o.kick:
+		case <-b.kick:
 		case <-time.After(500 * time.Millisecond):
 		}
-		o.flush()
+		b.flush()
 	}
 }
 
 // flush submits each waiting command once; a command stays waiting when its
 // submit failed and may succeed later, or when a newer one replaced it.
-func (o *outbox) flush() {
-	o.mu.Lock()
-	batch := make(map[string]pendingCmd, len(o.cmds))
-	for k, c := range o.cmds {
+func (b *outbox) flush() {
+	b.mu.Lock()
+	batch := make(map[string]pendingCmd, len(b.cmds))
+	for k, c := range b.cmds {
 		batch[k] = c
 	}
-	o.mu.Unlock()
+	b.mu.Unlock()
 	for key, pc := range batch {
-		ctx, cancel := context.WithTimeout(o.m.ctx, 5*time.Second)
-		err := o.m.submit(ctx, pc.cmd)
+		ctx, cancel := context.WithTimeout(b.owner.ctx, 5*time.Second)
+		err := b.owner.member.Submit(ctx, pc.cmd)
 		cancel()
 		if err != nil && !permanent(err) {
 			continue
 		}
 		if err != nil {
-			o.m.log.Info("report refused", zap.String("report", key), zap.Error(err))
+			b.owner.log.Info("report refused", zap.String("report", key), zap.Error(err))
 		}
-		o.mu.Lock()
-		if o.cmds[key].seq == pc.seq {
-			delete(o.cmds, key)
+		b.mu.Lock()
+		if b.cmds[key].seq == pc.seq {
+			delete(b.cmds, key)
 		}
-		o.mu.Unlock()
+		b.mu.Unlock()
 	}
 }

@@ -7,48 +7,8 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
-
-// TestReportAfterLateFailure: a partition fails and recovers while its
-// FAILED report is still being applied. This member's copy of the state
-// does not show FAILED yet when the recovery is reported, so that copy alone
-// would call the MIRRORING report already told; the FAILED report then lands
-// and describe would show FAILED for good for a partition that mirrors
-// (seen on a loaded machine: TestGroupTakeoverConnections). The recovery
-// must reach the replicated state after the failure does.
-func TestReportAfterLateFailure(t *testing.T) {
-	g, m, key := ownedPartition(t)
-	c := &control{m: m}
-	k := fetch.Key{Mirror: "m", Topic: "t", Partition: 0}
-
-	c.Report(k, fetch.Failed, "fetch from destination cluster t/0: kafka error 6", 0)
-	m.out.mu.Lock()
-	inFlight := m.out.cmds["state "+k.String()].cmd // what flush is submitting
-	m.out.mu.Unlock()
-	if inFlight == nil {
-		t.Fatal("the FAILED report was not put in the outbox")
-	}
-	c.Report(k, fetch.Mirroring, "", 0) // the local state still shows MIRRORING
-	if err := m.store.Apply(context.Background(), inFlight); err != nil {
-		t.Fatal(err)
-	}
-	m.out.flush()
-	if got := g.partitions(0)[key]; got.State != raftstore.StateMirroring || got.Reason != "" {
-		t.Fatalf("after the late FAILED report and the recovery, the replicated state shows %s %q; want MIRRORING", got.State, got.Reason)
-	}
-
-	// A report that says what the replicated state and the last report say
-	// already is not sent again.
-	c.Report(k, fetch.Mirroring, "", 0)
-	m.out.mu.Lock()
-	waiting := len(m.out.cmds)
-	m.out.mu.Unlock()
-	if waiting != 0 {
-		t.Fatalf("%d commands waiting after a report of the state already told", waiting)
-	}
-}
 
 // TestApplyInternalTakesMemberCommands: the leader's internal route takes
 // every command the command table lets a member submit, RecordGap among

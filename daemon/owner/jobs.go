@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"context"
@@ -76,15 +76,15 @@ func (o *ownerState) isBusy(k fetch.Key) bool {
 // ownerLoop gives the data path the partitions leased to this member and
 // carries out what the state asks of their owner (handoff, stop), on every
 // state change and every second.
-func (m *Member) ownerLoop() {
-	changed, stop := m.store.Watch()
+func (o *Owner) ownerLoop() {
+	changed, stop := o.store.Watch()
 	defer stop()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		m.ownerReconcile()
+		o.ownerReconcile()
 		select {
-		case <-m.ctx.Done():
+		case <-o.ctx.Done():
 			return
 		case <-changed:
 		case <-t.C:
@@ -102,8 +102,8 @@ type ownerJob struct {
 	clusterID, topicID, reason string
 }
 
-func (m *Member) ownerReconcile() {
-	if !m.leaseSynced() {
+func (o *Owner) ownerReconcile() {
+	if !o.leaseSynced() {
 		return // the state may be behind the leader's: act on nothing
 	}
 	var specs []fetch.Spec
@@ -111,11 +111,11 @@ func (m *Member) ownerReconcile() {
 	sources := map[string]fetch.Source{}
 	owned := map[fetch.Key]bool{}
 	held := map[fetch.Key]bool{}
-	for _, k := range m.engine.Held() {
+	for _, k := range o.engine.Held() {
 		held[k] = true
 	}
-	me := m.cfg.NodeID
-	m.store.Read(func(s *raftstore.State) {
+	me := o.cfg.NodeID
+	o.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			mir, ok := s.Mirrors[t.Mirror]
 			if !ok {
@@ -125,7 +125,7 @@ func (m *Member) ownerReconcile() {
 				if p.Owner != me || p.State == raftstore.StateStopped {
 					continue
 				}
-				sources[t.Mirror] = sourceOf(*mir)
+				sources[t.Mirror] = o.member.Source(*mir)
 				spec := specOf(t, int32(i), p)
 				owned[spec.Key] = true
 				lease := raftstore.Lease{Owner: me, Generation: p.Generation}
@@ -152,59 +152,59 @@ func (m *Member) ownerReconcile() {
 		}
 	})
 	for name, src := range sources {
-		m.engine.SetSource(name, src)
+		o.engine.SetSource(name, src)
 	}
 	mirrors := map[string]bool{}
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		for name := range s.Mirrors {
 			mirrors[name] = true
 		}
 	})
-	m.engine.RetainSources(mirrors)
+	o.engine.RetainSources(mirrors)
 	free := specs[:0]
 	for _, s := range specs {
-		if !m.owner.isBusy(s.Key) {
+		if !o.owner.isBusy(s.Key) {
 			free = append(free, s)
 		}
 	}
-	m.engine.Assign(free)
+	o.engine.Assign(free)
 	wanted := map[fetch.Key]bool{}
 	for _, s := range free {
 		wanted[s.Key] = true
 	}
 	for _, j := range jobs {
-		if m.owner.start(j.spec.Key, j.kind) {
-			m.goLoop(func() { m.runJob(j) })
+		if o.owner.start(j.spec.Key, j.kind) {
+			o.goLoop(func() { o.runJob(j) })
 		}
 	}
-	for _, k := range m.engine.Held() {
+	for _, k := range o.engine.Held() {
 		if !wanted[k] && !owned[k] {
 			// The lease moved: stop writing at once, no drain (the new
 			// owner walks or was handed an exact position).
-			m.drop(k, "drop partition")
+			o.drop(k, "drop partition")
 		}
 	}
 }
 
 // dropAll drops every partition the engine holds (lease lost).
-func (m *Member) dropAll() {
-	for _, k := range m.engine.Held() {
-		m.drop(k, "drop partition after losing the lease")
+func (o *Owner) dropAll() {
+	for _, k := range o.engine.Held() {
+		o.drop(k, "drop partition after losing the lease")
 	}
 }
 
 // drop stops partition k in the engine at once, in the background, unless
 // another job runs for it; what names the job in a failure's log line.
-func (m *Member) drop(k fetch.Key, what string) {
-	if !m.owner.start(k, "drop") {
+func (o *Owner) drop(k fetch.Key, what string) {
+	if !o.owner.start(k, "drop") {
 		return
 	}
-	m.goLoop(func() {
-		defer m.owner.done(k)
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	o.goLoop(func() {
+		defer o.owner.done(k)
+		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
 		defer cancel()
-		if err := m.engine.Drop(ctx, k); err != nil && m.ctx.Err() == nil {
-			m.log.Warn(what, zap.Stringer("partition", k), zap.Error(err))
+		if err := o.engine.Drop(ctx, k); err != nil && o.ctx.Err() == nil {
+			o.log.Warn(what, zap.Stringer("partition", k), zap.Error(err))
 		}
 	})
 }
@@ -248,17 +248,17 @@ const finalGroupSyncTimeout = 10 * time.Second
 
 // runJob carries out a handoff or a stop; a failed stop is retried by the
 // next reconcile, since the partition stays STOPPING and owned.
-func (m *Member) runJob(j ownerJob) {
+func (o *Owner) runJob(j ownerJob) {
 	k := j.spec.Key
-	defer m.owner.done(k)
+	defer o.owner.done(k)
 	switch j.kind {
 	case "handoff":
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
 		defer cancel()
-		m.log.Info("handoff started", zap.Stringer("partition", k), zap.String("to", j.moveTo))
-		h, err := m.engine.HandOff(ctx, k)
+		o.log.Info("handoff started", zap.Stringer("partition", k), zap.String("to", j.moveTo))
+		h, err := o.engine.HandOff(ctx, k)
 		if err != nil {
-			m.log.Warn("handoff drain failed; the next owner resumes with a walk", zap.Stringer("partition", k), zap.Error(err))
+			o.log.Warn("handoff drain failed; the next owner resumes with a walk", zap.Stringer("partition", k), zap.Error(err))
 		}
 		cmd := raftstore.ReleasePartition{Key: partitionKey(k), Lease: j.lease}
 		if h != nil {
@@ -268,25 +268,25 @@ func (m *Member) runJob(j ownerJob) {
 				Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
 			}
 		}
-		m.submitRetry(ctx, cmd)
-		m.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
+		o.submitRetry(ctx, cmd)
+		o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
 	case "pause":
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
 		defer cancel()
-		pos, err := m.engine.Release(ctx, k)
+		pos, err := o.engine.Release(ctx, k)
 		if err != nil {
-			m.log.Warn("pause drain failed; the partition resumes from its last checkpoint with a walk", zap.Stringer("partition", k), zap.Error(err))
+			o.log.Warn("pause drain failed; the partition resumes from its last checkpoint with a walk", zap.Stringer("partition", k), zap.Error(err))
 			return
 		}
-		m.log.Info("partition paused", zap.Stringer("partition", k), zap.Int64("source_offset", pos.SourceOffset),
+		o.log.Info("partition paused", zap.Stringer("partition", k), zap.Int64("source_offset", pos.SourceOffset),
 			zap.Int64("destination_offset", pos.DestinationOffset))
 	case "stop":
-		ctx, cancel := context.WithTimeout(m.ctx, 2*time.Minute)
+		ctx, cancel := context.WithTimeout(o.ctx, 2*time.Minute)
 		defer cancel()
-		pos, err := m.engine.Stop(ctx, j.spec)
+		pos, err := o.engine.Stop(ctx, j.spec)
 		var uv *fetch.UnverifiedError
 		switch {
-		case errors.As(err, &uv) && m.owner.unverifiedFor(k, true) >= stopVerifyWait:
+		case errors.As(err, &uv) && o.owner.unverifiedFor(k, true) >= stopVerifyWait:
 			// A failover must finish without the source: the last
 			// verified position is recorded, and the records after it
 			// are named.
@@ -294,39 +294,39 @@ func (m *Member) runJob(j ownerJob) {
 			j.reason = strings.TrimPrefix(j.reason+"; ", "; ") + fmt.Sprintf("destination offsets %d..%d after the recorded position "+
 				"could not be verified against the source (%v): they are copies kmirror wrote whose acknowledgement was lost, "+
 				"not counted as mirrored", uv.Known.DestinationOffset, uv.End-1, uv.Err)
-			m.log.Warn("stopping at the last verified position", zap.Stringer("partition", k), zap.Error(err))
+			o.log.Warn("stopping at the last verified position", zap.Stringer("partition", k), zap.Error(err))
 		case err != nil:
-			m.log.Warn("stop partition failed; retrying", zap.Stringer("partition", k), zap.Error(err))
-			sleepCtx(m.ctx, time.Second)
+			o.log.Warn("stop partition failed; retrying", zap.Stringer("partition", k), zap.Error(err))
+			sleepCtx(o.ctx, time.Second)
 			return
 		}
-		m.owner.unverifiedFor(k, false)
+		o.owner.unverifiedFor(k, false)
 		gctx, gcancel := context.WithTimeout(ctx, finalGroupSyncTimeout)
-		m.groups.finalSync(gctx, j.spec)
+		o.member.FinalGroupSync(gctx, j.spec)
 		gcancel()
 		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
 			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}
-		if err := m.engine.RecordStopped(ctx, k, m.lastMirrored(ctx, j, rec)); err != nil {
-			m.log.Warn("record last mirrored position failed; retrying", zap.Stringer("partition", k), zap.Error(err))
+		if err := o.engine.RecordStopped(ctx, k, o.lastMirrored(ctx, j, rec)); err != nil {
+			o.log.Warn("record last mirrored position failed; retrying", zap.Stringer("partition", k), zap.Error(err))
 			return
 		}
 		stopped := raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec}
 		if uv != nil {
 			stopped.Reason = j.reason
 		}
-		m.submitRetry(ctx, stopped)
+		o.submitRetry(ctx, stopped)
 	}
 }
 
 // lastMirrored is the state topic record of a stopped partition.
-func (m *Member) lastMirrored(ctx context.Context, j ownerJob, pos raftstore.Position) truncate.LastMirrored {
+func (o *Owner) lastMirrored(ctx context.Context, j ownerJob, pos raftstore.Position) truncate.LastMirrored {
 	reason := j.reason
 	if reason == "" {
 		reason = "remove"
 	}
-	dstCluster, err := m.dest.ClusterID(ctx)
+	dstCluster, err := o.member.DestinationClusterID(ctx)
 	if err != nil {
-		m.log.Warn("destination cluster ID unknown for the last mirrored position", zap.Error(err))
+		o.log.Warn("destination cluster ID unknown for the last mirrored position", zap.Error(err))
 	}
 	k := j.spec.Key
 	return truncate.LastMirrored{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition,

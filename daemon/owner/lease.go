@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"context"
@@ -32,18 +32,18 @@ const leaseCheckSlack = 500 * time.Millisecond
 
 // leaseWindow is how long after its last contact with the leader a member
 // may write.
-func (m *Member) leaseWindow() time.Duration { return m.cfg.LeaseTTL - m.cfg.LeaseMargin }
+func (o *Owner) leaseWindow() time.Duration { return o.cfg.LeaseTTL - o.cfg.LeaseMargin }
 
 // writeDeadline is the end of this member's lease, or the zero time when it
 // has none.
-func (m *Member) writeDeadline() time.Time {
-	m.lease.mu.Lock()
-	synced, checked := m.lease.synced, m.lease.checked
-	m.lease.mu.Unlock()
+func (o *Owner) writeDeadline() time.Time {
+	o.lease.mu.Lock()
+	synced, checked := o.lease.synced, o.lease.checked
+	o.lease.mu.Unlock()
 	if !synced {
 		return time.Time{}
 	}
-	dl := m.store.LeaseContact().Add(m.leaseWindow())
+	dl := o.store.LeaseContact().Add(o.leaseWindow())
 	if bound := checked.Add(leaseCheckSlack); bound.Before(dl) {
 		dl = bound
 	}
@@ -51,16 +51,16 @@ func (m *Member) writeDeadline() time.Time {
 }
 
 // leaseSynced reports whether the owner loop may act on the state.
-func (m *Member) leaseSynced() bool {
-	m.lease.mu.Lock()
-	defer m.lease.mu.Unlock()
-	return m.lease.synced
+func (o *Owner) leaseSynced() bool {
+	o.lease.mu.Lock()
+	defer o.lease.mu.Unlock()
+	return o.lease.synced
 }
 
 // leaseLoop watches the lease: when the last contact is older than the
 // lease window the member is fenced (it writes nothing); to write again it
 // first syncs its state with the leader's (read index).
-func (m *Member) leaseLoop() {
+func (o *Owner) leaseLoop() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	last := time.Now()
@@ -69,44 +69,44 @@ func (m *Member) leaseLoop() {
 		// A gap between two runs of this loop longer than the window means
 		// the process was paused: its partitions may have moved meanwhile,
 		// even if raft has heard from the leader since it woke.
-		paused := now.Sub(last) >= m.leaseWindow()
+		paused := now.Sub(last) >= o.leaseWindow()
 		last = now
-		expired := paused || now.Sub(m.store.LeaseContact()) >= m.leaseWindow()
-		m.lease.mu.Lock()
-		lost := expired && !m.lease.fenced
+		expired := paused || now.Sub(o.store.LeaseContact()) >= o.leaseWindow()
+		o.lease.mu.Lock()
+		lost := expired && !o.lease.fenced
 		if lost {
-			m.lease.fenced, m.lease.synced = true, false
-			m.log.Warn("lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again",
-				zap.Duration("window", m.leaseWindow()), zap.Bool("paused", paused))
+			o.lease.fenced, o.lease.synced = true, false
+			o.log.Warn("lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again",
+				zap.Duration("window", o.leaseWindow()), zap.Bool("paused", paused))
 		}
 		if !expired {
-			m.lease.checked = now
+			o.lease.checked = now
 		}
-		synced := m.lease.synced
-		m.lease.mu.Unlock()
+		synced := o.lease.synced
+		o.lease.mu.Unlock()
 		if lost {
 			// Its partitions may move while it is cut off: drop them all,
 			// queued batches included, and resume what it still owns with
 			// a walk once the lease is back, instead of sending batches
 			// fetched under the old lease.
-			m.dropAll()
+			o.dropAll()
 		}
 		if !synced && !expired {
-			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
-			err := m.caughtUp(ctx)
+			ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+			err := o.member.CaughtUp(ctx)
 			cancel()
 			if err == nil {
-				m.lease.mu.Lock()
-				was := m.lease.fenced
-				m.lease.synced, m.lease.fenced = true, false
-				m.lease.mu.Unlock()
+				o.lease.mu.Lock()
+				was := o.lease.fenced
+				o.lease.synced, o.lease.fenced = true, false
+				o.lease.mu.Unlock()
 				if was {
-					m.log.Info("lease regained: state synced with the raft leader")
+					o.log.Info("lease regained: state synced with the raft leader")
 				}
 			}
 		}
 		select {
-		case <-m.ctx.Done():
+		case <-o.ctx.Done():
 			return
 		case <-t.C:
 		}

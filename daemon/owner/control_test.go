@@ -1,0 +1,113 @@
+package owner
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/kmirror/kmirror/daemon/config"
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// TestReportAfterLateFailure: a partition fails and recovers while its
+// FAILED report is still being applied. This member's copy of the state
+// does not show FAILED yet when the recovery is reported, so that copy alone
+// would call the MIRRORING report already told; the FAILED report then lands
+// and describe would show FAILED for good for a partition that mirrors
+// (seen on a loaded machine: TestGroupTakeoverConnections). The recovery
+// must reach the replicated state after the failure does.
+func TestReportAfterLateFailure(t *testing.T) {
+	o, store, key := ownedPartition(t)
+	c := &control{o: o}
+	k := fetch.Key{Mirror: "m", Topic: "t", Partition: 0}
+
+	c.Report(k, fetch.Failed, "fetch from destination cluster t/0: kafka error 6", 0)
+	o.out.mu.Lock()
+	inFlight := o.out.cmds["state "+k.String()].cmd // what flush is submitting
+	o.out.mu.Unlock()
+	if inFlight == nil {
+		t.Fatal("the FAILED report was not put in the outbox")
+	}
+	c.Report(k, fetch.Mirroring, "", 0) // the local state still shows MIRRORING
+	if err := store.Apply(context.Background(), inFlight); err != nil {
+		t.Fatal(err)
+	}
+	o.out.flush()
+	if got := partitionOf(store, key); got.State != raftstore.StateMirroring || got.Reason != "" {
+		t.Fatalf("after the late FAILED report and the recovery, the replicated state shows %s %q; want MIRRORING", got.State, got.Reason)
+	}
+
+	// A report that says what the replicated state and the last report say
+	// already is not sent again.
+	c.Report(k, fetch.Mirroring, "", 0)
+	o.out.mu.Lock()
+	waiting := len(o.out.cmds)
+	o.out.mu.Unlock()
+	if waiting != 0 {
+		t.Fatalf("%d commands waiting after a report of the state already told", waiting)
+	}
+}
+
+// ownedPartition opens a one-member raft store holding one MIRRORING
+// partition (m/t/0) leased to n1, and n1's owner duties on it (not run:
+// the test drives them).
+func ownedPartition(t *testing.T) (*Owner, *raftstore.Store, raftstore.PartitionKey) {
+	t.Helper()
+	_, tr := raft.NewInmemTransport("")
+	store, err := raftstore.Open(raftstore.Config{NodeID: "n1", InMemory: true, Transport: tr, Bootstrap: true,
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := store.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := raftstore.PartitionKey{Mirror: "m", Topic: "t", Partition: 0}
+	for _, cmd := range []raftstore.Command{
+		raftstore.UpsertMember{Member: raftstore.Member{ID: "n1", Voter: true, Joined: true}},
+		raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: []string{"src:9092"}}},
+		raftstore.AddTopic{Topic: raftstore.MirrorTopic{Mirror: "m", Topic: "t", State: raftstore.StateMirroring,
+			Partitions: []raftstore.PartitionInfo{{State: raftstore.StateMirroring, Producer: raftstore.ProducerIdentity{ProducerID: 1000, Allocated: true}}}}},
+		raftstore.AssignPartitions{Assignments: []raftstore.Assignment{{Key: key, Owner: "n1"}}},
+	} {
+		if err := store.Apply(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	octx, ocancel := context.WithCancel(context.Background())
+	t.Cleanup(ocancel)
+	return New(octx, Config{NodeID: "n1"}, store, leaderMember{store}, zaptest.NewLogger(t)), store, key
+}
+
+// leaderMember is the member of a one-member group: it leads, so it
+// applies what it submits itself.
+type leaderMember struct{ store *raftstore.Store }
+
+func (l leaderMember) Submit(ctx context.Context, cmd raftstore.Command) error {
+	return l.store.Apply(ctx, cmd)
+}
+func (leaderMember) CaughtUp(context.Context) error                       { return nil }
+func (leaderMember) AdvertisedHTTP() string                               { return "127.0.0.1:1" }
+func (leaderMember) Self() config.PeerConfig                              { return config.PeerConfig{ID: "n1"} }
+func (leaderMember) FinalGroupSync(context.Context, fetch.Spec)           {}
+func (leaderMember) Source(raftstore.Mirror) fetch.Source                 { return fetch.Source{} }
+func (leaderMember) DestinationClusterID(context.Context) (string, error) { return "", nil }
+func (leaderMember) Go(f func())                                          { go f() }
+
+// partitionOf reads a partition from the store.
+func partitionOf(store *raftstore.Store, k raftstore.PartitionKey) (p raftstore.PartitionInfo) {
+	store.Read(func(s *raftstore.State) {
+		if pi, ok := s.Partition(k); ok {
+			p = *pi
+		}
+	})
+	return p
+}

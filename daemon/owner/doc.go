@@ -1,0 +1,15 @@
+// Package owner is a member's duties for the partitions leased to it
+// (design.md section 3): the lease, whose window (lease_ttl - lease_margin
+// after the last contact with the leader, once the state caught up) bounds
+// every write (self-fencing); reconciling the leases in the replicated
+// state with the data path (Assign, handoff, stop and drop jobs); the data
+// path's control plane (Control: producer identities, state reports, gap
+// records, the write deadline); the outbox that carries its commands to
+// the leader until applied; and the member's own record (announce, and
+// handing its partitions off before it stops).
+//
+// It reaches the member through narrow interfaces (Store, Member), writes
+// to Kafka only through the data path (fetch), and submits only the
+// commands raftstore's table lets a member submit. It must not import the
+// daemon, the leader's duties or the HTTP server.
+package owner

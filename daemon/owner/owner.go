@@ -1,0 +1,112 @@
+package owner
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/daemon/config"
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// Store is the raft store as an owner uses it (*raftstore.Store).
+type Store interface {
+	Read(func(*raftstore.State))
+	Watch() (<-chan struct{}, func())
+	// LeaseContact is when this member last heard from the raft leader:
+	// the start of its write window (lease.go).
+	LeaseContact() time.Time
+}
+
+// Member is what the owner duties ask of the member they run on.
+type Member interface {
+	// Submit applies a command through the leader; errors wrap the api
+	// sentinels (ErrStale, ErrInvalid, ErrNotFound, ErrExists: refused,
+	// do not retry; others: retry).
+	Submit(ctx context.Context, cmd raftstore.Command) error
+	// CaughtUp is nil once this member's state has applied what the
+	// leader had (a read index).
+	CaughtUp(ctx context.Context) error
+	// AdvertisedHTTP and Self are this member's addresses and peers
+	// entry, for its record in the replicated state.
+	AdvertisedHTTP() string
+	Self() config.PeerConfig
+	// FinalGroupSync syncs a stopping partition's consumer groups one
+	// last time (group offset sync).
+	FinalGroupSync(ctx context.Context, spec fetch.Spec)
+	// Source is the data path's view of a mirror's source cluster.
+	Source(mir raftstore.Mirror) fetch.Source
+	// DestinationClusterID is the destination cluster's ID, recorded with
+	// a last mirrored position.
+	DestinationClusterID(ctx context.Context) (string, error)
+	// Go runs f as one of the member's loops (stopped and waited for on
+	// shutdown).
+	Go(f func())
+}
+
+// Config is what the owner duties read of the member's configuration.
+type Config struct {
+	NodeID        string
+	RaftAdvertise string
+	// DataDir holds the drained-on-stop marker (announce.go).
+	DataDir string
+	// LeaseTTL and LeaseMargin: this member writes while it heard from
+	// the leader within LeaseTTL - LeaseMargin (design.md section 3).
+	LeaseTTL, LeaseMargin time.Duration
+}
+
+// Owner runs a member's duties for the partitions leased to it: the lease
+// (self-fencing), reconciling leases with the data path, the handoff,
+// stop and drop jobs, the data path's reports (Control) and the commands
+// to the leader (the outbox), and the member's own record.
+type Owner struct {
+	cfg    Config
+	store  Store
+	member Member
+	log    *zap.Logger
+	ctx    context.Context
+	engine *fetch.Engine
+
+	lease leaseState
+	owner ownerState
+	out   *outbox
+}
+
+// New returns the owner duties of a member whose life is ctx. SetEngine
+// gives it the data path (built with Control); Run starts it.
+func New(ctx context.Context, cfg Config, store Store, member Member, log *zap.Logger) *Owner {
+	o := &Owner{cfg: cfg, store: store, member: member, log: log, ctx: ctx}
+	o.owner.init()
+	o.out = newOutbox(o)
+	return o
+}
+
+// Control is the data path's control plane on this member (fetch.Control).
+func (o *Owner) Control() fetch.Control { return &control{o: o} }
+
+// SetEngine gives the owner the data path it assigns partitions to.
+func (o *Owner) SetEngine(e *fetch.Engine) { o.engine = e }
+
+// Run starts the lease loop, the owner loop, the outbox and the member's
+// announcement as member loops.
+func (o *Owner) Run() {
+	o.member.Go(o.leaseLoop)
+	o.member.Go(o.ownerLoop)
+	o.member.Go(o.out.run)
+	o.member.Go(o.announce)
+}
+
+// HandOffAll moves this member's partitions to the others before it stops
+// (SIGTERM), when there are others (announce.go).
+func (o *Owner) HandOffAll(ctx context.Context) { o.handOffAll(ctx) }
+
+func (o *Owner) goLoop(f func()) { o.member.Go(f) }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
