@@ -1,8 +1,10 @@
 package fetch
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every test of this package runs with the move tables enforced: an engine
@@ -50,5 +52,34 @@ func TestMoveTables(t *testing.T) {
 			}()
 			c.move(&partition{spec: Spec{Key: Key{Mirror: "m", Topic: "t"}}, life: lifeMirroring})
 		})
+	}
+}
+
+// TestDropTwice: a second Drop while the first waits for an in-flight
+// produce (the lease loop's drop of everything racing the owner loop's) is
+// legal: the partition stays dropped and stopped, no move panics, and both
+// return once the produce answers.
+func TestDropTwice(t *testing.T) {
+	k := Key{Mirror: "m", Topic: "t"}
+	p := &partition{spec: Spec{Key: k}, life: lifeMirroring, send: sendInflight}
+	e := &Engine{parts: map[Key]*partition{k: p}}
+	done := make(chan error, 2)
+	for range 2 {
+		go func() { done <- e.Drop(context.Background(), k) }()
+	}
+	time.Sleep(50 * time.Millisecond) // both wait for the produce
+	e.mu.Lock()
+	if p.release != releaseDropped || p.life != lifeStopped {
+		t.Errorf("after Drop: release %s, life %s", releaseNames[p.release], lifeNames[p.life])
+	}
+	p.moveSend(sendIdle) // the in-flight produce answers
+	e.mu.Unlock()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, held := e.parts[k]; held || p.reported() != Stopped {
+		t.Fatalf("a dropped partition is still held (%v) or reports %s", held, p.reported())
 	}
 }

@@ -27,8 +27,10 @@ func (e *Engine) Drop(ctx context.Context, k Key) error {
 	}
 	p.gen++
 	e.dropQueueLocked(p)
-	p.moveRelease(releaseDropped)
-	p.moveLife(lifeStopped)
+	if p.release != releaseDropped { // a second Drop while the first waits finds it dropped
+		p.moveRelease(releaseDropped)
+		p.moveLife(lifeStopped)
+	}
 	e.mu.Unlock()
 	err := e.waitIdle(ctx, p, -1)
 	e.mu.Lock()
@@ -111,7 +113,9 @@ func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool
 	if p.released == nil {
 		p.released = make(chan struct{})
 	}
-	p.moveRelease(releaseDraining)
+	if p.release != releaseDropped { // a release after a Drop finds it stopped
+		p.moveRelease(releaseDraining)
+	}
 	if p.active() { // now DRAINING
 		if p.drained() {
 			closeOnce(p)
