@@ -209,6 +209,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	return m, nil
 }
 
+// Go runs f as one of the member's loops: Stop waits for it (owner.Member).
 func (m *Member) Go(f func()) {
 	m.wg.Add(1)
 	go func() {
@@ -291,7 +292,9 @@ func (m *Member) Stop() error {
 	m.log.Info("stopping kmirror member: handing off or draining partitions")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	m.own.HandOffAll(ctx)
+	if m.own != nil { // nil when Start failed before the data path ran
+		m.own.HandOffAll(ctx)
+	}
 	var errs []error
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := m.srv.Shutdown(sctx); err != nil {
