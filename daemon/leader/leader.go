@@ -89,10 +89,6 @@ func New(ctx context.Context, cfg Config, store Store, dest *kafka.Admin, member
 	return &Leader{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx}
 }
 
-// Run runs the leader loop whenever this member leads, until the member's
-// context ends.
-func (l *Leader) Run() { l.leadershipLoop() }
-
 // ReadOnlyGauges returns kmirror_read_only_unprotected_topics and
 // kmirror_read_only_unlifted_topics; ok is false on a member that has not
 // led a round.
@@ -101,14 +97,6 @@ func (l *Leader) ReadOnlyGauges() (unprotected, unlifted int, ok bool) { return 
 // AutoFailovers counts, per mirror, the automatic failovers this member
 // decided as leader.
 func (l *Leader) AutoFailovers() map[string]int64 { return l.autoFailovers.snapshot() }
-
-// Alive returns whether a member is alive as the leader sees it now (see
-// aliveFunc), and the IDs in the raft configuration.
-func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) { return l.aliveFunc() }
-
-// LiftReadOnly runs a read-only round now (a remove that finished: the
-// topic is writable when it returns).
-func (l *Leader) LiftReadOnly(ctx context.Context) { l.liftReadOnly(ctx) }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	select {

@@ -14,10 +14,10 @@ import (
 // assignChunk bounds the assignments in one raft entry.
 const assignChunk = 2000
 
-// leadershipLoop runs the leader loop while this member is the raft leader
+// Run runs the leader loop while this member is the raft leader
 // (Nomad's monitorLeadership shape): raft's notify channel starts it with
 // a context that is cancelled when leadership is lost.
-func (l *Leader) leadershipLoop() {
+func (l *Leader) Run() {
 	var lead *leaderTask
 	defer lead.stop()
 	for {
@@ -121,7 +121,7 @@ func (l *Leader) runLeader(ctx context.Context) {
 // topics finished, partitions placed.
 func (l *Leader) leaderReconcile(ctx context.Context) {
 	l.ensureMembers(ctx)
-	alive, inConfig := l.aliveFunc()
+	alive, inConfig := l.Alive()
 	var pending []raftstore.MirrorTopic
 	var p Plan
 	var gone []string
@@ -162,13 +162,13 @@ func (l *Leader) leaderReconcile(ctx context.Context) {
 	}
 }
 
-// aliveFunc returns whether a member is alive as the leader sees it now:
+// Alive returns whether a member is alive as the leader sees it now:
 // in the raft configuration and heard from within the lease TTL (this
 // member, the leader, always is). A member removed from the raft
 // configuration is not alive, however recently it was heard from: raft no
 // longer sends it heartbeats, so their failures would never show. It also
 // returns the IDs in the raft configuration.
-func (l *Leader) aliveFunc() (alive func(id string) bool, inConfig map[string]bool) {
+func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) {
 	inConfig = map[string]bool{l.cfg.NodeID: true}
 	if servers, err := l.store.Servers(); err == nil {
 		for _, srv := range servers {

@@ -102,9 +102,9 @@ func (l *Leader) readOnlyLoop(ctx context.Context) {
 // retries what this round leaves).
 const liftWait = 10 * time.Second
 
-// liftReadOnly runs a round at once on the leader, after remove or
+// LiftReadOnly runs a round at once on the leader, after remove or
 // switchover stopped a topic: its DENY ACLs are gone when they return.
-func (l *Leader) liftReadOnly(ctx context.Context) {
+func (l *Leader) LiftReadOnly(ctx context.Context) {
 	if l.cfg.DestPrincipal == "" || !l.store.IsLeader() {
 		return
 	}

@@ -15,11 +15,11 @@ import (
 // draining cleared) at start, and handing its partitions to the others
 // before it stops.
 
-// handOffAll moves this member's partitions to the others before it stops
+// HandOffAll moves this member's partitions to the others before it stops
 // (SIGTERM), when there are others: it marks itself draining, and the
 // leader moves its partitions by graceful handoff. A restart clears the
 // mark (announce).
-func (o *Owner) handOffAll(ctx context.Context) {
+func (o *Owner) HandOffAll(ctx context.Context) {
 	others := false
 	o.store.Read(func(s *raftstore.State) {
 		for id, mem := range s.Members {

@@ -174,7 +174,7 @@ func (o *Owner) ownerReconcile() {
 	}
 	for _, j := range jobs {
 		if o.owner.start(j.spec.Key, j.kind) {
-			o.goLoop(func() { o.runJob(j) })
+			o.member.Go(func() { o.runJob(j) })
 		}
 	}
 	for _, k := range o.engine.Held() {
@@ -199,7 +199,7 @@ func (o *Owner) drop(k fetch.Key, what string) {
 	if !o.owner.start(k, "drop") {
 		return
 	}
-	o.goLoop(func() {
+	o.member.Go(func() {
 		defer o.owner.done(k)
 		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
 		defer cancel()

@@ -98,12 +98,6 @@ func (o *Owner) Run() {
 	o.member.Go(o.announce)
 }
 
-// HandOffAll moves this member's partitions to the others before it stops
-// (SIGTERM), when there are others (announce.go).
-func (o *Owner) HandOffAll(ctx context.Context) { o.handOffAll(ctx) }
-
-func (o *Owner) goLoop(f func()) { o.member.Go(f) }
-
 func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
