@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -94,7 +95,7 @@ func (p *sourceProbe) probe(mir raftstore.Mirror) {
 	defer cancel()
 	p.mu.Lock()
 	blocked := p.blocked[mir.Name]
-	bs := sourceKey(mir)
+	bs := mirrorprops.SourceKey(mir)
 	src, ok := p.admins[mir.Name]
 	if !ok || src.key != bs {
 		if ok {
@@ -188,7 +189,7 @@ func (m *Member) SourceViews(ctx context.Context) map[string][]api.SourceReach {
 // FailoverAfter is a mirror's failover.auto.after.ms, 0 when unset or
 // unreadable (leader.Member).
 func (m *Member) FailoverAfter(mir raftstore.Mirror) time.Duration {
-	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
+	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
 	if err != nil {
 		return 0
 	}

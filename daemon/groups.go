@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -90,7 +91,7 @@ func (g *groupSync) loop() {
 		sort.Strings(names)
 		for _, n := range names {
 			mir := mirrors[n]
-			settings, err := parseMirrorSettings(mir.Name, mir.Properties)
+			settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
 			if err != nil {
 				g.warn(n, "mirror properties cannot be used for group sync", err)
 				continue
@@ -139,7 +140,7 @@ func (g *groupSync) warn(key, msg string, err error) {
 func (g *groupSync) source(mir raftstore.Mirror) *kafka.Admin {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	bs := sourceKey(mir)
+	bs := mirrorprops.SourceKey(mir)
 	if src, ok := g.sources[mir.Name]; ok && src.key == bs {
 		return src.admin
 	} else if ok {

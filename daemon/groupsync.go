@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
@@ -23,7 +24,7 @@ import (
 
 // syncMirror syncs the groups of the partitions of one mirror that this
 // member mirrors now, and replaces the mirror's rows with the outcome.
-func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settings mirrorSettings) {
+func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settings mirrorprops.Settings) {
 	var keys []fetch.Key
 	for _, st := range g.m.engine.Statuses() {
 		if st.Key.Mirror == mir.Name && st.State == fetch.Mirroring {
@@ -110,7 +111,7 @@ func (g *groupSync) replaceRows(mirror string, rows []api.GroupStatus, final boo
 
 // sync syncs every included group's committed offsets of keys and returns
 // a row per (group, partition) the source group has committed.
-func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorSettings, keys []fetch.Key, tr translator) ([]api.GroupStatus, error) {
+func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorprops.Settings, keys []fetch.Key, tr translator) ([]api.GroupStatus, error) {
 	started := time.Now().UnixMilli()
 	src := g.source(mir)
 	srcGroups, err := src.ListGroups(ctx)
@@ -132,7 +133,7 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 	var rows []api.GroupStatus
 	seen := map[string]bool{}
 	for _, sg := range srcGroups {
-		if seen[sg.ID] || !settings.syncsGroup(sg.ID) {
+		if seen[sg.ID] || !settings.SyncsGroup(sg.ID) {
 			continue
 		}
 		seen[sg.ID] = true
@@ -196,7 +197,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 	if exists && dg.State != "Empty" {
 		return setAll(api.GroupConflict, fmt.Sprintf("group %s has members on the destination (state %s): kmirror commits only for a group "+
 			"nobody uses there, so it leaves this one alone; stop its consumers on the destination until failover, or exclude the group "+
-			"with %s (kmirror alter)", group, dg.State, propGroupsExclude))
+			"with %s (kmirror alter)", group, dg.State, mirrorprops.PropGroupsExclude))
 	}
 	commit := map[kafka.TopicPartition]kafka.Committed{}
 	target := make([]int64, len(tps))
@@ -272,7 +273,7 @@ func groupNameConflict(group string, dg kwire.GroupListing, exists bool) string 
 		return ""
 	}
 	return fmt.Sprintf("a group named %s exists on the destination for another purpose (%s), not a consumer group (a group-name conflict, "+
-		"KIP-1279): kmirror leaves it alone; rename or delete one of them, or exclude the group with %s (kmirror alter)", group, kind, propGroupsExclude)
+		"KIP-1279): kmirror leaves it alone; rename or delete one of them, or exclude the group with %s (kmirror alter)", group, kind, mirrorprops.PropGroupsExclude)
 }
 
 // finalSync syncs the groups of a partition that has just stopped (remove),
@@ -290,7 +291,7 @@ func (g *groupSync) finalSync(ctx context.Context, spec fetch.Spec) {
 	if !found {
 		return
 	}
-	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
+	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
 	if err != nil {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/daemon/leader"
+	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
@@ -107,7 +108,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	if err != nil {
 		return nil, err
 	}
-	destSecurity := securityOf(destSettings)
+	destSecurity := mirrorprops.SecurityOf(destSettings)
 	destPrincipal := cfg.Destination.Principal
 	if destPrincipal == "" {
 		if destPrincipal, err = destSettings.Principal(); err != nil {
@@ -357,7 +358,7 @@ func (m *Member) FinalGroupSync(ctx context.Context, spec fetch.Spec) { m.groups
 
 // Source is the data path's view of a mirror's source cluster
 // (owner.Member).
-func (m *Member) Source(mir raftstore.Mirror) fetch.Source { return sourceOf(mir) }
+func (m *Member) Source(mir raftstore.Mirror) fetch.Source { return mirrorprops.Source(mir) }
 
 // DestinationClusterID is the destination cluster's ID (owner.Member).
 func (m *Member) DestinationClusterID(ctx context.Context) (string, error) {

@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/httpapi"
+	"github.com/kmirror/kmirror/daemon/mirrorprops"
 
 	"go.uber.org/zap"
 
@@ -41,7 +40,7 @@ func (m *Member) CreateMirror(ctx context.Context, req api.CreateMirrorRequest) 
 	if !validName.MatchString(req.Name) {
 		return fmt.Errorf("%w: mirror name %q: use 1-249 characters of A-Z a-z 0-9 . _ -", api.ErrInvalid, req.Name)
 	}
-	settings, err := parseMirrorSettings(req.Name, req.Properties)
+	settings, err := mirrorprops.Parse(req.Name, req.Properties)
 	if err != nil {
 		return err
 	}
@@ -59,31 +58,6 @@ func (m *Member) CreateMirror(ctx context.Context, req api.CreateMirrorRequest) 
 		Name: req.Name, Bootstrap: bootstrap, Properties: req.Properties, SourceClusterID: clusterID,
 	}})
 	return mapStoreErr(err)
-}
-
-// checkHostPort checks that s is host:port with a port number.
-func checkHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return errors.New("not host:port")
-	}
-	if host == "" {
-		return errors.New("the host is empty")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // mapStoreErr turns raftstore errors into API sentinel errors.

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -59,7 +60,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
 			"remove it without --wait-for-sync for an emergency failover", api.ErrConflict, topic, mirror, state)
 	}
-	settings, err := parseMirrorSettings(mir.Name, mir.Properties)
+	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
 	if err != nil {
 		return err
 	}

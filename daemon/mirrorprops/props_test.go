@@ -1,4 +1,4 @@
-package daemon
+package mirrorprops
 
 import (
 	"errors"
@@ -7,31 +7,30 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
-	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 func TestParseMirrorSettings(t *testing.T) {
-	s, err := parseMirrorSettings("m1", map[string]string{"bootstrap.servers": "a:9092, b:9092"})
+	s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092, b:9092"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Bootstrap) != 2 || s.GroupSyncInterval != 5*time.Second || !s.syncsGroup("anything") {
+	if len(s.Bootstrap) != 2 || s.GroupSyncInterval != 5*time.Second || !s.SyncsGroup("anything") {
 		t.Fatalf("defaults: %+v", s)
 	}
-	s, err = parseMirrorSettings("m1", map[string]string{"bootstrap.servers": "a:9092", "groups.include": "orders-.*|billing",
+	s, err = Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "groups.include": "orders-.*|billing",
 		"groups.exclude": "orders-test.*", "groups.sync.interval": "1500"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for group, want := range map[string]bool{"orders-1": true, "billing": true, "billing-2": false, "orders-test-1": false, "xorders-1": false} {
-		if got := s.syncsGroup(group); got != want {
-			t.Errorf("syncsGroup(%q) = %t, want %t (whole-name match, exclude wins)", group, got, want)
+		if got := s.SyncsGroup(group); got != want {
+			t.Errorf("SyncsGroup(%q) = %t, want %t (whole-name match, exclude wins)", group, got, want)
 		}
 	}
 	if s.FailoverAutoAfter != 0 {
 		t.Errorf("automatic failover is on by default: %s", s.FailoverAutoAfter)
 	}
-	if s, err := parseMirrorSettings("m1", map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
+	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
 		t.Errorf("failover.auto.after.ms=30000: %s, %v", s.FailoverAutoAfter, err)
 	}
 	if s.GroupSyncInterval != 1500*time.Millisecond {
@@ -51,33 +50,9 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "500"}, "at least 3000"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30s"}, "give milliseconds"},
 	} {
-		_, err := parseMirrorSettings("m1", tc.props)
+		_, err := Parse("m1", tc.props)
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want ErrInvalid with %q", tc.props, err, tc.want)
-		}
-	}
-}
-
-func TestGroupNameConflict(t *testing.T) {
-	for _, tc := range []struct {
-		g        kwire.GroupListing
-		exists   bool
-		conflict bool
-	}{
-		{kwire.GroupListing{}, false, false},
-		{kwire.GroupListing{ID: "g", ProtocolType: "consumer", State: "Empty", Type: "classic"}, true, false},
-		{kwire.GroupListing{ID: "g", ProtocolType: "", State: "Empty", Type: "classic"}, true, false},
-		{kwire.GroupListing{ID: "g", ProtocolType: "consumer", State: "Stable", Type: "consumer"}, true, false},
-		{kwire.GroupListing{ID: "g", ProtocolType: "connect", State: "Empty", Type: "classic"}, true, true},
-		{kwire.GroupListing{ID: "g", ProtocolType: "share", State: "Empty", Type: "share"}, true, true},
-		{kwire.GroupListing{ID: "g", State: "Empty", Type: "streams"}, true, true},
-	} {
-		reason := groupNameConflict("g", tc.g, tc.exists)
-		if (reason != "") != tc.conflict {
-			t.Errorf("%+v: conflict reason %q, want conflict %t", tc.g, reason, tc.conflict)
-		}
-		if tc.conflict && !strings.Contains(reason, "group-name conflict") {
-			t.Errorf("reason %q does not name the group-name conflict", reason)
 		}
 	}
 }
