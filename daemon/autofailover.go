@@ -39,14 +39,21 @@ type sourceProbe struct {
 	// answering (absent: it answers); why is the failure.
 	down   map[string]time.Time
 	why    map[string]string
-	admins map[string]*groupSource
+	admins map[string]*probeAdmin
 	// blocked holds mirrors whose source this member pretends not to
 	// reach (test hook).
 	blocked map[string]bool
 }
 
+// probeAdmin is an admin client of a mirror's source, made for the
+// connection settings key.
+type probeAdmin struct {
+	admin *kafka.Admin
+	key   string
+}
+
 func newSourceProbe(m *Member) *sourceProbe {
-	return &sourceProbe{m: m, down: map[string]time.Time{}, why: map[string]string{}, admins: map[string]*groupSource{}, blocked: map[string]bool{}}
+	return &sourceProbe{m: m, down: map[string]time.Time{}, why: map[string]string{}, admins: map[string]*probeAdmin{}, blocked: map[string]bool{}}
 }
 
 // loop probes the source of every mirror with a topic not STOPPED each
@@ -101,7 +108,7 @@ func (p *sourceProbe) probe(mir raftstore.Mirror) {
 		if ok {
 			src.admin.Close()
 		}
-		src = &groupSource{admin: p.m.SourceAdmin(mir), key: bs}
+		src = &probeAdmin{admin: p.m.SourceAdmin(mir), key: bs}
 		p.admins[mir.Name] = src
 	}
 	p.mu.Unlock()

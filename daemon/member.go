@@ -69,8 +69,7 @@ type Member struct {
 	pendingTried map[string]time.Time
 
 	// own runs the owner duties for the partitions leased to this member.
-	own    *owner.Owner
-	groups *groupSync
+	own *owner.Owner
 	// sources probes every mirror's source cluster (automatic failover).
 	sources *sourceProbe
 
@@ -134,7 +133,6 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		dest:          kafka.NewAdmin("destination cluster", cfg.Destination.BootstrapServers, cfg.Destination.ClientID, destSecurity),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.groups = newGroupSync(m)
 	m.sources = newSourceProbe(m)
 	fail := func(err error) (*Member, error) {
 		m.cancel()
@@ -178,7 +176,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		return fail(err)
 	}
 	m.own = owner.New(m.ctx, owner.Config{NodeID: cfg.NodeID, RaftAdvertise: cfg.RaftAdvertise, DataDir: cfg.DataDir,
-		LeaseTTL: cfg.LeaseTTL, LeaseMargin: cfg.LeaseMargin}, m.store, m, log)
+		LeaseTTL: cfg.LeaseTTL, LeaseMargin: cfg.LeaseMargin, ClientID: cfg.Destination.ClientID}, m.store, m.dest, m, log)
 	m.engine = fetch.New(fetch.Config{
 		ClientID:            cfg.Destination.ClientID,
 		Destination:         cfg.Destination.BootstrapServers,
@@ -196,14 +194,13 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	}
 	m.lead = leader.New(m.ctx, leader.Config{NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Peers: cfg.Peers, DestPrincipal: m.destPrincipal},
 		m.store, m.dest, m, log)
-	mx := newMetrics(m.engine, m.skippedRecords, m.groups, m.sources, m.lead)
+	mx := newMetrics(m.engine, m.skippedRecords, m.own.Groups(), m.sources, m.lead)
 	mx.auth = m.auth
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.Go(m.lead.Run)
 	m.own.Run()
-	m.Go(m.groups.loop)
 	m.Go(m.sources.loop)
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
@@ -351,10 +348,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	}
 }
-
-// FinalGroupSync syncs a stopping partition's consumer groups one last
-// time (owner.Member).
-func (m *Member) FinalGroupSync(ctx context.Context, spec fetch.Spec) { m.groups.finalSync(ctx, spec) }
 
 // Source is the data path's view of a mirror's source cluster
 // (owner.Member).

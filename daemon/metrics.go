@@ -11,6 +11,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/daemon/leader"
+	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/fetch"
 )
 
@@ -32,7 +33,7 @@ type metrics struct {
 	// member owns (from the replicated state).
 	skipped func() map[fetch.Key]int64
 	// groups is the member's group offset syncer (nil in tests).
-	groups      *groupSync
+	groups      *owner.GroupSync
 	groupRows   *prometheus.Desc
 	groupLag    *prometheus.Desc
 	groupConfls *prometheus.Desc
@@ -52,7 +53,7 @@ type metrics struct {
 	unauthorized  *prometheus.Desc
 }
 
-func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *groupSync, probe *sourceProbe, lead *leader.Leader) *metrics {
+func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *owner.GroupSync, probe *sourceProbe, lead *leader.Leader) *metrics {
 	labels := []string{"mirror", "topic", "partition"}
 	m := &metrics{
 		engine:  engine,
@@ -183,7 +184,7 @@ func (m *metrics) collectGroups(ch chan<- prometheus.Metric) {
 	type mirrorState struct{ mirror, state string }
 	counts := map[mirrorState]int{}
 	lag := map[string]int64{}
-	for _, r := range m.groups.liveRows() {
+	for _, r := range m.groups.LiveRows() {
 		counts[mirrorState{r.Mirror, r.State}]++
 		lag[r.Mirror] = max(lag[r.Mirror], r.SyncLagMs)
 	}
@@ -193,7 +194,7 @@ func (m *metrics) collectGroups(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(m.groupLag, prometheus.GaugeValue, float64(lag[mirror])/1000, mirror)
 	}
-	for mirror, n := range m.groups.conflictCounts() {
+	for mirror, n := range m.groups.ConflictCounts() {
 		ch <- prometheus.MustNewConstMetric(m.groupConfls, prometheus.CounterValue, float64(n), mirror)
 	}
 }

@@ -84,7 +84,7 @@ func ownedPartition(t *testing.T) (*Owner, *raftstore.Store, raftstore.Partition
 	}
 	octx, ocancel := context.WithCancel(context.Background())
 	t.Cleanup(ocancel)
-	return New(octx, Config{NodeID: "n1"}, store, leaderMember{store}, zaptest.NewLogger(t)), store, key
+	return New(octx, Config{NodeID: "n1"}, store, nil, leaderMember{store}, zaptest.NewLogger(t)), store, key
 }
 
 // leaderMember is the member of a one-member group: it leads, so it
@@ -97,7 +97,6 @@ func (l leaderMember) Submit(ctx context.Context, cmd raftstore.Command) error {
 func (leaderMember) CaughtUp(context.Context) error                       { return nil }
 func (leaderMember) AdvertisedHTTP() string                               { return "127.0.0.1:1" }
 func (leaderMember) Self() config.PeerConfig                              { return config.PeerConfig{ID: "n1"} }
-func (leaderMember) FinalGroupSync(context.Context, fetch.Spec)           {}
 func (leaderMember) Source(raftstore.Mirror) fetch.Source                 { return fetch.Source{} }
 func (leaderMember) DestinationClusterID(context.Context) (string, error) { return "", nil }
 func (leaderMember) Go(f func())                                          { go f() }

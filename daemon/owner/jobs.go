@@ -302,7 +302,7 @@ func (o *Owner) runJob(j ownerJob) {
 		}
 		o.owner.unverifiedFor(k, false)
 		gctx, gcancel := context.WithTimeout(ctx, finalGroupSyncTimeout)
-		o.member.FinalGroupSync(gctx, j.spec)
+		o.groups.FinalSync(gctx, j.spec)
 		gcancel()
 		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
 			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}

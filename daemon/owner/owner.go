@@ -8,6 +8,7 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -33,9 +34,6 @@ type Member interface {
 	// entry, for its record in the replicated state.
 	AdvertisedHTTP() string
 	Self() config.PeerConfig
-	// FinalGroupSync syncs a stopping partition's consumer groups one
-	// last time (group offset sync).
-	FinalGroupSync(ctx context.Context, spec fetch.Spec)
 	// Source is the data path's view of a mirror's source cluster.
 	Source(mir raftstore.Mirror) fetch.Source
 	// DestinationClusterID is the destination cluster's ID, recorded with
@@ -55,6 +53,9 @@ type Config struct {
 	// LeaseTTL and LeaseMargin: this member writes while it heard from
 	// the leader within LeaseTTL - LeaseMargin (design.md section 3).
 	LeaseTTL, LeaseMargin time.Duration
+	// ClientID is the member's Kafka client.id (group sync's source
+	// clients).
+	ClientID string
 }
 
 // Owner runs a member's duties for the partitions leased to it: the lease
@@ -68,20 +69,27 @@ type Owner struct {
 	log    *zap.Logger
 	ctx    context.Context
 	engine *fetch.Engine
+	dest   *kafka.Admin
+	groups *GroupSync
 
 	lease leaseState
 	owner ownerState
 	out   *outbox
 }
 
-// New returns the owner duties of a member whose life is ctx. SetEngine
-// gives it the data path (built with Control); Run starts it.
-func New(ctx context.Context, cfg Config, store Store, member Member, log *zap.Logger) *Owner {
-	o := &Owner{cfg: cfg, store: store, member: member, log: log, ctx: ctx}
+// New returns the owner duties of a member whose life is ctx; dest is
+// the destination cluster (group sync commits there). SetEngine gives it
+// the data path (built with Control); Run starts it.
+func New(ctx context.Context, cfg Config, store Store, dest *kafka.Admin, member Member, log *zap.Logger) *Owner {
+	o := &Owner{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx}
 	o.owner.init()
 	o.out = newOutbox(o)
+	o.groups = newGroupSync(o)
 	return o
 }
+
+// Groups is the member's consumer group offset sync.
+func (o *Owner) Groups() *GroupSync { return o.groups }
 
 // Control is the data path's control plane on this member (fetch.Control).
 func (o *Owner) Control() fetch.Control { return &control{o: o} }
@@ -89,13 +97,14 @@ func (o *Owner) Control() fetch.Control { return &control{o: o} }
 // SetEngine gives the owner the data path it assigns partitions to.
 func (o *Owner) SetEngine(e *fetch.Engine) { o.engine = e }
 
-// Run starts the lease loop, the owner loop, the outbox and the member's
-// announcement as member loops.
+// Run starts the lease loop, the owner loop, the outbox, the member's
+// announcement and the group offset sync as member loops.
 func (o *Owner) Run() {
 	o.member.Go(o.leaseLoop)
 	o.member.Go(o.ownerLoop)
 	o.member.Go(o.out.run)
 	o.member.Go(o.announce)
+	o.member.Go(o.groups.run)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package daemon
+package owner
 
 import (
 	"context"
@@ -24,9 +24,9 @@ import (
 
 // syncMirror syncs the groups of the partitions of one mirror that this
 // member mirrors now, and replaces the mirror's rows with the outcome.
-func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settings mirrorprops.Settings) {
+func (g *GroupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settings mirrorprops.Settings) {
 	var keys []fetch.Key
-	for _, st := range g.m.engine.Statuses() {
+	for _, st := range g.engine().Statuses() {
 		if st.Key.Mirror == mir.Name && st.State == fetch.Mirroring {
 			keys = append(keys, st.Key)
 		}
@@ -34,7 +34,7 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 	var rows []api.GroupStatus
 	var err error
 	if len(keys) > 0 {
-		rows, err = g.sync(ctx, mir, settings, keys, g.m.engine.TranslateCommitted)
+		rows, err = g.sync(ctx, mir, settings, keys, g.engine().TranslateCommitted)
 	}
 	if err != nil {
 		g.warn(mir.Name, "group offset sync failed; retrying", err)
@@ -55,7 +55,7 @@ func (g *groupSync) syncMirror(ctx context.Context, mir raftstore.Mirror, settin
 
 // pendingRows keeps the last rows that match as pending, with why they
 // could not be refreshed.
-func (g *groupSync) pendingRows(match func(groupRowKey) bool, why string) []api.GroupStatus {
+func (g *GroupSync) pendingRows(match func(groupRowKey) bool, why string) []api.GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []api.GroupStatus
@@ -70,7 +70,7 @@ func (g *groupSync) pendingRows(match func(groupRowKey) bool, why string) []api.
 
 // replaceRows installs the rows of one sync: all rows of the mirror (a
 // periodic sync) or, with final, rows of stopped partitions.
-func (g *groupSync) replaceRows(mirror string, rows []api.GroupStatus, final bool) {
+func (g *GroupSync) replaceRows(mirror string, rows []api.GroupStatus, final bool) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -111,14 +111,14 @@ func (g *groupSync) replaceRows(mirror string, rows []api.GroupStatus, final boo
 
 // sync syncs every included group's committed offsets of keys and returns
 // a row per (group, partition) the source group has committed.
-func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorprops.Settings, keys []fetch.Key, tr translator) ([]api.GroupStatus, error) {
+func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mirrorprops.Settings, keys []fetch.Key, tr translator) ([]api.GroupStatus, error) {
 	started := time.Now().UnixMilli()
 	src := g.source(mir)
 	srcGroups, err := src.ListGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
-	dstGroups, err := g.m.dest.ListGroups(ctx)
+	dstGroups, err := g.dest.ListGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (g *groupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 }
 
 // syncGroup syncs one group; committed holds its source commits.
-func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwire.GroupListing, exists bool,
+func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwire.GroupListing, exists bool,
 	committed map[kafka.TopicPartition]kafka.Committed, tr translator) []api.GroupStatus {
 	tps := make([]kafka.TopicPartition, 0, len(committed))
 	for tp := range committed {
@@ -174,7 +174,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 	rows := make([]api.GroupStatus, len(tps))
 	for i, tp := range tps {
 		rows[i] = api.GroupStatus{Mirror: mirror, Group: group, Topic: tp.Topic, Partition: tp.Partition,
-			SourceCommitted: committed[tp].Offset, DestinationCommitted: -1, Member: g.m.cfg.NodeID}
+			SourceCommitted: committed[tp].Offset, DestinationCommitted: -1, Member: g.nodeID}
 	}
 	setAll := func(state, reason string) []api.GroupStatus {
 		for i := range rows {
@@ -185,7 +185,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 	if reason := groupNameConflict(group, dg, exists); reason != "" {
 		return setAll(api.GroupConflict, reason)
 	}
-	dst, err := g.m.dest.CommittedOffsets(ctx, group, tps)
+	dst, err := g.dest.CommittedOffsets(ctx, group, tps)
 	if err != nil {
 		return setAll(api.GroupPending, "destination committed offsets unknown: "+err.Error())
 	}
@@ -235,7 +235,7 @@ func (g *groupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 	if len(commit) == 0 {
 		return rows
 	}
-	refused, err := g.m.dest.CommitOffsets(ctx, group, commit)
+	refused, err := g.dest.CommitOffsets(ctx, group, commit)
 	for i, tp := range tps {
 		if _, ok := commit[tp]; !ok {
 			continue
@@ -279,11 +279,11 @@ func groupNameConflict(group string, dg kwire.GroupListing, exists bool) string 
 // finalSync syncs the groups of a partition that has just stopped (remove),
 // from the translation of its final checkpoint. It is best effort: a source
 // that is gone (emergency failover) leaves the last periodic sync.
-func (g *groupSync) finalSync(ctx context.Context, spec fetch.Spec) {
+func (g *GroupSync) FinalSync(ctx context.Context, spec fetch.Spec) {
 	k := spec.Key
 	var mir raftstore.Mirror
 	found := false
-	g.m.store.Read(func(s *raftstore.State) {
+	g.store.Read(func(s *raftstore.State) {
 		if m, ok := s.Mirrors[k.Mirror]; ok {
 			mir, found = *m.Clone(), true
 		}
@@ -295,24 +295,24 @@ func (g *groupSync) finalSync(ctx context.Context, spec fetch.Spec) {
 	if err != nil {
 		return
 	}
-	xl, err := g.m.engine.StoppedTranslation(ctx, spec)
+	xl, err := g.engine().StoppedTranslation(ctx, spec)
 	if err != nil {
-		g.m.log.Warn("final group sync skipped: translation not readable", zap.Stringer("partition", k), zap.Error(err))
+		g.log.Warn("final group sync skipped: translation not readable", zap.Stringer("partition", k), zap.Error(err))
 		return
 	}
 	rows, err := g.sync(ctx, mir, settings, []fetch.Key{k}, xl)
 	if err != nil {
-		g.m.log.Warn("final group sync failed: the destination keeps the last periodic sync", zap.Stringer("partition", k), zap.Error(err))
+		g.log.Warn("final group sync failed: the destination keeps the last periodic sync", zap.Stringer("partition", k), zap.Error(err))
 		g.freeze(k, "final sync at the stop failed (the destination keeps the last periodic sync): "+err.Error())
 		return
 	}
 	g.replaceRows(k.Mirror, rows, true)
-	g.m.log.Info("final group sync done", zap.Stringer("partition", k), zap.Int("groups", len(rows)))
+	g.log.Info("final group sync done", zap.Stringer("partition", k), zap.Int("groups", len(rows)))
 }
 
 // freeze keeps the rows of a stopped partition whose final sync failed
 // (a source gone at failover) as its final rows, with why.
-func (g *groupSync) freeze(k fetch.Key, why string) {
+func (g *GroupSync) freeze(k fetch.Key, why string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for rk, r := range g.rows {

@@ -1,8 +1,7 @@
-package daemon
+package owner
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -23,6 +22,9 @@ import (
 // and commits them on the destination, only for groups without members
 // there and never backwards.
 
+// adminTimeout bounds each sync's calls to a Kafka cluster.
+const adminTimeout = 15 * time.Second
+
 type groupRowKey struct {
 	Mirror, Group, Topic string
 	Partition            int32
@@ -36,9 +38,15 @@ func rowKeyOf(g api.GroupStatus) groupRowKey {
 // commit (Engine.TranslateCommitted's contract).
 type translator func(k fetch.Key, sourceOffset int64) (d int64, capped bool, err error)
 
-// groupSync is a member's group offset syncer.
-type groupSync struct {
-	m *Member
+// GroupSync is a member's group offset syncer.
+type GroupSync struct {
+	ctx      context.Context
+	nodeID   string
+	clientID string // the member's Kafka client.id, for source admin clients
+	store    Store
+	dest     *kafka.Admin
+	engine   func() *fetch.Engine
+	log      *zap.Logger
 
 	mu   sync.Mutex
 	rows map[groupRowKey]api.GroupStatus
@@ -64,25 +72,26 @@ type groupSource struct {
 	key   string // sourceKey the admin was made for
 }
 
-func newGroupSync(m *Member) *groupSync {
-	return &groupSync{m: m, rows: map[groupRowKey]api.GroupStatus{}, final: map[groupRowKey]api.GroupStatus{},
+func newGroupSync(o *Owner) *GroupSync {
+	return &GroupSync{ctx: o.ctx, nodeID: o.cfg.NodeID, clientID: o.cfg.ClientID, store: o.store, dest: o.dest,
+		engine: func() *fetch.Engine { return o.engine }, log: o.log, rows: map[groupRowKey]api.GroupStatus{}, final: map[groupRowKey]api.GroupStatus{},
 		since: map[groupRowKey]seenCommit{}, conflicts: map[string]int64{}, sources: map[string]*groupSource{},
 		due: map[string]time.Time{}, warned: map[string]string{}}
 }
 
 // loop syncs each mirror's groups every groups.sync.interval until the
 // member stops.
-func (g *groupSync) loop() {
+func (g *GroupSync) run() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	defer g.closeSources(nil)
 	for {
 		select {
-		case <-g.m.ctx.Done():
+		case <-g.ctx.Done():
 			return
 		case <-t.C:
 		}
-		mirrors := g.m.mirrorsSnapshot()
+		mirrors := g.mirrors()
 		g.closeSources(mirrors)
 		names := make([]string, 0, len(mirrors))
 		for n := range mirrors {
@@ -100,7 +109,7 @@ func (g *groupSync) loop() {
 				continue
 			}
 			g.due[n] = time.Now().Add(settings.GroupSyncInterval)
-			ctx, cancel := context.WithTimeout(g.m.ctx, adminTimeout)
+			ctx, cancel := context.WithTimeout(g.ctx, adminTimeout)
 			g.syncMirror(ctx, mir, settings)
 			cancel()
 		}
@@ -109,7 +118,7 @@ func (g *groupSync) loop() {
 
 // closeSources closes the source connections of mirrors no longer in keep
 // (all of them for nil).
-func (g *groupSync) closeSources(keep map[string]raftstore.Mirror) {
+func (g *GroupSync) closeSources(keep map[string]raftstore.Mirror) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for n, src := range g.sources {
@@ -126,18 +135,18 @@ func (g *groupSync) closeSources(keep map[string]raftstore.Mirror) {
 }
 
 // warn logs err once per key (a mirror, or mirror/group) until it changes.
-func (g *groupSync) warn(key, msg string, err error) {
+func (g *GroupSync) warn(key, msg string, err error) {
 	g.mu.Lock()
 	same := g.warned[key] == err.Error()
 	g.warned[key] = err.Error()
 	g.mu.Unlock()
 	if !same {
-		g.m.log.Warn(msg, zap.String("mirror", key), zap.Error(err))
+		g.log.Warn(msg, zap.String("mirror", key), zap.Error(err))
 	}
 }
 
 // source returns the admin connection to a mirror's source cluster.
-func (g *groupSync) source(mir raftstore.Mirror) *kafka.Admin {
+func (g *GroupSync) source(mir raftstore.Mirror) *kafka.Admin {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	bs := mirrorprops.SourceKey(mir)
@@ -146,14 +155,14 @@ func (g *groupSync) source(mir raftstore.Mirror) *kafka.Admin {
 	} else if ok {
 		src.admin.Close()
 	}
-	a := g.m.SourceAdmin(mir)
+	a := mirrorprops.SourceAdmin(mir, g.clientID)
 	g.sources[mir.Name] = &groupSource{admin: a, key: bs}
 	return a
 }
 
-// liveRows returns the rows of the partitions this member syncs now
+// LiveRows returns the rows of the partitions this member syncs now
 // (not the final rows of stopped ones), for /metrics.
-func (g *groupSync) liveRows() []api.GroupStatus {
+func (g *GroupSync) LiveRows() []api.GroupStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -167,9 +176,9 @@ func (g *groupSync) liveRows() []api.GroupStatus {
 	return out
 }
 
-// localRows returns this member's rows.
-func (g *groupSync) localRows() []api.GroupStatus {
-	out := g.liveRows()
+// LocalRows returns this member's rows.
+func (g *GroupSync) LocalRows() []api.GroupStatus {
+	out := g.LiveRows()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, r := range g.final {
@@ -178,8 +187,8 @@ func (g *groupSync) localRows() []api.GroupStatus {
 	return out
 }
 
-// conflictCounts returns the conflicts counted per mirror.
-func (g *groupSync) conflictCounts() map[string]int64 {
+// ConflictCounts returns the conflicts counted per mirror.
+func (g *GroupSync) ConflictCounts() map[string]int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make(map[string]int64, len(g.conflicts))
@@ -189,68 +198,13 @@ func (g *groupSync) conflictCounts() map[string]int64 {
 	return out
 }
 
-// LocalGroupRows serves /v1/internal/groups.
-func (m *Member) LocalGroupRows() []api.GroupStatus { return m.groups.localRows() }
-
-// DescribeGroups shows the group offset sync of every member: each member
-// reports the partitions it syncs. A member that does not answer within a
-// few seconds is left out.
-func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]api.GroupStatus, error) {
-	if err := m.CaughtUp(ctx); err != nil {
-		return nil, err
-	}
-	found := mirror == ""
-	owners := map[fetch.Key]string{}
-	m.store.Read(func(s *raftstore.State) {
-		_, ok := s.Mirrors[mirror]
-		found = found || ok
-		for _, t := range s.Topics {
-			for i, p := range t.Partitions {
-				owners[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}] = p.Owner
-			}
+// mirrors copies every mirror of the replicated state.
+func (g *GroupSync) mirrors() map[string]raftstore.Mirror {
+	mirrors := map[string]raftstore.Mirror{}
+	g.store.Read(func(s *raftstore.State) {
+		for n, mir := range s.Mirrors {
+			mirrors[n] = *mir.Clone()
 		}
 	})
-	if !found {
-		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, mirror)
-	}
-	all := m.groups.localRows()
-	answers, silent := askOthers(ctx, m, 3*time.Second, (*api.Client).InternalGroups)
-	for _, rows := range answers {
-		all = append(all, rows...)
-	}
-	if len(silent) > 0 {
-		m.log.Debug("members did not report their group sync", zap.Strings("members", sortedKeys(silent)))
-	}
-	// A partition that just moved may be reported by its old and new
-	// member: the one that owns it now wins.
-	best := map[groupRowKey]api.GroupStatus{}
-	for _, r := range all {
-		if mirror != "" && r.Mirror != mirror {
-			continue
-		}
-		k := rowKeyOf(r)
-		old, ok := best[k]
-		owner := owners[fetch.Key{Mirror: r.Mirror, Topic: r.Topic, Partition: r.Partition}]
-		if !ok || (old.Member != owner && r.Member == owner) {
-			best[k] = r
-		}
-	}
-	out := make([]api.GroupStatus, 0, len(best))
-	for _, r := range best {
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Mirror != b.Mirror {
-			return a.Mirror < b.Mirror
-		}
-		if a.Group != b.Group {
-			return a.Group < b.Group
-		}
-		if a.Topic != b.Topic {
-			return a.Topic < b.Topic
-		}
-		return a.Partition < b.Partition
-	})
-	return out, nil
+	return mirrors
 }
