@@ -6,9 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon/httpapi"
-
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/ops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -35,8 +34,8 @@ func (m *Member) memberHTTP(id string) string {
 	return addr
 }
 
-// memberClient is a client of member id for forwarded requests.
-func (m *Member) memberClient(id string) (*api.Client, error) {
+// MemberClient is a client of member id for forwarded requests.
+func (m *Member) MemberClient(id string) (*api.Client, error) {
 	addr := m.memberHTTP(id)
 	if addr == "" {
 		return nil, fmt.Errorf("%w: member %s has no known HTTP address", api.ErrUnavailable, id)
@@ -60,7 +59,7 @@ func (m *Member) leaderClient() (*api.Client, error) {
 	if id == m.cfg.NodeID {
 		return nil, fmt.Errorf("%w: leadership is changing; retry in a few seconds", api.ErrNotLeader)
 	}
-	return m.memberClient(id)
+	return m.MemberClient(id)
 }
 
 // notInGroup is an error when this member is not in the raft configuration
@@ -79,14 +78,14 @@ func (m *Member) notInGroup() error {
 		"or add it again with kmirror members add %s --raft %s --http %s", api.ErrNotLeader, m.cfg.NodeID, m.cfg.NodeID, m.cfg.RaftAdvertise, m.AdvertisedHTTP())
 }
 
-// toLeader returns nil when this member is the leader and should serve a
+// ToLeader returns nil when this member is the leader and should serve a
 // write itself, or a client of the leader to forward it to. A request
 // that was forwarded already is not forwarded again.
-func (m *Member) toLeader(ctx context.Context) (*api.Client, error) {
+func (m *Member) ToLeader(ctx context.Context) (*api.Client, error) {
 	if m.store.IsLeader() {
 		return nil, nil
 	}
-	if httpapi.IsForwarded(ctx) {
+	if api.IsForwarded(ctx) {
 		return nil, fmt.Errorf("%w: this member stopped being the leader while the request was forwarded; retry", api.ErrNotLeader)
 	}
 	return m.leaderClient()
@@ -98,10 +97,10 @@ func (m *Member) toLeader(ctx context.Context) (*api.Client, error) {
 // ErrNotLeader and transport errors (retry).
 func (m *Member) Submit(ctx context.Context, cmd raftstore.Command) error {
 	if err := raftstore.Authorize(cmd, raftstore.ByMember); err != nil {
-		return mapStoreErr(err)
+		return ops.StoreErr(err)
 	}
 	if m.store.IsLeader() {
-		return mapStoreErr(m.store.Apply(ctx, cmd))
+		return ops.StoreErr(m.store.Apply(ctx, cmd))
 	}
 	c, err := m.leaderClient()
 	if err != nil {
@@ -121,12 +120,12 @@ func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
 	if err := raftstore.Authorize(cmd, raftstore.ByMember); err != nil {
-		return mapStoreErr(err)
+		return ops.StoreErr(err)
 	}
 	if !m.store.IsLeader() {
 		return fmt.Errorf("%w: this member is not the leader", api.ErrNotLeader)
 	}
-	return mapStoreErr(m.store.Apply(ctx, cmd))
+	return ops.StoreErr(m.store.Apply(ctx, cmd))
 }
 
 // LocalStatuses are the partitions this member's data path runs.
@@ -144,10 +143,10 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 	return out
 }
 
-// liveStatuses collects what every member's data path reports right now,
+// LiveStatuses collects what every member's data path reports right now,
 // keyed by partition; members that do not answer within a few seconds are
 // left out (their partitions show without offsets) and named in silent.
-func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]api.LiveStatus, silent map[string]bool) {
+func (m *Member) LiveStatuses(ctx context.Context) (out map[fetch.Key]api.LiveStatus, silent map[string]bool) {
 	out = map[fetch.Key]api.LiveStatus{}
 	add := func(sts []api.LiveStatus) {
 		for _, st := range sts {
@@ -162,6 +161,20 @@ func (m *Member) liveStatuses(ctx context.Context) (out map[fetch.Key]api.LiveSt
 	add(m.LocalStatuses())
 	return out, silent
 }
+
+// GroupRows is every member's group offset sync rows (ops.Member); members
+// that do not answer within a few seconds are named in silent.
+func (m *Member) GroupRows(ctx context.Context) (rows []api.GroupStatus, silent map[string]bool) {
+	rows = m.LocalGroupRows()
+	answers, silent := askOthers(ctx, m, 3*time.Second, (*api.Client).InternalGroups)
+	for _, r := range answers {
+		rows = append(rows, r...)
+	}
+	return rows, silent
+}
+
+// LocalGroupRows serves /v1/internal/groups.
+func (m *Member) LocalGroupRows() []api.GroupStatus { return m.own.Groups().LocalRows() }
 
 // askOthers asks every other member of the group at once, each within
 // timeout, and returns the answers by member ID; members that cannot be
@@ -181,7 +194,7 @@ func askOthers[T any](ctx context.Context, m *Member, timeout time.Duration, ask
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, id := range ids {
-		c, err := m.memberClient(id)
+		c, err := m.MemberClient(id)
 		if err != nil {
 			failed[id] = true
 			continue

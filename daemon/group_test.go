@@ -65,6 +65,7 @@ func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 		m.setStore(store)
 		m.ctx, m.cancel = context.WithCancel(context.Background())
 		m.lead = leader.New(m.ctx, leader.Config{NodeID: id, LeaseTTL: ttl, Peers: cfgPeers}, store, nil, m, m.log)
+		m.wireOps()
 		m.Go(m.lead.Run)
 		g.members = append(g.members, m)
 	}

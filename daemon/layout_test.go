@@ -7,9 +7,9 @@ import (
 )
 
 // TestPackagesImportOneWay keeps the layout's import directions (issue 17,
-// README Layout): the API contract, the config, the HTTP server and the
-// leader's and the owners' duties import nothing of the daemon (nor the
-// duties each other); the data path imports neither the daemon nor
+// README Layout): the API contract, the config, the mirror properties,
+// the HTTP server, the operator verbs and the leader's and the owners'
+// duties import nothing of the daemon (nor the duties each other); the data path imports neither the daemon nor
 // raftstore; cluster access imports no data path.
 func TestPackagesImportOneWay(t *testing.T) {
 	const mod = "github.com/kmirror/kmirror/"
@@ -30,11 +30,13 @@ func TestPackagesImportOneWay(t *testing.T) {
 		pkg    string
 		forbid []string
 	}{
-		{"daemon/api", []string{"daemon", "daemon/config", "daemon/httpapi", "daemon/leader", "raftstore"}},
-		{"daemon/config", []string{"daemon", "daemon/api", "daemon/httpapi", "daemon/leader", "fetch"}},
-		{"daemon/httpapi", []string{"daemon", "daemon/leader"}},
-		{"daemon/leader", []string{"daemon", "daemon/httpapi", "daemon/owner"}},
-		{"daemon/owner", []string{"daemon", "daemon/httpapi", "daemon/leader"}},
+		{"daemon/api", []string{"daemon", "daemon/config", "daemon/httpapi", "daemon/leader", "daemon/owner", "daemon/ops", "daemon/mirrorprops", "raftstore"}},
+		{"daemon/config", []string{"daemon", "daemon/api", "daemon/httpapi", "daemon/leader", "daemon/owner", "daemon/ops", "fetch"}},
+		{"daemon/mirrorprops", []string{"daemon", "daemon/config", "daemon/httpapi", "daemon/leader", "daemon/owner", "daemon/ops"}},
+		{"daemon/httpapi", []string{"daemon", "daemon/leader", "daemon/owner", "daemon/ops"}},
+		{"daemon/leader", []string{"daemon", "daemon/httpapi", "daemon/owner", "daemon/ops"}},
+		{"daemon/owner", []string{"daemon", "daemon/httpapi", "daemon/leader", "daemon/ops"}},
+		{"daemon/ops", []string{"daemon", "daemon/httpapi", "daemon/leader", "daemon/owner"}},
 		{"fetch", []string{"daemon", "daemon/api", "daemon/config", "raftstore", "truncate"}},
 		{"fetch/kafka", []string{"fetch", "daemon", "raftstore", "truncate", "fetch/kafka/ksec"}},
 		{"raftstore", []string{"daemon", "fetch", "fetch/kafka", "truncate"}},

@@ -18,6 +18,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/daemon/leader"
 	"github.com/kmirror/kmirror/daemon/mirrorprops"
+	"github.com/kmirror/kmirror/daemon/ops"
 	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
@@ -60,13 +61,9 @@ type Member struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// creating holds the topics an API request is creating right now, so
-	// the leader loop does not finish them as leftovers concurrently.
-	creatingMu sync.Mutex
-	creating   map[string]bool
-	// pendingTried is when the leader last tried to create the
-	// destination topic of a PENDING topic (finishPending).
-	pendingTried map[string]time.Time
+	// Ops serves the operator's verbs (api.Service but Ready; the
+	// leader's FinishPending).
+	*ops.Ops
 
 	// own runs the owner duties for the partitions leased to this member.
 	own *owner.Owner
@@ -125,8 +122,6 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	m := &Member{
 		auth:          auth,
 		destPrincipal: destPrincipal,
-		creating:      map[string]bool{},
-		pendingTried:  map[string]time.Time{},
 		cfg:           cfg,
 		log:           log,
 		hadState:      hadState,
@@ -194,6 +189,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	}
 	m.lead = leader.New(m.ctx, leader.Config{NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Peers: cfg.Peers, DestPrincipal: m.destPrincipal},
 		m.store, m.dest, m, log)
+	m.wireOps()
 	mx := newMetrics(m.engine, m.skippedRecords, m.own.Groups(), m.sources, m.lead)
 	mx.auth = m.auth
 	full := httpapi.NewHandler(m, m.log, mx.handler())
@@ -205,6 +201,13 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
 	return m, nil
+}
+
+// wireOps builds the operator verbs on the member's parts (after the data
+// path and the leader duties exist).
+func (m *Member) wireOps() {
+	m.Ops = ops.New(ops.Config{NodeID: m.cfg.NodeID, ClientID: m.cfg.Destination.ClientID, ReplicationFactor: m.cfg.Destination.ReplicationFactor},
+		m.store, m.dest, m.engine, m.lead, m, m.log)
 }
 
 // Go runs f as one of the member's loops: Stop waits for it (owner.Member).

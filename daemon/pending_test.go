@@ -30,6 +30,7 @@ func TestPendingTopicFinishedWithItsConfigs(t *testing.T) {
 	l := g.leader()
 	l.dest = kafka.NewAdmin("destination cluster", dst.ListenAddrs(), "test", nil)
 	t.Cleanup(l.dest.Close)
+	l.wireOps() // the operator verbs on this destination
 	ctx := context.Background()
 	if err := l.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: []string{"src:9092"}}}); err != nil {
 		t.Fatal(err)

@@ -71,3 +71,20 @@ type RaftProbe struct {
 	// sorted): members that bootstrap a group together must agree on it.
 	Peers []string `json:"peers,omitempty"`
 }
+
+type ctxKey int
+
+const forwardedKey ctxKey = 1
+
+// WithForwarded marks a request's context as forwarded by another member
+// (it came with ForwardedHeader): its server does not forward it again.
+func WithForwarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forwardedKey, true)
+}
+
+// IsForwarded reports whether a request was forwarded by another member
+// (WithForwarded).
+func IsForwarded(ctx context.Context) bool {
+	v, _ := ctx.Value(forwardedKey).(bool)
+	return v
+}

@@ -9,15 +9,6 @@ import (
 	"github.com/kmirror/kmirror/daemon/api"
 )
 
-type ctxKey int
-
-const forwardedKey ctxKey = 1
-
-func IsForwarded(ctx context.Context) bool {
-	v, _ := ctx.Value(forwardedKey).(bool)
-	return v
-}
-
 // Internal is what members serve each other under /v1/internal.
 type Internal interface {
 	ApplyInternal(ctx context.Context, entry []byte) error

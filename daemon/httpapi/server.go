@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,7 +78,7 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 func (h *handler) wrap(fn apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(api.ForwardedHeader) != "" {
-			r = r.WithContext(context.WithValue(r.Context(), forwardedKey, true))
+			r = r.WithContext(api.WithForwarded(r.Context()))
 		}
 		status, body, err := fn(r)
 		if err == nil {

@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 // security settings). New connection settings must reach the same source
 // cluster (its cluster ID is checked, with the new credentials): a mirror
 // never changes the cluster it mirrors.
-func (m *Member) AlterMirror(ctx context.Context, req api.CreateMirrorRequest) error {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) AlterMirror(ctx context.Context, req api.CreateMirrorRequest) error {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
 		}
@@ -32,7 +32,7 @@ func (m *Member) AlterMirror(ctx context.Context, req api.CreateMirrorRequest) e
 		return err
 	}
 	var mir *raftstore.Mirror
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if x, ok := s.Mirrors[req.Name]; ok {
 			mir = x.Clone()
 		}
@@ -41,7 +41,7 @@ func (m *Member) AlterMirror(ctx context.Context, req api.CreateMirrorRequest) e
 		return fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, req.Name)
 	}
 	if _, oldKey := mirrorprops.Security(*mir); !slices.Equal(settings.Bootstrap, mir.Bootstrap) || settings.Security.Key() != oldKey {
-		id, err := m.checkSource(ctx, settings)
+		id, err := o.checkSource(ctx, settings)
 		if err != nil {
 			return err
 		}
@@ -50,18 +50,18 @@ func (m *Member) AlterMirror(ctx context.Context, req api.CreateMirrorRequest) e
 				"another cluster; create a new mirror for it", api.ErrInvalid, strings.Join(settings.Bootstrap, ","), id, req.Name, mir.SourceClusterID)
 		}
 	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.AlterMirror{Name: req.Name, Bootstrap: settings.Bootstrap, Properties: req.Properties}))
+	return StoreErr(o.store.Apply(ctx, raftstore.AlterMirror{Name: req.Name, Bootstrap: settings.Bootstrap, Properties: req.Properties}))
 }
 
 // checkSource connects to a source cluster with new settings (reading
 // their files here, on the member that handles the request) and returns
 // its cluster ID. Credential and certificate failures are ErrInvalid: the
 // settings are wrong; an unreachable cluster is ErrUnavailable.
-func (m *Member) checkSource(ctx context.Context, settings mirrorprops.Settings) (string, error) {
+func (o *Ops) checkSource(ctx context.Context, settings mirrorprops.Settings) (string, error) {
 	if _, err := settings.Security.Resolve(); err != nil {
 		return "", fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	src := kafka.NewAdmin("source cluster", settings.Bootstrap, m.cfg.Destination.ClientID, mirrorprops.SecurityOf(settings.Security))
+	src := kafka.NewAdmin("source cluster", settings.Bootstrap, o.cfg.ClientID, mirrorprops.SecurityOf(settings.Security))
 	defer src.Close()
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()

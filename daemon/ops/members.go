@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -13,23 +13,23 @@ import (
 )
 
 // Members lists the group's members as the leader sees them.
-func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
-	c, err := m.toLeader(ctx)
+func (o *Ops) Members(ctx context.Context) ([]api.MemberStatus, error) {
+	c, err := o.member.ToLeader(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil {
 		return c.Members(ctx)
 	}
-	servers, err := m.store.Servers()
+	servers, err := o.store.Servers()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", api.ErrNotLeader, err)
 	}
-	_, leader := m.store.Leader()
-	alive, _ := m.lead.Alive()
+	_, leader := o.store.Leader()
+	alive, _ := o.lead.Alive()
 	owned := map[string]int{}
 	members := map[string]raftstore.Member{}
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			for _, p := range t.Partitions {
 				if p.Owner != "" && p.State != raftstore.StateStopped {
@@ -53,10 +53,10 @@ func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
 		default:
 			row.Role = "non-voter"
 		}
-		if srv.ID != m.cfg.NodeID {
-			row.LastContactMs = time.Since(m.store.PeerContact(srv.ID)).Milliseconds()
+		if srv.ID != o.cfg.NodeID {
+			row.LastContactMs = time.Since(o.store.PeerContact(srv.ID)).Milliseconds()
 		}
-		failing := srv.ID != m.cfg.NodeID && m.store.PeerFailing(srv.ID)
+		failing := srv.ID != o.cfg.NodeID && o.store.PeerFailing(srv.ID)
 		if !mem.Joined && failing {
 			row.LastContactMs = -1 // never heard from since it was added (or since this leader took over)
 		}
@@ -71,7 +71,7 @@ func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
 		if failing {
 			// Why raft cannot reach it: not running, or running with
 			// raft_tls settings that refuse this member (or that it refuses).
-			if err := m.store.PeerDialError(srv.Addr); err != nil {
+			if err := o.store.PeerDialError(srv.Addr); err != nil {
 				row.Error = err.Error()
 			}
 		}
@@ -82,7 +82,7 @@ func (m *Member) Members(ctx context.Context) ([]api.MemberStatus, error) {
 }
 
 // AddMember adds a member to the raft configuration and the state.
-func (m *Member) AddMember(ctx context.Context, req api.AddMemberRequest) error {
+func (o *Ops) AddMember(ctx context.Context, req api.AddMemberRequest) error {
 	if !config.NodeIDPattern.MatchString(req.ID) {
 		return fmt.Errorf("%w: member ID %q: use letters, digits, '.', '_' and '-' (the member's node_id)", api.ErrInvalid, req.ID)
 	}
@@ -92,7 +92,7 @@ func (m *Member) AddMember(ctx context.Context, req api.AddMemberRequest) error 
 	if err := config.CheckAddress(req.HTTPAddr, false); err != nil {
 		return fmt.Errorf("%w: --http: %v", api.ErrInvalid, err)
 	}
-	c, err := m.toLeader(ctx)
+	c, err := o.member.ToLeader(ctx)
 	if err != nil {
 		return err
 	}
@@ -102,28 +102,28 @@ func (m *Member) AddMember(ctx context.Context, req api.AddMemberRequest) error 
 	// Into the raft configuration first: a record of a member that is not
 	// in it is dropped by the leader loop (removedMembers).
 	if req.NonVoter {
-		err = m.store.AddNonvoter(req.ID, req.RaftAddr)
+		err = o.store.AddNonvoter(req.ID, req.RaftAddr)
 	} else {
-		err = m.store.AddVoter(req.ID, req.RaftAddr)
+		err = o.store.AddVoter(req.ID, req.RaftAddr)
 	}
 	if err != nil {
-		return mapStoreErr(err)
+		return StoreErr(err)
 	}
 	mem := raftstore.Member{ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr, Voter: !req.NonVoter}
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if cur, ok := s.Members[req.ID]; ok { // adding again keeps what it has done
 			mem.Joined, mem.Draining = cur.Joined, cur.Draining
 		}
 	})
-	return mapStoreErr(m.store.Apply(ctx, raftstore.UpsertMember{Member: mem}))
+	return StoreErr(o.store.Apply(ctx, raftstore.UpsertMember{Member: mem}))
 }
 
 // RemoveMember removes a member from the raft configuration and the
 // state. A member that still holds partitions and is alive is refused:
 // drain it first, so its partitions move by handoff. The leader may remove
 // itself: it steps down once the change is committed.
-func (m *Member) RemoveMember(ctx context.Context, id string) error {
-	c, err := m.toLeader(ctx)
+func (o *Ops) RemoveMember(ctx context.Context, id string) error {
+	c, err := o.member.ToLeader(ctx)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 		return c.RemoveMember(ctx, id)
 	}
 	n, known := 0, false
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		_, known = s.Members[id]
 		for _, t := range s.Topics {
 			for _, p := range t.Partitions {
@@ -141,7 +141,7 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 			}
 		}
 	})
-	alive, inConfig := m.lead.Alive()
+	alive, inConfig := o.lead.Alive()
 	if !known && !inConfig[id] {
 		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", api.ErrNotFound, id)
 	}
@@ -153,21 +153,21 @@ func (m *Member) RemoveMember(ctx context.Context, id string) error {
 	// and its record is dropped once it owns none (the leader's round, daemon/leader). The
 	// leader may remove itself: it steps down once the change is committed,
 	// and the next leader drops its record.
-	return mapStoreErr(m.store.RemoveServer(id))
+	return StoreErr(o.store.RemoveServer(id))
 }
 
 // DrainMember marks a member draining (or not).
-func (m *Member) DrainMember(ctx context.Context, id string, drain bool) error {
-	c, err := m.toLeader(ctx)
+func (o *Ops) DrainMember(ctx context.Context, id string, drain bool) error {
+	c, err := o.member.ToLeader(ctx)
 	if err != nil {
 		return err
 	}
 	if c != nil {
 		return c.DrainMember(ctx, id, drain)
 	}
-	err = m.store.Apply(ctx, raftstore.SetDraining{ID: id, Draining: drain})
+	err = o.store.Apply(ctx, raftstore.SetDraining{ID: id, Draining: drain})
 	if errors.Is(err, raftstore.ErrNotFound) {
 		return fmt.Errorf("%w: member %s is not in the group (see kmirror members)", api.ErrNotFound, id)
 	}
-	return mapStoreErr(err)
+	return StoreErr(err)
 }

@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -21,30 +21,30 @@ import (
 // configs and replication factor (or adopts the one an earlier attempt
 // created, if its partition count matches). A failure keeps the topic
 // PENDING with the reason shown, retried every pendingRetry.
-func (m *Member) FinishPending(lctx context.Context, t raftstore.MirrorTopic) {
+func (o *Ops) FinishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
-	m.creatingMu.Lock()
-	if m.pendingTried == nil {
-		m.pendingTried = map[string]time.Time{}
+	o.creatingMu.Lock()
+	if o.pendingTried == nil {
+		o.pendingTried = map[string]time.Time{}
 	}
-	busy := m.creating[key]
-	if !busy && time.Since(m.pendingTried[key]) < pendingRetry {
+	busy := o.creating[key]
+	if !busy && time.Since(o.pendingTried[key]) < pendingRetry {
 		busy = true
 	}
 	if !busy {
-		m.pendingTried[key] = time.Now()
+		o.pendingTried[key] = time.Now()
 	}
-	m.creatingMu.Unlock()
+	o.creatingMu.Unlock()
 	if busy {
 		return
 	}
 	ctx, cancel := context.WithTimeout(lctx, adminTimeout)
 	defer cancel()
-	tm, err := m.dest.Topic(ctx, t.Topic)
+	tm, err := o.dest.Topic(ctx, t.Topic)
 	destID := tm.ID
 	switch {
 	case errors.Is(err, kafka.ErrTopicNotFound):
-		destID, err = m.createDestination(ctx, t)
+		destID, err = o.createDestination(ctx, t)
 	case err == nil && tm.Partitions != len(t.Partitions):
 		err = fmt.Errorf("destination topic %s has %d partitions, the source %d: delete it on the destination cluster, "+
 			"kmirror creates it again", t.Topic, tm.Partitions, len(t.Partitions))
@@ -52,14 +52,14 @@ func (m *Member) FinishPending(lctx context.Context, t raftstore.MirrorTopic) {
 	if err != nil {
 		reason := "creating the destination topic failed (retried every " + pendingRetry.String() + "): " + err.Error()
 		if t.Reason != reason {
-			if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StatePending, Reason: reason}); aerr != nil {
-				m.log.Warn("record pending topic's reason", zap.String("topic", t.Topic), zap.Error(aerr))
+			if aerr := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StatePending, Reason: reason}); aerr != nil {
+				o.log.Warn("record pending topic's reason", zap.String("topic", t.Topic), zap.Error(aerr))
 			}
 		}
-		m.log.Warn("create destination topic of a pending topic", zap.String("mirror", t.Mirror), zap.String("topic", t.Topic), zap.Error(err))
+		o.log.Warn("create destination topic of a pending topic", zap.String("mirror", t.Mirror), zap.String("topic", t.Topic), zap.Error(err))
 		return
 	}
-	if aerr := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StateMirroring, DestTopicID: destID}); aerr != nil {
-		m.log.Warn("finish pending topic", zap.String("topic", t.Topic), zap.Error(aerr))
+	if aerr := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic, State: raftstore.StateMirroring, DestTopicID: destID}); aerr != nil {
+		o.log.Warn("finish pending topic", zap.String("topic", t.Topic), zap.Error(aerr))
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -33,8 +33,8 @@ const (
 // every group of the topic synced; then it stops the topic as RemoveTopic does. If that does
 // not happen within timeout it fails with ErrConflict, naming what is
 // missing, and nothing is stopped.
-func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
 		}
@@ -43,7 +43,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 	var state raftstore.TopicState
 	var mir *raftstore.Mirror
 	partitions := 0
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if t, ok := s.Topic(mirror, topic); ok {
 			state, partitions = t.State, len(t.Partitions)
 			mir = s.Mirrors[mirror].Clone()
@@ -55,7 +55,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 	case state == raftstore.StateStopped:
 		return nil
 	case state == raftstore.StateStopping:
-		return m.waitStopped(ctx, mirror, topic)
+		return o.waitStopped(ctx, mirror, topic)
 	case state != raftstore.StateMirroring:
 		return fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
 			"remove it without --wait-for-sync for an emergency failover", api.ErrConflict, topic, mirror, state)
@@ -68,9 +68,9 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		return fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
 			"groups.sync.interval=%s): give --wait-for-sync=%s or more", api.ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
 	}
-	src := m.SourceAdmin(*mir)
+	src := o.member.SourceAdmin(*mir)
 	defer src.Close()
-	w := switchoverWait{m: m, src: src, mirror: mirror, topic: topic, partitions: partitions}
+	w := switchoverWait{o: o, src: src, mirror: mirror, topic: topic, partitions: partitions}
 	deadline := time.Now().Add(timeout)
 	for {
 		why := w.blocker(ctx)
@@ -88,13 +88,13 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 		case <-time.After(switchoverPoll):
 		}
 	}
-	m.log.Info("planned switchover: caught up with the source and groups synced; stopping", zap.String("mirror", mirror),
+	o.log.Info("planned switchover: caught up with the source and groups synced; stopping", zap.String("mirror", mirror),
 		zap.String("topic", topic), zap.Int64s("source_last_stable_offsets", w.lastStable))
-	if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping,
+	if err := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping,
 		Reason: "planned switchover (remove --wait-for-sync)"}); err != nil {
-		return mapStoreErr(err)
+		return StoreErr(err)
 	}
-	if err := m.waitStopped(ctx, mirror, topic); err != nil {
+	if err := o.waitStopped(ctx, mirror, topic); err != nil {
 		return err
 	}
 	return w.checkNoneLeft(ctx)
@@ -102,7 +102,7 @@ func (m *Member) SwitchoverTopic(ctx context.Context, mirror, topic string, time
 
 // switchoverWait tracks a planned switchover's conditions across polls.
 type switchoverWait struct {
-	m             *Member
+	o             *Ops
 	src           *kafka.Admin
 	mirror, topic string
 	partitions    int
@@ -134,7 +134,7 @@ func (w *switchoverWait) blocker(ctx context.Context) string {
 	if time.Since(w.stableSince) < switchoverQuiet {
 		return fmt.Sprintf("waiting for the source's last stable offset to stay put for %s (producers stopped)", switchoverQuiet)
 	}
-	live, _ := w.m.liveStatuses(cctx)
+	live, _ := w.o.member.LiveStatuses(cctx)
 	var behind []string
 	for p := 0; p < w.partitions; p++ {
 		st, ok := live[fetch.Key{Mirror: w.mirror, Topic: w.topic, Partition: int32(p)}]
@@ -154,7 +154,7 @@ func (w *switchoverWait) blocker(ctx context.Context) string {
 	if w.caughtUp.IsZero() {
 		w.caughtUp = time.Now()
 	}
-	rows, err := w.m.DescribeGroups(cctx, w.mirror)
+	rows, err := w.o.DescribeGroups(cctx, w.mirror)
 	if err != nil {
 		return "group sync unknown: " + err.Error()
 	}
@@ -188,7 +188,7 @@ func (w *switchoverWait) checkNoneLeft(ctx context.Context) error {
 		return nil // the positions are recorded; the source can no longer be asked
 	}
 	var left []string
-	w.m.store.Read(func(s *raftstore.State) {
+	w.o.store.Read(func(s *raftstore.State) {
 		t, ok := s.Topic(w.mirror, w.topic)
 		if !ok {
 			return

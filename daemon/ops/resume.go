@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 // owner walks source and destination again, so a cause that is gone is
 // verified, not assumed. With AcceptGap a partition whose source records
 // were deleted before they were mirrored skips them once and counts them.
-func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([]int32, error) {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([]int32, error) {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -29,7 +29,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([
 	var topicState raftstore.TopicState
 	var mir raftstore.Mirror
 	found, mirrorFound := false, false
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if p, ok := s.Mirrors[req.Mirror]; ok {
 			mir, mirrorFound = *p.Clone(), true
 		}
@@ -48,7 +48,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([
 		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, req.Mirror, req.Topic, req.Mirror)
 	}
 	if topicState == raftstore.StatePaused && len(req.Partitions) == 0 && !req.AcceptGap {
-		if _, err := m.UnpauseTopics(ctx, req.Mirror, req.Topic); err != nil {
+		if _, err := o.UnpauseTopics(ctx, req.Mirror, req.Topic); err != nil {
 			return nil, err
 		}
 		all := make([]int32, len(states))
@@ -83,7 +83,7 @@ func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([
 	if req.AcceptGap {
 		// Partitions not stopped by a gap accept none beyond the
 		// source's log start of this moment.
-		src := m.SourceAdmin(mir)
+		src := o.member.SourceAdmin(mir)
 		defer src.Close()
 		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 		defer cancel()
@@ -104,10 +104,10 @@ func (m *Member) ResumePartitions(ctx context.Context, req api.ResumeRequest) ([
 				cmd.AcceptGapBelow = gapBelow[p]
 			}
 		}
-		if err := m.store.Apply(ctx, cmd); err != nil {
-			return nil, mapStoreErr(err)
+		if err := o.store.Apply(ctx, cmd); err != nil {
+			return nil, StoreErr(err)
 		}
-		m.log.Info("partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", req.AcceptGap))
+		o.log.Info("partition resumed by the operator", zap.Stringer("partition", k), zap.Bool("accept_gap", req.AcceptGap))
 	}
 	return want, nil
 }

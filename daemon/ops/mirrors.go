@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kmirror/kmirror/daemon/httpapi"
 	"github.com/kmirror/kmirror/daemon/mirrorprops"
 
 	"go.uber.org/zap"
@@ -21,17 +20,12 @@ import (
 	"github.com/kmirror/kmirror/raftstore"
 )
 
-var _ api.Service = (*Member)(nil)
-
 // validName is what mirror names may be (Kafka's topic name alphabet).
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
-// adminTimeout bounds each call to a Kafka cluster made for an API request.
-const adminTimeout = 15 * time.Second
-
 // CreateMirror defines a mirror after checking its source cluster answers.
-func (m *Member) CreateMirror(ctx context.Context, req api.CreateMirrorRequest) error {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) CreateMirror(ctx context.Context, req api.CreateMirrorRequest) error {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
 		}
@@ -46,43 +40,24 @@ func (m *Member) CreateMirror(ctx context.Context, req api.CreateMirrorRequest) 
 	}
 	bootstrap := settings.Bootstrap
 	exists := false
-	m.store.Read(func(s *raftstore.State) { _, exists = s.Mirrors[req.Name] })
+	o.store.Read(func(s *raftstore.State) { _, exists = s.Mirrors[req.Name] })
 	if exists {
 		return fmt.Errorf("%w: mirror %s already exists: delete it first or pick another name", api.ErrExists, req.Name)
 	}
-	clusterID, err := m.checkSource(ctx, settings)
+	clusterID, err := o.checkSource(ctx, settings)
 	if err != nil {
 		return err
 	}
-	err = m.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{
+	err = o.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{
 		Name: req.Name, Bootstrap: bootstrap, Properties: req.Properties, SourceClusterID: clusterID,
 	}})
-	return mapStoreErr(err)
-}
-
-// mapStoreErr turns raftstore errors into API sentinel errors.
-func mapStoreErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, raftstore.ErrNotFound):
-		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
-	case errors.Is(err, raftstore.ErrExists):
-		return fmt.Errorf("%w: %v", api.ErrExists, err)
-	case errors.Is(err, raftstore.ErrNotLeader):
-		return fmt.Errorf("%w: %v", api.ErrNotLeader, err)
-	case errors.Is(err, raftstore.ErrStaleGeneration):
-		return fmt.Errorf("%w: %v", api.ErrStale, err)
-	case errors.Is(err, raftstore.ErrInvalid):
-		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
-	}
-	return err
+	return StoreErr(err)
 }
 
 // DeleteMirror removes a mirror; with force, its mirroring topics are
 // stopped first (as remove does).
-func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) error {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) DeleteMirror(ctx context.Context, name string, force bool) error {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
 		}
@@ -90,7 +65,7 @@ func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) erro
 	}
 	var active []string
 	found := false
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		_, found = s.Mirrors[name]
 		for _, t := range s.Topics {
 			if t.Mirror == name && t.State != raftstore.StateStopped {
@@ -107,11 +82,11 @@ func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) erro
 			api.ErrConflict, name, strings.Join(active, ", "))
 	}
 	for _, t := range active {
-		if err := m.RemoveTopic(ctx, name, t); err != nil {
+		if err := o.RemoveTopic(ctx, name, t); err != nil {
 			return fmt.Errorf("stop %s before deleting mirror %s: %w", t, name, err)
 		}
 	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.DeleteMirror{Name: name}))
+	return StoreErr(o.store.Apply(ctx, raftstore.DeleteMirror{Name: name}))
 }
 
 // RemoveTopic stops mirroring a topic: the topic becomes STOPPING in the
@@ -121,8 +96,8 @@ func (m *Member) DeleteMirror(ctx context.Context, name string, force bool) erro
 // state topic. This returns once every partition is STOPPED; the
 // destination topic is then the writable copy. STOPPING survives any
 // crash: the owners carry it on.
-func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) RemoveTopic(ctx context.Context, mirror, topic string) error {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return err
 		}
@@ -130,7 +105,7 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 	}
 	var state raftstore.TopicState
 	found := false
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if p, ok := s.Topic(mirror, topic); ok {
 			state, found = p.State, true
 		}
@@ -145,31 +120,31 @@ func (m *Member) RemoveTopic(ctx context.Context, mirror, topic string) error {
 		// Nothing was mirrored: no partition ran, so there is no position
 		// to record. The record goes; a destination topic an attempt
 		// created stays (empty), as the reply says.
-		if err := m.store.Apply(ctx, raftstore.RemoveTopic{Mirror: mirror, Topic: topic}); err != nil {
-			return mapStoreErr(err)
+		if err := o.store.Apply(ctx, raftstore.RemoveTopic{Mirror: mirror, Topic: topic}); err != nil {
+			return StoreErr(err)
 		}
-		m.log.Info("pending topic removed before any mirroring", zap.String("mirror", mirror), zap.String("topic", topic))
+		o.log.Info("pending topic removed before any mirroring", zap.String("mirror", mirror), zap.String("topic", topic))
 		return nil
 	}
 	if state != raftstore.StateStopping {
-		if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
-			return mapStoreErr(err)
+		if err := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping}); err != nil {
+			return StoreErr(err)
 		}
 	}
-	return m.waitStopped(ctx, mirror, topic)
+	return o.waitStopped(ctx, mirror, topic)
 }
 
 // waitStopped waits until every partition of the topic is STOPPED.
-func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
+func (o *Ops) waitStopped(ctx context.Context, mirror, topic string) error {
 	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, api.RemoveWait)
 	defer cancel()
-	changed, stop := m.store.Watch()
+	changed, stop := o.store.Watch()
 	defer stop()
 	for {
 		left, owners := 0, map[string]bool{}
 		gone := true
-		m.store.Read(func(s *raftstore.State) {
+		o.store.Read(func(s *raftstore.State) {
 			t, ok := s.Topic(mirror, topic)
 			if !ok {
 				return
@@ -186,7 +161,7 @@ func (m *Member) waitStopped(ctx context.Context, mirror, topic string) error {
 			return fmt.Errorf("%w: topic %s of mirror %s was deleted while it stopped", api.ErrNotFound, topic, mirror)
 		}
 		if left == 0 {
-			m.lead.LiftReadOnly(ctx) // returns with the topic writable (README, Read-only mirror topics)
+			o.lead.LiftReadOnly(ctx) // returns with the topic writable (README, Read-only mirror topics)
 			return nil
 		}
 		select {
@@ -216,12 +191,12 @@ func sortedKeys(set map[string]bool) []string {
 }
 
 // ListMirrors summarises every mirror.
-func (m *Member) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
-	if err := m.CaughtUp(ctx); err != nil {
+func (o *Ops) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
+	if err := o.member.CaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	var out []api.MirrorSummary
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
 			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{}}
 			var states []raftstore.TopicState
@@ -276,15 +251,15 @@ func summarise(states []raftstore.TopicState) string {
 //
 // Any member answers for every partition of the group: offsets come from
 // the members that run the partitions, asked at the time of the request.
-func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]api.PartitionStatus, error) {
-	if err := m.CaughtUp(ctx); err != nil {
+func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.PartitionStatus, error) {
+	if err := o.member.CaughtUp(ctx); err != nil {
 		return nil, err
 	}
-	live, silent := m.liveStatuses(ctx)
+	live, silent := o.member.LiveStatuses(ctx)
 	var out []api.PartitionStatus
 	var paused []int // rows of PAUSED partitions: their checkpoint is their position
 	mirrorFound := mirror == ""
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if _, ok := s.Mirrors[mirror]; ok {
 			mirrorFound = true
 		}
@@ -342,7 +317,7 @@ func (m *Member) Describe(ctx context.Context, mirror, topic string) ([]api.Part
 	}
 	for _, i := range paused {
 		ps := &out[i]
-		if pos, ok, err := m.engine.Checkpointed(ctx, fetch.Key{Mirror: ps.Mirror, Topic: ps.Topic, Partition: ps.Partition}); err == nil && ok {
+		if pos, ok, err := o.engine.Checkpointed(ctx, fetch.Key{Mirror: ps.Mirror, Topic: ps.Topic, Partition: ps.Partition}); err == nil && ok {
 			ps.SourceOffset, ps.DestinationOffset = pos.SourceOffset, pos.DestinationOffset
 		}
 		ps.Reason = "paused by the operator: nothing is fetched; kmirror resume continues from here"
@@ -370,22 +345,22 @@ func inMirror(mirror string) string {
 //
 // Any member answers: the request goes to the member that runs the
 // partition, which holds its translation in memory.
-func (m *Member) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (api.Translation, error) {
+func (o *Ops) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (api.Translation, error) {
 	k := fetch.Key{Mirror: mirror, Topic: topic, Partition: partition}
 	owner := ""
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if p, ok := s.Partition(raftstore.PartitionKey{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition}); ok {
 			owner = p.Owner
 		}
 	})
-	if owner != "" && owner != m.cfg.NodeID && !httpapi.IsForwarded(ctx) {
-		c, err := m.memberClient(owner)
+	if owner != "" && owner != o.cfg.NodeID && !api.IsForwarded(ctx) {
+		c, err := o.member.MemberClient(owner)
 		if err != nil {
 			return api.Translation{}, err
 		}
 		return c.Translate(ctx, mirror, topic, partition, sourceOffset)
 	}
-	d, err := m.engine.Translate(k, sourceOffset)
+	d, err := o.engine.Translate(k, sourceOffset)
 	var before *fetch.BeforeStartError
 	switch {
 	case errors.As(err, &before):

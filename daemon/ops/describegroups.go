@@ -1,10 +1,9 @@
-package daemon
+package ops
 
 import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
@@ -12,19 +11,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// LocalGroupRows serves /v1/internal/groups.
-func (m *Member) LocalGroupRows() []api.GroupStatus { return m.own.Groups().LocalRows() }
-
 // DescribeGroups shows the group offset sync of every member: each member
 // reports the partitions it syncs. A member that does not answer within a
 // few seconds is left out.
-func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]api.GroupStatus, error) {
-	if err := m.CaughtUp(ctx); err != nil {
+func (o *Ops) DescribeGroups(ctx context.Context, mirror string) ([]api.GroupStatus, error) {
+	if err := o.member.CaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	found := mirror == ""
 	owners := map[fetch.Key]string{}
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		_, ok := s.Mirrors[mirror]
 		found = found || ok
 		for _, t := range s.Topics {
@@ -36,13 +32,9 @@ func (m *Member) DescribeGroups(ctx context.Context, mirror string) ([]api.Group
 	if !found {
 		return nil, fmt.Errorf("%w: mirror %s does not exist (see kmirror list)", api.ErrNotFound, mirror)
 	}
-	all := m.own.Groups().LocalRows()
-	answers, silent := askOthers(ctx, m, 3*time.Second, (*api.Client).InternalGroups)
-	for _, rows := range answers {
-		all = append(all, rows...)
-	}
+	all, silent := o.member.GroupRows(ctx)
 	if len(silent) > 0 {
-		m.log.Debug("members did not report their group sync", zap.Strings("members", sortedKeys(silent)))
+		o.log.Debug("members did not report their group sync", zap.Strings("members", sortedKeys(silent)))
 	}
 	// A partition that just moved may be reported by its old and new
 	// member: the one that owns it now wins.

@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 
 // findExisting looks for the last mirrored position of topic (see
 // truncate.Find); nil when there is none.
-func (m *Member) findExisting(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string) (*truncate.Plan, error) {
-	dstID, err := m.dest.ClusterID(ctx)
+func (o *Ops) findExisting(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string) (*truncate.Plan, error) {
+	dstID, err := o.dest.ClusterID(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -31,12 +31,12 @@ func (m *Member) findExisting(ctx context.Context, src *kafka.Admin, mir raftsto
 			return nil, err
 		}
 	}
-	return truncate.Find(ctx, mir.Name, topic, truncate.Side{Admin: src, ClusterID: srcID}, truncate.Side{Admin: m.dest, ClusterID: dstID})
+	return truncate.Find(ctx, mir.Name, topic, truncate.Side{Admin: src, ClusterID: srcID}, truncate.Side{Admin: o.dest, ClusterID: dstID})
 }
 
 // existingTopic is the planned record of a topic that continues into its
 // existing destination topic: MIRRORING at once, nothing to create.
-func (m *Member) existingTopic(mir raftstore.Mirror, srcTopic kafka.TopicMeta, plan *truncate.Plan) plannedTopic {
+func (o *Ops) existingTopic(mir raftstore.Mirror, srcTopic kafka.TopicMeta, plan *truncate.Plan) plannedTopic {
 	mt := raftstore.MirrorTopic{Mirror: mir.Name, Topic: plan.Topic, State: raftstore.StatePending, SourceTopicID: srcTopic.ID,
 		Partitions: make([]raftstore.PartitionInfo, len(plan.Partitions))}
 	for i, pp := range plan.Partitions {
@@ -64,59 +64,59 @@ func divergentText(p *truncate.Plan) string {
 // continueTopic seeds every partition's checkpoint and translation at the
 // last mirrored position and records the topic: mirroring continues from
 // there, copying only new records.
-func (m *Member) continueTopic(ctx context.Context, p plannedTopic) error {
+func (o *Ops) continueTopic(ctx context.Context, p plannedTopic) error {
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	for _, pp := range p.existing.Partitions {
 		k := fetch.Key{Mirror: p.topic.Mirror, Topic: p.topic.Topic, Partition: pp.Partition}
-		if err := m.engine.Seed(cctx, k, fetch.Entry{Src: pp.SourceOffset, Dst: pp.DestinationOffset}, pp.SourceLeaderEpoch, pp.Translation); err != nil {
+		if err := o.engine.Seed(cctx, k, fetch.Entry{Src: pp.SourceOffset, Dst: pp.DestinationOffset}, pp.SourceLeaderEpoch, pp.Translation); err != nil {
 			return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 		}
 	}
-	tm, err := m.dest.Topic(cctx, p.topic.Topic)
+	tm, err := o.dest.Topic(cctx, p.topic.Topic)
 	if err != nil {
 		return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
-	m.log.Info("topic continues from its last mirrored position", zap.String("mirror", p.topic.Mirror), zap.String("topic", p.topic.Topic),
+	o.log.Info("topic continues from its last mirrored position", zap.String("mirror", p.topic.Mirror), zap.String("topic", p.topic.Topic),
 		zap.String("kind", p.existing.Kind), zap.String("from", p.existing.From))
 	t := p.topic
 	t.DestTopicID = tm.ID
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
-	m.creatingMu.Lock()
-	m.creating[key] = true
-	m.creatingMu.Unlock()
+	o.creatingMu.Lock()
+	o.creating[key] = true
+	o.creatingMu.Unlock()
 	defer func() {
-		m.creatingMu.Lock()
-		delete(m.creating, key)
-		m.creatingMu.Unlock()
+		o.creatingMu.Lock()
+		delete(o.creating, key)
+		o.creatingMu.Unlock()
 	}()
-	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
-		return mapStoreErr(err)
+	if err := o.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
+		return StoreErr(err)
 	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
+	return StoreErr(o.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
 		State: raftstore.StateMirroring, DestTopicID: tm.ID}))
 }
 
 // truncateAndAdd quarantines the divergent records of an existing
 // destination topic, deletes the topic, and adds it afresh.
-func (m *Member) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) (truncate.Result, error) {
+func (o *Ops) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, p plannedTopic, rf int16) (truncate.Result, error) {
 	if rf == 0 {
-		rf = m.cfg.Destination.ReplicationFactor
+		rf = o.cfg.ReplicationFactor
 	}
 	tctx, cancel := context.WithTimeout(ctx, api.TruncateTimeout)
 	defer cancel()
-	res, err := truncate.Truncate(tctx, m.dest, p.existing, rf)
+	res, err := truncate.Truncate(tctx, o.dest, p.existing, rf)
 	if err != nil {
 		return res, fmt.Errorf("%w: truncate %s: %v", api.ErrUnavailable, p.topic.Topic, err)
 	}
-	m.log.Warn("destination topic truncated: divergent records quarantined, topic deleted for its rebuild", zap.String("mirror", mir.Name),
+	o.log.Warn("destination topic truncated: divergent records quarantined, topic deleted for its rebuild", zap.String("mirror", mir.Name),
 		zap.String("topic", p.topic.Topic), zap.String("quarantine", res.Quarantine), zap.Int64s("copied", res.Copied))
-	if err := m.engine.ForgetTopic(tctx, mir.Name, p.topic.Topic); err != nil {
+	if err := o.engine.ForgetTopic(tctx, mir.Name, p.topic.Topic); err != nil {
 		return res, fmt.Errorf("%w: clearing earlier checkpoints of %s: %v", api.ErrUnavailable, p.topic.Topic, err)
 	}
-	fresh, err := m.planTopic(tctx, src, mir, p.topic.Topic, kafka.Earliest, false)
+	fresh, err := o.planTopic(tctx, src, mir, p.topic.Topic, kafka.Earliest, false)
 	if err != nil {
 		return res, err
 	}
-	return res, m.createTopic(ctx, fresh, rf)
+	return res, o.createTopic(ctx, fresh, rf)
 }

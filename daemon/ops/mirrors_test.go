@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -29,8 +29,8 @@ type plannedTopic struct {
 // topic exists; destination topic absent, or one kmirror wrote and whose
 // last mirrored position it finds); only then is anything created, so a
 // bad request leaves nothing half-done.
-func (m *Member) AddTopics(ctx context.Context, req api.AddTopicsRequest) (api.AddResult, error) {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) AddTopics(ctx context.Context, req api.AddTopicsRequest) (api.AddResult, error) {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return api.AddResult{}, err
 		}
@@ -38,24 +38,24 @@ func (m *Member) AddTopics(ctx context.Context, req api.AddTopicsRequest) (api.A
 	}
 	req.DryRun = false
 	res := api.AddResult{Status: "added"}
-	_, err := m.addTopics(ctx, req, &res)
+	_, err := o.addTopics(ctx, req, &res)
 	return res, err
 }
 
 // PlanTopics is add --dry-run: what AddTopics would do with each topic,
 // changing nothing.
-func (m *Member) PlanTopics(ctx context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) PlanTopics(ctx context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return nil, err
 		}
 		return c.PlanTopics(ctx, req)
 	}
 	req.DryRun = true
-	return m.addTopics(ctx, req, nil)
+	return o.addTopics(ctx, req, nil)
 }
 
-func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.AddResult) ([]truncate.Plan, error) {
+func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.AddResult) ([]truncate.Plan, error) {
 	if len(req.Topics) == 0 {
 		return nil, fmt.Errorf("%w: name at least one --topic", api.ErrInvalid)
 	}
@@ -70,7 +70,7 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 	var mir raftstore.Mirror
 	found := false
 	taken, stopped := map[string]string{}, map[string]string{}
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		if p, ok := s.Mirrors[req.Mirror]; ok {
 			mir, found = *p, true
 		}
@@ -97,7 +97,7 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 		plans = append(plans, truncate.Plan{Mirror: req.Mirror, Topic: topic, Kind: truncate.KindRefused, Reason: err.Error()})
 		return nil
 	}
-	src := m.SourceAdmin(mir)
+	src := o.member.SourceAdmin(mir)
 	defer src.Close()
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
@@ -116,7 +116,7 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 		seen[t] = true
 		var p plannedTopic
 		if err == nil {
-			p, err = m.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
+			p, err = o.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
 		}
 		if err != nil {
 			if rerr := refuse(t, err); rerr != nil {
@@ -147,7 +147,7 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 			// Mirrored before and removed: its old checkpoints and
 			// translation must not be taken for the new start (a
 			// continued one is seeded below from what was read).
-			if err := m.engine.ForgetTopic(cctx, req.Mirror, p.topic.Topic); err != nil {
+			if err := o.engine.ForgetTopic(cctx, req.Mirror, p.topic.Topic); err != nil {
 				return nil, fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", api.ErrUnavailable, p.topic.Topic, err)
 			}
 		}
@@ -157,14 +157,14 @@ func (m *Member) addTopics(ctx context.Context, req api.AddTopicsRequest, res *a
 		switch {
 		case p.existing != nil && p.existing.Divergent():
 			var tr truncate.Result
-			tr, err = m.truncateAndAdd(ctx, src, mir, p, req.ReplicationFactor)
+			tr, err = o.truncateAndAdd(ctx, src, mir, p, req.ReplicationFactor)
 			if tr.Quarantine != "" {
 				res.Truncated = append(res.Truncated, tr)
 			}
 		case p.existing != nil:
-			err = m.continueTopic(ctx, p)
+			err = o.continueTopic(ctx, p)
 		default:
-			err = m.createTopic(ctx, p, req.ReplicationFactor)
+			err = o.createTopic(ctx, p, req.ReplicationFactor)
 		}
 		if err != nil {
 			if i > 0 {
@@ -184,7 +184,7 @@ func topicNames(plan []plannedTopic) string {
 	return strings.Join(names, ", ")
 }
 
-func (m *Member) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
+func (o *Ops) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
 	if !validName.MatchString(topic) || topic == "." || topic == ".." {
 		return plannedTopic{}, fmt.Errorf("%w: topic name %q: Kafka topic names are 1-249 characters of A-Z a-z 0-9 . _ - (not . or ..)", api.ErrInvalid, topic)
 	}
@@ -197,16 +197,16 @@ func (m *Member) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.
 	if err != nil {
 		return plannedTopic{}, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
-	if _, err := m.dest.Partitions(ctx, topic); err == nil {
-		existing, err := m.findExisting(ctx, src, mir, topic)
+	if _, err := o.dest.Partitions(ctx, topic); err == nil {
+		existing, err := o.findExisting(ctx, src, mir, topic)
 		if err != nil {
 			return plannedTopic{}, fmt.Errorf("%w: looking for the last mirrored position of %s: %v", api.ErrUnavailable, topic, err)
 		}
 		if existing != nil {
-			return m.existingTopic(mir, srcTopic, existing), nil
+			return o.existingTopic(mir, srcTopic, existing), nil
 		}
 	}
-	if _, err := m.dest.Partitions(ctx, topic); err == nil && removed {
+	if _, err := o.dest.Partitions(ctx, topic); err == nil && removed {
 		return plannedTopic{}, fmt.Errorf("%w: destination topic %s was mirrored by mirror %s, but its last mirrored position does not "+
 			"match the source topic any more (was the source topic recreated?): to mirror the topic again from the start, delete it on "+
 			"the destination cluster first", api.ErrConflict, topic, mir.Name)
@@ -243,54 +243,54 @@ func (m *Member) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.
 // createTopic records the topic PENDING, creates the destination topic and
 // moves it to MIRRORING; if creation fails, the record is removed again.
 // A leader that stops in between leaves the topic PENDING, and the next
-// leader finishes it (finishPending) with the same configs and
+// leader finishes it (FinishPending) with the same configs and
 // replication factor, which the record carries.
-func (m *Member) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
+func (o *Ops) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
 	t := p.topic
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
-	m.creatingMu.Lock()
-	m.creating[key] = true
-	m.creatingMu.Unlock()
+	o.creatingMu.Lock()
+	o.creating[key] = true
+	o.creatingMu.Unlock()
 	defer func() {
-		m.creatingMu.Lock()
-		delete(m.creating, key)
-		m.creatingMu.Unlock()
+		o.creatingMu.Lock()
+		delete(o.creating, key)
+		o.creatingMu.Unlock()
 	}()
 	if rf == 0 {
-		rf = m.cfg.Destination.ReplicationFactor
+		rf = o.cfg.ReplicationFactor
 	}
 	t.ReplicationFactor = rf
-	if err := m.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
-		return mapStoreErr(err)
+	if err := o.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
+		return StoreErr(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	destID, err := m.createDestination(cctx, t)
+	destID, err := o.createDestination(cctx, t)
 	if err != nil {
-		if rerr := m.store.Apply(ctx, raftstore.RemoveTopic{Mirror: t.Mirror, Topic: t.Topic}); rerr != nil {
-			m.log.Error("undo add topic", zap.String("topic", t.Topic), zap.Error(rerr))
+		if rerr := o.store.Apply(ctx, raftstore.RemoveTopic{Mirror: t.Mirror, Topic: t.Topic}); rerr != nil {
+			o.log.Error("undo add topic", zap.String("topic", t.Topic), zap.Error(rerr))
 		}
 		return destinationError(t.Topic, err)
 	}
-	return mapStoreErr(m.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
+	return StoreErr(o.store.Apply(ctx, raftstore.SetTopicState{Mirror: t.Mirror, Topic: t.Topic,
 		State: raftstore.StateMirroring, DestTopicID: destID}))
 }
 
 // createDestination creates the destination topic of t with its recorded
 // configs and replication factor and returns its topic ID.
-func (m *Member) createDestination(ctx context.Context, t raftstore.MirrorTopic) (string, error) {
+func (o *Ops) createDestination(ctx context.Context, t raftstore.MirrorTopic) (string, error) {
 	configs := t.DestinationConfigs
 	if len(configs) == 0 {
 		configs = kafka.MirrorTopicConfigs // recorded by an older build
 	}
 	rf := t.ReplicationFactor
 	if rf == 0 {
-		rf = m.cfg.Destination.ReplicationFactor
+		rf = o.cfg.ReplicationFactor
 	}
-	if err := m.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), rf, configs); err != nil {
+	if err := o.dest.CreateTopic(ctx, t.Topic, len(t.Partitions), rf, configs); err != nil {
 		return "", err
 	}
-	tm, err := m.dest.Topic(ctx, t.Topic)
+	tm, err := o.dest.Topic(ctx, t.Topic)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -17,18 +17,18 @@ import (
 // and UnpauseTopics continues exactly from the checkpoint (verified by
 // the resume walk). It returns the topics paused; a topic already PAUSED
 // counts as done, and a mirror with nothing to pause returns none.
-func (m *Member) PauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
-	return m.setPaused(ctx, mirror, topic, true)
+func (o *Ops) PauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
+	return o.setPaused(ctx, mirror, topic, true)
 }
 
 // UnpauseTopics resumes PAUSED topics of a mirror (all of them when topic
 // is ""), and returns them.
-func (m *Member) UnpauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
-	return m.setPaused(ctx, mirror, topic, false)
+func (o *Ops) UnpauseTopics(ctx context.Context, mirror, topic string) ([]string, error) {
+	return o.setPaused(ctx, mirror, topic, false)
 }
 
-func (m *Member) setPaused(ctx context.Context, mirror, topic string, pause bool) ([]string, error) {
-	if c, err := m.toLeader(ctx); err != nil || c != nil {
+func (o *Ops) setPaused(ctx context.Context, mirror, topic string, pause bool) ([]string, error) {
+	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -43,7 +43,7 @@ func (m *Member) setPaused(ctx context.Context, mirror, topic string, pause bool
 	}
 	var topics []string
 	mirrorFound, topicState := false, raftstore.TopicState("")
-	m.store.Read(func(s *raftstore.State) {
+	o.store.Read(func(s *raftstore.State) {
 		_, mirrorFound = s.Mirrors[mirror]
 		for _, t := range s.Topics {
 			if t.Mirror != mirror || (topic != "" && t.Topic != topic) {
@@ -69,10 +69,10 @@ func (m *Member) setPaused(ctx context.Context, mirror, topic string, pause bool
 	}
 	sort.Strings(topics)
 	for _, t := range topics {
-		if err := m.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: t, State: to}); err != nil {
-			return nil, mapStoreErr(err)
+		if err := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: t, State: to}); err != nil {
+			return nil, StoreErr(err)
 		}
-		m.log.Info("topic "+verb+"d by the operator", zap.String("mirror", mirror), zap.String("topic", t))
+		o.log.Info("topic "+verb+"d by the operator", zap.String("mirror", mirror), zap.String("topic", t))
 	}
 	return topics, nil
 }
