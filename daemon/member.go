@@ -51,6 +51,8 @@ type Member struct {
 	lead *leader.Leader
 	srv  *http.Server
 	addr net.Addr
+	// conns bounds the API's connections per client.
+	conns *httpapi.ConnLimiter
 	// handler is the HTTP handler; it answers only probes until started.
 	handler atomic.Pointer[http.Handler]
 	started atomic.Bool
@@ -192,6 +194,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	m.wireOps()
 	mx := newMetrics(m.engine, m.skippedRecords, m.own.Groups(), m.sources, m.lead)
 	mx.auth = m.auth
+	mx.conns = m.conns
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
@@ -266,13 +269,10 @@ func (m *Member) listen() error {
 	m.addr = ln.Addr()
 	boot := http.Handler(httpapi.StartingHandler(m.Probe))
 	m.handler.Store(&boot)
-	m.srv = &http.Server{
-		Handler:           m.auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
-		ReadHeaderTimeout: 10 * time.Second,
-		// The server's own errors (TLS handshakes refused) as JSON log
-		// lines like the rest.
-		ErrorLog: zap.NewStdLog(m.log.Named("http")),
-	}
+	m.srv = httpapi.NewServer(m.auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
+		m.log.Named("http"))
+	m.conns = httpapi.Limit(ln, httpapi.MaxConnsPerClient, m.log.Named("http"))
+	ln = m.conns
 	if cfg := m.auth.ServerTLS(); cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	} else if m.cfg.API.TokenFile != "" && !isLoopback(m.addr) {

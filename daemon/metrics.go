@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -51,6 +52,11 @@ type metrics struct {
 	roUnlifted    *prometheus.Desc
 	auth          *httpapi.Auth
 	unauthorized  *prometheus.Desc
+	// conns feeds kmirror_api_connections and
+	// kmirror_api_connections_refused_total (nil in tests).
+	conns        *httpapi.ConnLimiter
+	connsOpen    *prometheus.Desc
+	connsRefused *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *owner.GroupSync, probe *sourceProbe, lead *leader.Leader) *metrics {
@@ -61,6 +67,10 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		groups:  groups,
 		probe:   probe,
 		lead:    lead,
+		connsOpen: prometheus.NewDesc("kmirror_api_connections",
+			"Connections to this member's API open now.", nil, nil),
+		connsRefused: prometheus.NewDesc("kmirror_api_connections_refused_total",
+			fmt.Sprintf("API connections closed at accept because their client IP already held the most allowed (%d).", httpapi.MaxConnsPerClient), nil, nil),
 		unauthorized: prometheus.NewDesc("kmirror_api_unauthorized_total",
 			"API requests this member refused for a missing or wrong bearer token (api.token_file).", nil, nil),
 		roUnprotected: prometheus.NewDesc("kmirror_read_only_unprotected_topics",
@@ -124,6 +134,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.roUnprotected
 	ch <- m.roUnlifted
 	ch <- m.unauthorized
+	ch <- m.connsOpen
+	ch <- m.connsRefused
 	ch <- m.autoFailovr
 	ch <- m.fetched
 }
@@ -151,6 +163,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if m.groups != nil {
 		m.collectGroups(ch)
+	}
+	if m.conns != nil {
+		ch <- prometheus.MustNewConstMetric(m.connsOpen, prometheus.GaugeValue, float64(m.conns.Open()))
+		ch <- prometheus.MustNewConstMetric(m.connsRefused, prometheus.CounterValue, float64(m.conns.Refused()))
 	}
 	if m.auth.TokenRequired() {
 		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.UnauthorizedTotal()))

@@ -38,12 +38,25 @@ type Client struct {
 }
 
 // WithAuth returns the client with TLS settings for https:// servers
-// (nil: the system's CAs) and a bearer token ("" for none).
+// (nil: the system's CAs) and a bearer token ("" for none). It makes a new
+// transport (its own connections): a process that makes many clients uses
+// WithTransport with one shared transport instead.
 func (c *Client) WithAuth(tlsConfig *tls.Config, token string) *Client {
+	if tlsConfig == nil {
+		return c.WithTransport(nil, token)
+	}
+	return c.WithTransport(&http.Transport{TLSClientConfig: tlsConfig.Clone(), Proxy: http.ProxyFromEnvironment}, token)
+}
+
+// WithTransport returns the client sending its requests through rt (nil:
+// unchanged) with a bearer token ("" for none). Clients that share rt share
+// its pooled connections (issue 18: a transport per call leaked one
+// connection per member-to-member call).
+func (c *Client) WithTransport(rt http.RoundTripper, token string) *Client {
 	c1 := *c
-	if tlsConfig != nil {
+	if rt != nil {
 		h := *c.http
-		h.Transport = &http.Transport{TLSClientConfig: tlsConfig.Clone(), Proxy: http.ProxyFromEnvironment}
+		h.Transport = rt
 		c1.http = &h
 	}
 	c1.token = token
@@ -343,7 +356,7 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 		}
 		return c.transportError(ctx, err)
 	}
-	defer resp.Body.Close()
+	defer closeBody(resp.Body)
 	if resp.StatusCode == http.StatusUnauthorized && c.forwarded {
 		// A member calling another: the caller's token was good, this
 		// member's is not the other's.
@@ -360,6 +373,14 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 		return fmt.Errorf("kmirror at %s sent an unreadable reply to %s %s: %v", c.baseURL, method, path, err)
 	}
 	return nil
+}
+
+// closeBody reads what is left of a reply (a JSON decoder stops before
+// its last newline) and closes it: only a body read to its end lets the
+// transport reuse the connection (issue 18).
+func closeBody(b io.ReadCloser) {
+	io.Copy(io.Discard, io.LimitReader(b, 1<<20)) //nolint:errcheck // the reply was read; this only frees the connection
+	b.Close()
 }
 
 // notHTTP reports whether a request failed because the address answered

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -68,6 +69,9 @@ type Auth struct {
 	cert         *fileCache[*tls.Certificate]
 	// client calls other members: TLS when the API is TLS, with CAFile.
 	clientTLS *tls.Config
+	// transport carries every call this member makes to the others, so
+	// they share pooled connections (memberTransport).
+	transport *http.Transport
 	log       *zap.Logger
 }
 
@@ -90,7 +94,49 @@ func NewAuth(cfg config.APIConfig, log *zap.Logger) (*Auth, error) {
 			a.clientTLS.RootCAs = pool
 		}
 	}
+	a.transport = memberTransport(a.clientTLS)
 	return a, nil
+}
+
+// Bounds of the connections one member keeps to each other member.
+const (
+	// MaxConnsPerMember bounds the connections to one member, in use or
+	// idle; a call beyond it waits for one.
+	MaxConnsPerMember = 32
+	// maxIdlePerMember bounds the idle ones kept for reuse.
+	maxIdlePerMember = 8
+	// memberIdleTimeout closes a pooled connection idle this long (below
+	// the server's IdleTimeout, so the client closes first).
+	memberIdleTimeout = 30 * time.Second
+)
+
+// plainTransport carries the calls of members without an Auth (plain
+// HTTP, no token).
+var plainTransport = memberTransport(nil)
+
+// memberTransport is the one transport a member calls the others with:
+// TLS with tlsConfig when set, connections pooled and bounded per member.
+func memberTransport(tlsConfig *tls.Config) *http.Transport {
+	t := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		MaxConnsPerHost:       MaxConnsPerMember,
+		MaxIdleConnsPerHost:   maxIdlePerMember,
+		IdleConnTimeout:       memberIdleTimeout,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 0, // long calls (remove --wait) answer late; the client's timeout bounds them
+	}
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig.Clone()
+	}
+	return t
+}
+
+// Transport is the shared transport of this member's calls to the others.
+func (a *Auth) Transport() *http.Transport {
+	if a == nil {
+		return plainTransport
+	}
+	return a.transport
 }
 
 // Scheme is how members reach each other's API.
@@ -202,19 +248,13 @@ func (a *Auth) ClientFor(addr string, timeout time.Duration) (*api.Client, error
 	if err != nil {
 		return nil, err
 	}
-	if a == nil {
-		return c, nil
-	}
-	return c.WithAuth(a.clientTLS, a.CurrentToken()), nil
+	return c.WithTransport(a.Transport(), a.CurrentToken()), nil
 }
 
-// HTTPClient is an http.Client for raw member-to-member calls.
+// HTTPClient is an http.Client for raw member-to-member calls, on the
+// shared transport.
 func (a *Auth) HTTPClient(timeout time.Duration) *http.Client {
-	c := &http.Client{Timeout: timeout}
-	if a != nil && a.clientTLS != nil {
-		c.Transport = &http.Transport{TLSClientConfig: a.clientTLS.Clone()}
-	}
-	return c
+	return &http.Client{Timeout: timeout, Transport: a.Transport()}
 }
 
 func (a *Auth) ProbePeer(ctx context.Context, client *http.Client, addr string) (api.RaftProbe, error) {
@@ -229,7 +269,10 @@ func (a *Auth) ProbePeer(ctx context.Context, client *http.Client, addr string) 
 	if err != nil {
 		return api.RaftProbe{}, err
 	}
-	defer resp.Body.Close()
+	defer func() {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) //nolint:errcheck // frees the connection for reuse
+		resp.Body.Close()
+	}()
 	if resp.StatusCode != http.StatusOK {
 		return api.RaftProbe{}, fmt.Errorf("%s answered %s", addr, resp.Status)
 	}
