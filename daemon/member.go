@@ -275,8 +275,10 @@ func (m *Member) listen() error {
 	ln = m.conns
 	if cfg := m.auth.ServerTLS(); cfg != nil {
 		ln = tls.NewListener(ln, cfg)
-	} else if m.cfg.API.TokenFile != "" && !isLoopback(m.addr) {
-		m.log.Warn("api.token_file without api.tls: the bearer token crosses the network unencrypted; set api.tls")
+	}
+	if m.cfg.API.Insecure && !isLoopback(m.addr) {
+		m.log.Warn("api.insecure: true: the API is reachable beyond this host without a token or without TLS, so whoever reaches it "+
+			"(or reads its traffic) can change the group; set api.token_file and api.tls", zap.String("http_listen", m.cfg.HTTPListen))
 	}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

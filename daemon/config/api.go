@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -22,6 +23,9 @@ type APIConfig struct {
 	// and /metrics (all three by default, for orchestrators and
 	// Prometheus).
 	OpenRoutes []string `yaml:"open_routes"`
+	// Insecure accepts an API reachable beyond this host without a token,
+	// or with a token but without TLS (refused otherwise, issue 18).
+	Insecure bool `yaml:"insecure"`
 }
 
 // APITLSConfig serves the API over TLS when CertFile is set.
@@ -80,6 +84,39 @@ func (a APIConfig) validate(errs *problems, host string) {
 			errs.add("api.tls.ca_file", "%v", err)
 		}
 	}
+}
+
+// validateExposure refuses an admin API reachable beyond this host (listen
+// is http_listen) that anyone could call (no api.token_file), or whose
+// token would cross the network in clear (no api.tls), unless api.insecure
+// is set.
+func (a APIConfig) validateExposure(errs *problems, listen string) {
+	if a.Insecure || IsLoopbackListen(listen) {
+		return
+	}
+	switch {
+	case a.TokenFile == "":
+		errs.add("http_listen", "%s is reachable beyond this host and api.token_file is not set: anyone who reaches it could delete mirrors, "+
+			"drain members and change the group. Set api.token_file and api.tls (README, Security), listen on 127.0.0.1, "+
+			"or set api.insecure: true to accept an open API", listen)
+	case a.TLS.CertFile == "":
+		errs.add("api.tls", "http_listen %s is reachable beyond this host, so the bearer token (api.token_file) and mirror properties would cross "+
+			"the network in clear: set api.tls.cert_file and api.tls.key_file, or api.insecure: true to accept that", listen)
+	}
+}
+
+// IsLoopbackListen reports whether a listen address (host:port) is on a
+// loopback interface only: localhost or a loopback IP, not "" or 0.0.0.0.
+func IsLoopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // minTokenLength is the shortest bearer token accepted (16 characters, as

@@ -1,12 +1,15 @@
 package config
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kmirror/kmirror/integration/harness"
 )
 
 const minimalConfig = `
@@ -70,6 +73,7 @@ checkpoint_interval: 500ms
 lease_ttl: 15s
 lease_margin: 5s
 produce_timeout: 3s
+api: {insecure: true}
 test_hooks: true
 `))
 	if err != nil {
@@ -97,7 +101,7 @@ test_hooks: true
 		LeaseTTL:           15 * time.Second,
 		LeaseMargin:        5 * time.Second,
 		ProduceTimeout:     3 * time.Second,
-		API:                APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
+		API:                APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}, Insecure: true},
 		TestHooks:          true,
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -106,14 +110,38 @@ test_hooks: true
 }
 
 // TestExampleConfigLoads keeps deploy/kmirror.example.yaml in step with Config.
+// Its /etc/kmirror files are made in a temporary folder: a certificate for
+// the member's API address and a token.
 func TestExampleConfigLoads(t *testing.T) {
-	cfg, err := Load("../../deploy/kmirror.example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	data, err := os.ReadFile("../../deploy/kmirror.example.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := harness.NewCA("api-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := ca.Issue(harness.CertOptions{CommonName: "kmirror-1", IPs: []net.IP{net.ParseIP("10.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{"api.pem": iss.CertPEM, "api-key.pem": iss.KeyPEM, "ca.pem": ca.PEM,
+		"api-token": []byte("0123456789abcdef0123456789abcdef\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local := filepath.Join(dir, "kmirror.yaml")
+	if err := os.WriteFile(local, []byte(strings.ReplaceAll(string(data), "/etc/kmirror/", dir+"/")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.API.TokenFile == "" || cfg.API.TLS.CertFile == "" || cfg.API.Insecure {
+		t.Errorf("the example's API is not the secure form (token and TLS): %+v", cfg.API)
 	}
 	for _, key := range append(yamlKeys(reflect.TypeOf(Config{})), yamlKeys(reflect.TypeOf(DestinationConfig{}))...) {
 		if !strings.Contains(string(data), key+":") {

@@ -66,3 +66,30 @@ func TestRaftTLSCertificateHoldsHost(t *testing.T) {
 		t.Fatalf("a raft certificate without the advertised host: %v", err)
 	}
 }
+
+// TestOpenAPIRefused: an API reachable beyond loopback needs a token and
+// TLS unless api.insecure is set (issue 18: an open API by default).
+func TestOpenAPIRefused(t *testing.T) {
+	token := writeTemp(t, t.TempDir(), "token", "0123456789abcdef0123456789abcdef\n")
+	for _, tc := range []struct {
+		name, extra, want string
+	}{
+		{"loopback, no token", "http_listen: 127.0.0.1:8080\n", ""},
+		{"localhost, no token", "http_listen: localhost:8080\n", ""},
+		{"IPv6 loopback, no token", "http_listen: \"[::1]:8080\"\n", ""},
+		{"every interface, no token", "http_listen: 0.0.0.0:8080\n", "http_listen: 0.0.0.0:8080 is reachable beyond this host and api.token_file is not set"},
+		{"empty host, no token", "http_listen: \":8080\"\n", "http_listen: :8080 is reachable beyond this host"},
+		{"an address, token without TLS", "http_listen: 10.0.0.1:8080\napi: {token_file: " + token + "}\n",
+			"api.tls: http_listen 10.0.0.1:8080 is reachable beyond this host, so the bearer token (api.token_file) and mirror properties would cross the network in clear"},
+		{"insecure, no token", "http_listen: 0.0.0.0:8080\napi: {insecure: true}\n", ""},
+		{"insecure, token without TLS", "http_listen: 10.0.0.1:8080\napi: {insecure: true, token_file: " + token + "}\n", ""},
+	} {
+		_, err := parseConfig([]byte(minimalConfig + tc.extra))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -75,6 +75,7 @@ func (c *Config) Validate() error {
 	}
 	c.validatePeers(&errs)
 	c.API.validate(&errs, c.apiHost())
+	c.API.validateExposure(&errs, c.HTTPListen)
 	c.Raft.validate(&errs, c.RaftAdvertise)
 	return errs.err()
 }

@@ -95,7 +95,7 @@ func TestMemberCallsShareConnections(t *testing.T) {
 // and idle connections are closed after the server's idle timeout.
 func TestIdleConnectionFlood(t *testing.T) {
 	const perClient = 50
-	auth, addr, limiter, _ := serveTLS(t, perClient, time.Second)
+	auth, addr, limiter, _ := serveTLS(t, perClient, 3*time.Second)
 	srvTLS := auth.clientTLS.Clone()
 	srvTLS.ServerName = "127.0.0.1"
 	var held []net.Conn
@@ -114,6 +114,9 @@ func TestIdleConnectionFlood(t *testing.T) {
 			t.Fatal(err)
 		}
 		held = append(held, raw)
+		if open := limiter.Open(); open > perClient {
+			t.Fatalf("%d connections open under the flood, want at most %d", open, perClient)
+		}
 		c := tls.Client(raw, srvTLS)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
@@ -126,14 +129,13 @@ func TestIdleConnectionFlood(t *testing.T) {
 		resp.Body.Close()
 		served++
 	}
-	if served > perClient || served == 0 {
-		t.Fatalf("the flooding client was served on %d connections, want at most the bound %d (and some)", served, perClient)
+	// Connections idle for the idle timeout (3s) during a slow flood free
+	// their slots: allow one more round of them.
+	if served > 2*perClient || served == 0 {
+		t.Fatalf("the flooding client was served on %d connections, want at most about the bound %d (and some)", served, perClient)
 	}
-	if open := limiter.Open(); open > perClient {
-		t.Fatalf("%d connections open under the flood, want at most %d", open, perClient)
-	}
-	if limiter.Refused() < 1000-perClient {
-		t.Fatalf("refused %d connections, want at least %d", limiter.Refused(), 1000-perClient)
+	if limiter.Refused() < 1000-2*perClient {
+		t.Fatalf("refused %d connections, want at least %d", limiter.Refused(), 1000-2*perClient)
 	}
 	resp, err := auth.HTTPClient(5 * time.Second).Get("https://" + addr + "/healthz")
 	if err != nil {
@@ -142,7 +144,7 @@ func TestIdleConnectionFlood(t *testing.T) {
 	resp.Body.Close()
 	for end := time.Now().Add(10 * time.Second); limiter.Open() > 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("%d connections still open 10s after going idle (idle timeout 1s)", limiter.Open())
+			t.Fatalf("%d connections still open 10s after going idle (idle timeout 3s)", limiter.Open())
 		}
 	}
 	srv := NewServer(nil, zaptest.NewLogger(t))
