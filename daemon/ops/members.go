@@ -99,6 +99,9 @@ func (o *Ops) AddMember(ctx context.Context, req api.AddMemberRequest) error {
 	if c != nil {
 		return c.AddMember(ctx, req)
 	}
+	if err := o.checkNewMember(req); err != nil {
+		return err
+	}
 	// Into the raft configuration first: a record of a member that is not
 	// in it is dropped by the leader loop (removedMembers).
 	if req.NonVoter {
@@ -116,6 +119,43 @@ func (o *Ops) AddMember(ctx context.Context, req api.AddMemberRequest) error {
 		}
 	})
 	return StoreErr(o.store.Apply(ctx, raftstore.UpsertMember{Member: mem}))
+}
+
+// checkNewMember refuses an ID the group has already, unless the request
+// repeats that member's addresses exactly (an add retried after it half
+// failed): an add must not rewrite where a member is reached, or the
+// group's forwarded requests, with the token, would follow (issue 18).
+func (o *Ops) checkNewMember(req api.AddMemberRequest) error {
+	servers, err := o.store.Servers()
+	if err != nil {
+		return StoreErr(err)
+	}
+	raftAddr, inConfig := "", false
+	for _, srv := range servers {
+		if srv.ID == req.ID {
+			raftAddr, inConfig = srv.Addr, true
+		}
+	}
+	var rec *raftstore.Member
+	o.store.Read(func(s *raftstore.State) {
+		if m, ok := s.Members[req.ID]; ok {
+			c := *m
+			rec = &c
+		}
+	})
+	if !inConfig && rec == nil {
+		return nil
+	}
+	same := (!inConfig || raftAddr == req.RaftAddr) && (rec == nil || (rec.RaftAddr == req.RaftAddr && rec.HTTPAddr == req.HTTPAddr))
+	if same {
+		return nil
+	}
+	have := "raft " + raftAddr
+	if rec != nil {
+		have = "raft " + rec.RaftAddr + ", http " + rec.HTTPAddr
+	}
+	return fmt.Errorf("%w: member %s is in the group already (%s): members add does not change a member's addresses; "+
+		"to move it, remove it (kmirror members remove %s) and add it again, or pick a new ID", api.ErrExists, req.ID, have, req.ID)
 }
 
 // RemoveMember removes a member from the raft configuration and the

@@ -1,0 +1,46 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// TestAddMemberRefusesExistingID: members add of an ID the group has
+// refuses other addresses (a token holder rewrote the leader's HTTP
+// address that way, and forwarded requests followed it: issue 18), and
+// accepts the same addresses again (a retried add).
+func TestAddMemberRefusesExistingID(t *testing.T) {
+	g := newGroup(t, 3, 2*time.Second)
+	g.addTopic("t", 1) // records every member
+	l := g.leader()
+	ctx := context.Background()
+	// A non-voter that never starts: the in-memory transport's own
+	// addresses are not host:port, which add requires.
+	add := func(raftAddr, httpAddr string) error {
+		return l.AddMember(ctx, api.AddMemberRequest{ID: "n9", RaftAddr: raftAddr, HTTPAddr: httpAddr, NonVoter: true})
+	}
+	if err := add("127.0.0.1:1", "127.0.0.1:2"); err != nil {
+		t.Fatal(err)
+	}
+	err := add("127.0.0.1:1", "10.9.9.9:8080")
+	if !errors.Is(err, api.ErrExists) || !strings.Contains(err.Error(), "members add does not change a member's addresses") {
+		t.Fatalf("add of existing n9 with another HTTP address: %v, want ErrExists", err)
+	}
+	var rec raftstore.Member
+	l.store.Read(func(s *raftstore.State) { rec = *s.Members["n9"] })
+	if rec.HTTPAddr != "127.0.0.1:2" {
+		t.Fatalf("the refused add changed n9's HTTP address to %s", rec.HTTPAddr)
+	}
+	if err := add("127.0.0.1:3", "127.0.0.1:2"); !errors.Is(err, api.ErrExists) {
+		t.Fatalf("add of existing n9 with another raft address: %v, want ErrExists", err)
+	}
+	if err := add("127.0.0.1:1", "127.0.0.1:2"); err != nil {
+		t.Fatalf("add of n9 again with its own addresses (a retried add): %v", err)
+	}
+}
