@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -113,19 +114,52 @@ func (m *Member) Submit(ctx context.Context, cmd raftstore.Command) error {
 	return c.ApplyInternal(ctx, entry)
 }
 
-// ApplyInternal applies a command a member sent to this leader.
+// ApplyInternal applies a command a member sent to this leader. The
+// caller must be a member speaking for itself (raftstore.AuthorizeMember),
+// proven with api.tls by its API certificate (checkCaller).
 func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
 	cmd, err := raftstore.Decode(entry)
 	if err != nil {
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	if err := raftstore.Authorize(cmd, raftstore.ByMember); err != nil {
+	caller := api.CallerOf(ctx)
+	if err := m.checkCaller(caller); err != nil {
+		return err
+	}
+	if err := raftstore.AuthorizeMember(cmd, caller.Member); err != nil {
 		return ops.StoreErr(err)
 	}
 	if !m.store.IsLeader() {
 		return fmt.Errorf("%w: this member is not the leader", api.ErrNotLeader)
 	}
 	return ops.StoreErr(m.store.Apply(ctx, cmd))
+}
+
+// checkCaller establishes that a member route's caller is the member it
+// names: over TLS its client certificate must verify against
+// api.tls.ca_file and hold the host of that member's HTTP address (as its
+// server certificate must); without TLS (loopback, or api.insecure) the
+// name is taken as given (README, Security).
+func (m *Member) checkCaller(c api.Caller) error {
+	if c.Member == "" {
+		return fmt.Errorf("%w: the request names no member (%s): only members submit commands here", api.ErrInvalid, api.MemberHeader)
+	}
+	if m.auth.ServerTLS() == nil {
+		return nil
+	}
+	if c.Cert == nil {
+		return fmt.Errorf("%w: member %s presented no API certificate signed by api.tls.ca_file: members prove who they are with it", api.ErrInvalid, c.Member)
+	}
+	addr := m.memberHTTP(c.Member)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: member %s has no known HTTP address", api.ErrInvalid, c.Member)
+	}
+	if err := c.Cert.VerifyHostname(host); err != nil {
+		return fmt.Errorf("%w: the certificate presented (%s) is not member %s's: it does not hold %s, the host of its HTTP address",
+			api.ErrInvalid, c.Cert.Subject, c.Member, host)
+	}
+	return nil
 }
 
 // LocalStatuses are the partitions this member's data path runs.

@@ -2,18 +2,27 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
+	"github.com/kmirror/kmirror/daemon/httpapi"
+	"github.com/kmirror/kmirror/integration/harness"
 	"github.com/kmirror/kmirror/raftstore"
+	"go.uber.org/zap/zaptest"
 )
 
 // TestApplyInternalTakesMemberCommands: the leader's internal route takes
 // every command the command table lets a member submit, RecordGap among
 // them (a follower that skipped an accepted gap records it through it),
-// and refuses an operator's command.
+// from the member it speaks for only, and refuses an operator's command.
 func TestApplyInternalTakesMemberCommands(t *testing.T) {
 	g, m, key := ownedPartition(t)
 	ctx := context.Background()
@@ -28,6 +37,13 @@ func TestApplyInternalTakesMemberCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.ApplyInternal(ctx, entry); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("a RecordGap through /v1/internal/apply from no named member: %v, want refused", err)
+	}
+	if err := m.ApplyInternal(api.WithCaller(ctx, api.Caller{Member: "n2"}), entry); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("member n2 sending %s's RecordGap: %v, want refused (a member speaks only for itself)", info.Owner, err)
+	}
+	ctx = api.WithCaller(ctx, api.Caller{Member: info.Owner})
 	if err := m.ApplyInternal(ctx, entry); err != nil {
 		t.Fatalf("a member's RecordGap through /v1/internal/apply: %v", err)
 	}
@@ -56,4 +72,62 @@ func ownedPartition(t *testing.T) (*group, *Member, raftstore.PartitionKey) {
 		return info.Owner == m.cfg.NodeID && info.State == raftstore.StateMirroring
 	})
 	return g, m, key
+}
+
+// TestCheckCallerCertificate: with api.tls a member route's caller proves
+// the member it names with its API certificate, which must verify and hold
+// the host of that member's HTTP address.
+func TestCheckCallerCertificate(t *testing.T) {
+	g := newGroup(t, 1, 2*time.Second)
+	l := g.leader()
+	dir := t.TempDir()
+	ca, err := harness.NewCA("api-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ip string) *x509.Certificate {
+		t.Helper()
+		iss, err := ca.Issue(harness.CertOptions{CommonName: "member", IPs: []net.IP{net.ParseIP(ip)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tls.X509KeyPair(iss.CertPEM, iss.KeyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf
+	}
+	own, err := ca.Issue(harness.CertOptions{CommonName: "member", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	l.auth, err = httpapi.NewAuth(config.APIConfig{TLS: config.APITLSConfig{CertFile: write("api.pem", own.CertPEM),
+		KeyFile: write("api-key.pem", own.KeyPEM), CAFile: write("ca.pem", ca.PEM)}}, "n1", zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.checkCaller(api.Caller{Member: "n1", Cert: issue("127.0.0.1"), TLS: true}); err != nil {
+		t.Fatalf("n1 with a certificate for its HTTP host: %v", err)
+	}
+	for name, c := range map[string]api.Caller{
+		"no certificate":                   {Member: "n1", TLS: true},
+		"another host's certificate":       {Member: "n1", Cert: issue("10.1.1.1"), TLS: true},
+		"a member the group does not know": {Member: "n7", Cert: issue("127.0.0.1"), TLS: true},
+		"no member named":                  {Cert: issue("127.0.0.1"), TLS: true},
+	} {
+		if err := l.checkCaller(c); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
 }

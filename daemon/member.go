@@ -113,7 +113,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 			return nil, err
 		}
 	}
-	auth, err := httpapi.NewAuth(cfg.API, log.Named("http"))
+	auth, err := httpapi.NewAuth(cfg.API, cfg.NodeID, log.Named("http"))
 	if err != nil {
 		return nil, err
 	}

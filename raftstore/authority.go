@@ -117,3 +117,38 @@ func (s *State) checkCommandLease(rule LeaseRule, cmd Command) error {
 	}
 	return checkLease(k, p, lease)
 }
+
+// SubjectOf is the member a member-submitted command speaks for: the
+// lease's owner of a partition-scoped command, the member of UpsertMember
+// and SetDraining; ok is false for a command that speaks for no member.
+func SubjectOf(cmd Command) (member string, ok bool) {
+	switch c := cmd.(type) {
+	case leased:
+		_, lease := c.leaseOf()
+		return lease.Owner, true
+	case UpsertMember:
+		return c.Member.ID, true
+	case SetDraining:
+		return c.ID, true
+	}
+	return "", false
+}
+
+// AuthorizeMember is Authorize for a command member caller sent to the
+// leader (POST /v1/internal/apply): a member may speak only for itself, so
+// one member (or a holder of the operator token) cannot rewrite another's
+// address, drain it or report for its partitions (issue 18). Errors wrap
+// ErrInvalid.
+func AuthorizeMember(cmd Command, caller string) error {
+	if err := Authorize(cmd, ByMember); err != nil {
+		return err
+	}
+	subject, ok := SubjectOf(cmd)
+	if !ok {
+		return fmt.Errorf("%w: %s speaks for no member; members may submit only commands about themselves", ErrInvalid, cmd.Type())
+	}
+	if caller == "" || subject != caller {
+		return fmt.Errorf("%w: member %q may not submit %s for member %q: a member speaks only for itself", ErrInvalid, caller, cmd.Type(), subject)
+	}
+	return nil
+}

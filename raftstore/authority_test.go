@@ -70,3 +70,46 @@ func TestAuthorize(t *testing.T) {
 		t.Errorf("an operator's ResumePartition: %v", err)
 	}
 }
+
+// TestAuthorizeMemberSpeaksForItself: every command a member may submit
+// names the member it speaks for, and a member may submit it only for
+// itself (issue 18: a token holder rewrote the leader's address through
+// another member's UpsertMember, and drained another member).
+func TestAuthorizeMemberSpeaksForItself(t *testing.T) {
+	k := PartitionKey{Mirror: "m", Topic: "t", Partition: 0}
+	lease := Lease{Owner: "n2", Generation: 7}
+	cmds := []Command{
+		SetPartitionState{Key: k, State: StateFailed, Lease: lease},
+		SetProducer{Key: k, Generation: 7, Owner: "n2"},
+		RenewProducer{Key: k, Lease: lease},
+		ReleasePartition{Key: k, Lease: lease},
+		PartitionStopped{Key: k, Lease: lease},
+		RecordGap{Key: k, Lease: lease, From: 1, To: 5},
+		UpsertMember{Member: Member{ID: "n2", HTTPAddr: "10.0.0.2:8080"}},
+		SetDraining{ID: "n2", Draining: true},
+	}
+	byMember := 0
+	for _, e := range commands {
+		if e.by&ByMember != 0 {
+			byMember++
+		}
+	}
+	if byMember != len(cmds) {
+		t.Fatalf("the command table lets members submit %d commands, this test knows %d: add the new one here (and to SubjectOf)", byMember, len(cmds))
+	}
+	for _, cmd := range cmds {
+		if err := AuthorizeMember(cmd, "n2"); err != nil {
+			t.Errorf("n2's own %s: %v", cmd.Type(), err)
+		}
+		err := AuthorizeMember(cmd, "n3")
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `member "n3" may not submit `+cmd.Type().String()+` for member "n2"`) {
+			t.Errorf("n3 submitting n2's %s: %v, want refused", cmd.Type(), err)
+		}
+		if err := AuthorizeMember(cmd, ""); !errors.Is(err, ErrInvalid) {
+			t.Errorf("an unnamed caller's %s: %v, want refused", cmd.Type(), err)
+		}
+	}
+	if err := AuthorizeMember(ResumePartition{Key: k}, "n2"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a member's ResumePartition: %v, want refused", err)
+	}
+}

@@ -35,6 +35,8 @@ type Client struct {
 	forwarded bool
 	// token is sent as Authorization: Bearer (api.token_file).
 	token string
+	// member is sent as MemberHeader by a member calling others.
+	member string
 }
 
 // WithAuth returns the client with TLS settings for https:// servers
@@ -332,6 +334,9 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, query url.
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.member != "" {
+		req.Header.Set(MemberHeader, c.member)
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

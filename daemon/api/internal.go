@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/x509"
 	"net/http"
 )
 
@@ -11,6 +12,43 @@ import (
 // ForwardedHeader marks a request one member forwarded to another; it is
 // never forwarded again, so a leader change cannot make it loop.
 const ForwardedHeader = "X-Kmirror-Forwarded"
+
+// MemberHeader names the member that sends a member-to-member request;
+// with api.tls its API certificate, presented as the TLS client
+// certificate, proves it (Caller).
+const MemberHeader = "X-Kmirror-Member"
+
+// AsMember returns the client for member id calling others: its requests
+// carry MemberHeader.
+func (c *Client) AsMember(id string) *Client {
+	c1 := *c
+	c1.member = id
+	return &c1
+}
+
+// Caller is who sent a request, as the server established it.
+type Caller struct {
+	// Member is the MemberHeader the request carried ("" for none).
+	Member string
+	// Cert is the TLS client certificate, verified against api.tls.ca_file
+	// (nil: none was presented, or it did not verify, or no TLS).
+	Cert *x509.Certificate
+	// TLS reports whether the request came over TLS.
+	TLS bool
+}
+
+type callerKey struct{}
+
+// WithCaller records who sent a request in its context.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerOf is who sent the request (WithCaller); zero when not recorded.
+func CallerOf(ctx context.Context) Caller {
+	c, _ := ctx.Value(callerKey{}).(Caller)
+	return c
+}
 
 // AsForwarded returns the client for a member that forwards a request it
 // was sent (to the leader, or a partition's owner): its requests carry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,11 +73,15 @@ type Auth struct {
 	// transport carries every call this member makes to the others, so
 	// they share pooled connections (memberTransport).
 	transport *http.Transport
-	log       *zap.Logger
+	// self is this member's node_id, sent as api.MemberHeader.
+	self string
+	log  *zap.Logger
 }
 
-func NewAuth(cfg config.APIConfig, log *zap.Logger) (*Auth, error) {
-	a := &Auth{cfg: cfg, log: log}
+// NewAuth returns the API security of member self (its node_id) from the
+// api section; errors name the file that cannot be used.
+func NewAuth(cfg config.APIConfig, self string, log *zap.Logger) (*Auth, error) {
+	a := &Auth{cfg: cfg, self: self, log: log}
 	if cfg.TokenFile != "" {
 		a.token = &fileCache[[]string]{paths: []string{cfg.TokenFile}, load: func() ([]string, error) { return config.ReadTokens(cfg.TokenFile) }}
 	}
@@ -95,6 +100,13 @@ func NewAuth(cfg config.APIConfig, log *zap.Logger) (*Auth, error) {
 		}
 	}
 	a.transport = memberTransport(a.clientTLS)
+	if a.cert != nil {
+		// A member presents its API certificate to the others: its
+		// identity on member routes (Identify).
+		a.transport.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return a.cert.get()
+		}
+	}
 	return a, nil
 }
 
@@ -155,7 +167,10 @@ func (a *Auth) ServerTLS() *tls.Config {
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		return a.cert.get()
-	}}
+	},
+		// Members present their API certificates; Identify verifies them
+		// (any key usage: API certificates are often server-only).
+		ClientAuth: tls.RequestClientCert}
 }
 
 // CurrentToken is the token members send each other: the file's first
@@ -199,6 +214,7 @@ func (a *Auth) PeerFailed(id string, err error) {
 // token. A missing or wrong token is answered 401 with what to do, and the
 // request does nothing.
 func (a *Auth) Require(h http.Handler) http.Handler {
+	h = a.Identify(h)
 	if a == nil || a.token == nil {
 		return h
 	}
@@ -248,7 +264,40 @@ func (a *Auth) ClientFor(addr string, timeout time.Duration) (*api.Client, error
 	if err != nil {
 		return nil, err
 	}
-	return c.WithTransport(a.Transport(), a.CurrentToken()), nil
+	c = c.WithTransport(a.Transport(), a.CurrentToken())
+	if a != nil && a.self != "" {
+		c = c.AsMember(a.self)
+	}
+	return c, nil
+}
+
+// Identify records who sent each request (api.CallerOf): the member it
+// names (api.MemberHeader) and, over TLS, its client certificate if it
+// verifies against api.tls.ca_file (the system's CAs without one).
+func (a *Auth) Identify(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := api.Caller{Member: r.Header.Get(api.MemberHeader), TLS: r.TLS != nil}
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			c.Cert = a.verifyClient(r.TLS.PeerCertificates)
+		}
+		h.ServeHTTP(w, r.WithContext(api.WithCaller(r.Context(), c)))
+	})
+}
+
+// verifyClient returns the leaf of a client's chain if it verifies, else
+// nil.
+func (a *Auth) verifyClient(chain []*x509.Certificate) *x509.Certificate {
+	opts := x509.VerifyOptions{Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	if a != nil && a.clientTLS != nil {
+		opts.Roots = a.clientTLS.RootCAs
+	}
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := chain[0].Verify(opts); err != nil {
+		return nil
+	}
+	return chain[0]
 }
 
 // HTTPClient is an http.Client for raw member-to-member calls, on the

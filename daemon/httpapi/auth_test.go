@@ -36,7 +36,7 @@ func writeTemp(t *testing.T, dir, name, text string) string {
 func TestAPIToken(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := writeTemp(t, dir, "token", "first-token-0123456789\n")
-	auth, err := NewAuth(config.APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}}, zaptest.NewLogger(t))
+	auth, err := NewAuth(config.APIConfig{TokenFile: tokenFile, OpenRoutes: []string{"/healthz", "/readyz"}}, "m1", zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestAPITLS(t *testing.T) {
 	if err := cfg.Check("kmirror-2.example"); err == nil || !strings.Contains(err.Error(), "api.tls.cert_file: x509: certificate is not valid for any names, but wanted to match kmirror-2.example: other members and the CLI reach this member") {
 		t.Fatalf("a certificate without the member's API host: %v", err)
 	}
-	auth, err := NewAuth(cfg, zaptest.NewLogger(t))
+	auth, err := NewAuth(cfg, "m1", zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

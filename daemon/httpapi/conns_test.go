@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/integration/harness"
 )
@@ -35,7 +36,7 @@ func serveTLS(t *testing.T, perClient int, idle time.Duration) (auth *Auth, addr
 		CertFile: writeTemp(t, dir, "api.pem", string(iss.CertPEM)),
 		KeyFile:  writeTemp(t, dir, "api-key.pem", string(iss.KeyPEM)),
 		CAFile:   writeTemp(t, dir, "ca.pem", string(ca.PEM)),
-	}}, zaptest.NewLogger(t))
+	}}, "m1", zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +151,53 @@ func TestIdleConnectionFlood(t *testing.T) {
 	srv := NewServer(nil, zaptest.NewLogger(t))
 	if srv.IdleTimeout <= 0 || srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 {
 		t.Fatalf("server timeouts idle %s, header %s, read %s: all must be set", srv.IdleTimeout, srv.ReadHeaderTimeout, srv.ReadTimeout)
+	}
+}
+
+// TestIdentifyMembers: over TLS a member's calls carry its name and its API
+// certificate, which the server verifies against api.tls.ca_file; a client
+// without one, or with one from another CA, is named but not proven.
+func TestIdentifyMembers(t *testing.T) {
+	auth, _, _, _ := serveTLS(t, MaxConnsPerClient, 0)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan api.Caller, 1)
+	hs := NewServer(auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- api.CallerOf(r.Context())
+		w.Write([]byte("[]"))
+	})), zaptest.NewLogger(t))
+	go hs.Serve(tls.NewListener(ln, auth.ServerTLS()))
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+	ctx := context.Background()
+	c, err := auth.ClientFor(addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ListMirrors(ctx) //nolint:errcheck // the handler's answer is not a mirror list; the caller is what is checked
+	if caller := <-got; caller.Member != "m1" || caller.Cert == nil || !caller.TLS {
+		t.Fatalf("a member's call: %+v, want named m1 with its verified certificate", caller)
+	}
+	other, err := harness.NewCA("other-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Issue(harness.CertOptions{CommonName: "m1", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(stranger.CertPEM, stranger.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "another CA's certificate": {cert}} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: auth.clientTLS.RootCAs, Certificates: certs}}
+		cl, _ := api.NewClient("https://"+addr, 5*time.Second)
+		cl.WithTransport(tr, "").AsMember("m1").ListMirrors(ctx) //nolint:errcheck // as above
+		if caller := <-got; caller.Member != "m1" || caller.Cert != nil {
+			t.Fatalf("%s: %+v, want named m1 without a verified certificate", name, caller)
+		}
 	}
 }
