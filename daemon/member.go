@@ -309,6 +309,9 @@ func (m *Member) Stop() error {
 	if err := m.engine.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain data path: %w", err))
 	}
+	if m.own != nil {
+		m.own.StopLease() // the drain wrote under the lease
+	}
 	m.dest.Close()
 	if err := m.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close raft: %w", err))

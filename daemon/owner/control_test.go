@@ -110,3 +110,47 @@ func partitionOf(store *raftstore.Store, k raftstore.PartitionKey) (p raftstore.
 	})
 	return p
 }
+
+// TestLeaseOutlivesMemberLoops: at shutdown the member's loops stop before
+// the data path drains; the lease must keep being renewed until StopLease,
+// or the drain's writes stop half a second in and it waits out its whole
+// bound without a final checkpoint (issue 18).
+func TestLeaseOutlivesMemberLoops(t *testing.T) {
+	_, tr := raft.NewInmemTransport("")
+	store, err := raftstore.Open(raftstore.Config{NodeID: "n1", InMemory: true, Transport: tr, Bootstrap: true,
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := store.WaitForLeader(wctx); err != nil {
+		t.Fatal(err)
+	}
+	octx, ocancel := context.WithCancel(context.Background())
+	defer ocancel()
+	o := New(octx, Config{NodeID: "n1", LeaseTTL: 4 * time.Second, LeaseMargin: 2 * time.Second}, store, nil, leaderMember{store}, zaptest.NewLogger(t))
+	o.leaseRun.Do(func() { // the lease loop alone, as Run starts it
+		go func() {
+			defer close(o.leaseDone)
+			o.leaseLoop()
+		}()
+	})
+	for end := time.Now().Add(5 * time.Second); o.writeDeadline().IsZero(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the lease was not taken within 5s")
+		}
+	}
+	ocancel() // the member stops its loops: the data path drains now
+	time.Sleep(3 * leaseCheckSlack)
+	if dl := o.writeDeadline(); !dl.After(time.Now()) {
+		t.Fatalf("write deadline %s passed %s after the member's loops stopped: the drain cannot write", dl, 3*leaseCheckSlack)
+	}
+	o.StopLease()
+	time.Sleep(2 * leaseCheckSlack)
+	if dl := o.writeDeadline(); dl.After(time.Now()) {
+		t.Fatalf("write deadline %s still ahead after StopLease", dl)
+	}
+}

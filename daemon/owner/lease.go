@@ -84,11 +84,12 @@ func (o *Owner) leaseLoop() {
 		}
 		synced := o.lease.synced
 		o.lease.mu.Unlock()
-		if lost {
+		if lost && o.ctx.Err() == nil {
 			// Its partitions may move while it is cut off: drop them all,
 			// queued batches included, and resume what it still owns with
 			// a walk once the lease is back, instead of sending batches
-			// fetched under the old lease.
+			// fetched under the old lease. (At shutdown the data path is
+			// draining: the write deadline alone fences it.)
 			o.dropAll()
 		}
 		if !synced && !expired {
@@ -106,7 +107,7 @@ func (o *Owner) leaseLoop() {
 			}
 		}
 		select {
-		case <-o.ctx.Done():
+		case <-o.leaseCtx.Done():
 			return
 		case <-t.C:
 		}

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -73,19 +74,40 @@ type Owner struct {
 	groups *GroupSync
 
 	lease leaseState
-	owner ownerState
-	out   *outbox
+	// leaseStop ends the lease loop, which outlives the member's other
+	// loops: the data path drains under the lease at shutdown (StopLease).
+	leaseStop context.CancelFunc
+	leaseCtx  context.Context
+	leaseDone chan struct{}
+	leaseRun  sync.Once
+	owner     ownerState
+	out       *outbox
 }
 
 // New returns the owner duties of a member whose life is ctx; dest is
 // the destination cluster (group sync commits there). SetEngine gives it
 // the data path (built with Control); Run starts it.
 func New(ctx context.Context, cfg Config, store Store, dest *kafka.Admin, member Member, log *zap.Logger) *Owner {
-	o := &Owner{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx}
+	o := &Owner{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx, leaseDone: make(chan struct{})}
+	o.leaseCtx, o.leaseStop = context.WithCancel(context.Background())
 	o.owner.init()
 	o.out = newOutbox(o)
 	o.groups = newGroupSync(o)
 	return o
+}
+
+// StopLease ends the lease loop and waits for it; call it once the data
+// path has closed. Until then the member keeps renewing its lease while
+// its other loops have stopped, so the drain at shutdown can write and
+// checkpoint (issue 18: the lease ended 500 ms into the drain, which then
+// waited its whole bound and wrote no final checkpoint).
+func (o *Owner) StopLease() {
+	o.leaseStop()
+	started := true
+	o.leaseRun.Do(func() { started = false })
+	if started {
+		<-o.leaseDone
+	}
 }
 
 // Groups is the member's consumer group offset sync.
@@ -97,10 +119,16 @@ func (o *Owner) Control() fetch.Control { return &control{o: o} }
 // SetEngine gives the owner the data path it assigns partitions to.
 func (o *Owner) SetEngine(e *fetch.Engine) { o.engine = e }
 
-// Run starts the lease loop, the owner loop, the outbox, the member's
-// announcement and the group offset sync as member loops.
+// Run starts the lease loop (until StopLease), and the owner loop, the
+// outbox, the member's announcement and the group offset sync as member
+// loops.
 func (o *Owner) Run() {
-	o.member.Go(o.leaseLoop)
+	o.leaseRun.Do(func() {
+		go func() {
+			defer close(o.leaseDone)
+			o.leaseLoop()
+		}()
+	})
 	o.member.Go(o.ownerLoop)
 	o.member.Go(o.out.run)
 	o.member.Go(o.announce)
