@@ -99,8 +99,8 @@ func (e *Engine) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := e.store.catchUp(ctx); err != nil {
-		return fmt.Errorf("load checkpoints from %s: %w", e.cfg.OffsetsTopic, err)
+	if err := e.loadCheckpoints(ctx); err != nil {
+		return err
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.goLoop(e.routeLoop)
@@ -108,6 +108,32 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.goLoop(e.reportLoop)
 	e.goLoop(func() { e.tick(idleCheck, e.checkIdle) })
 	return nil
+}
+
+// loadCheckpoints reads the offsets topic at start, retrying what a
+// broker may answer for a while (a just-created partition's UNKNOWN_LEADER_EPOCH,
+// a leader change, a broker restarting) until ctx ends (issue 18: a new
+// member exited on one). A Kafka error that no retry fixes fails at once.
+func (e *Engine) loadCheckpoints(ctx context.Context) error {
+	backoff := 200 * time.Millisecond
+	for maxAge := 5 * time.Second; ; maxAge = 0 {
+		err := e.store.catchUpAged(ctx, maxAge)
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("load checkpoints from %s: %w", e.cfg.OffsetsTopic, err)
+		var kerr *kwire.Error
+		if errors.As(err, &kerr) && kerr.Action() == kwire.Fatal {
+			return err
+		}
+		e.log.Warn("loading checkpoints failed; retrying", zap.Duration("backoff", backoff), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // tick runs f every d until the engine stops.

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
@@ -517,5 +518,44 @@ func TestSetSourceReroutes(t *testing.T) {
 	x.requireMirrored("t", 2)
 	if dials == 0 {
 		t.Fatal("the new source's security settings were never used: the partitions did not reconnect")
+	}
+}
+
+// TestStartRetriesRetriableErrors: the first read of the offsets topic at
+// start meets UNKNOWN_LEADER_EPOCH (normal for a just-created partition);
+// Start retries it instead of failing, which made a new member exit
+// (issue 18).
+func TestStartRetriesRetriableErrors(t *testing.T) {
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	injected := 0
+	dst.ControlKey(int16(kmsg.Fetch), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.FetchRequest)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.HighWatermark, sp.LastStableOffset = rp.Partition, kerr.UnknownLeaderEpoch.Code, -1, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		injected++
+		return resp, nil, true
+	})
+	e := New(Config{Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond}, newFakeControl(), zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatalf("start after one UNKNOWN_LEADER_EPOCH: %v", err)
+	}
+	defer e.Close(ctx) //nolint:errcheck // nothing held
+	if injected != 1 {
+		t.Fatalf("the injected error was answered %d times, want 1 (the test did not exercise the retry)", injected)
 	}
 }

@@ -79,10 +79,14 @@ func newOffsetStore(dest *kafka.Cluster, topic string) *offsetStore {
 }
 
 // catchUp reads everything appended since the last call.
-func (s *offsetStore) catchUp(ctx context.Context) error {
+func (s *offsetStore) catchUp(ctx context.Context) error { return s.catchUpAged(ctx, 5*time.Second) }
+
+// catchUpAged is catchUp with the topic's leader taken from metadata at
+// most maxAge old (0: asked afresh, after a leader change).
+func (s *offsetStore) catchUpAged(ctx context.Context, maxAge time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, addr, epoch, err := s.dest.Leader(ctx, s.topic, 0, 5*time.Second)
+	_, addr, epoch, err := s.dest.Leader(ctx, s.topic, 0, maxAge)
 	if err != nil {
 		return err
 	}
