@@ -409,3 +409,47 @@ func TestFailoverTime100Partitions(t *testing.T) {
 		partitions, stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	waitAllStates(t, m, "src", topic, "STOPPED", "", time.Second)
 }
+
+// TestSwitchoverGroupAheadOnDestination: a group whose destination commit
+// moved ahead of its source commit (consumers already read there) is a
+// conflict kmirror leaves alone, but it needs nothing from a planned
+// switchover: remove --wait-for-sync completes and says so, instead of
+// timing out on it (issue 18).
+func TestSwitchoverGroupAheadOnDestination(t *testing.T) {
+	m := groupMember(t, "switchover-ahead")
+	const topic = "soa-topic"
+	if err := env.src.CreateTopic(context.Background(), topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, env.src, kgo.ProducerLinger(0)), keyedRecords(topic, 0, 200))
+	addCaughtUp(t, m, "gs", topic)
+	commitOn(t, env.src, "soa-group", topic, map[int32]int64{0: 100})
+	waitGroupSynced(t, m, "gs", "soa-group", topic, map[int32]int64{0: 100})
+	commitOn(t, env.dst, "soa-group", topic, map[int32]int64{0: 150})
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rows, err := m.client.DescribeGroups(context.Background(), "gs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conflict := false
+		for _, r := range rows {
+			conflict = conflict || (r.Group == "soa-group" && r.State == "conflict" && r.Ahead)
+		}
+		if conflict {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("soa-group never showed the destination ahead: %+v", rows)
+		}
+	}
+	out, errOut, code := cli(t, m, "remove", "--mirror", "gs", "--topic", topic, "--wait-for-sync=40s")
+	if code != 0 {
+		t.Fatalf("planned switchover with a group ahead on the destination: exit %d\n%s%s", code, out, errOut)
+	}
+	if want := "note: group soa-group partition 0: the destination's commit 150 is ahead of the source's (100)"; !strings.Contains(out, want) {
+		t.Fatalf("the switchover's reply does not say the group was left ahead (want %q):\n%s", want, out)
+	}
+	if got := committedByTool(t, env.dst, "soa-group", topic); got[0] != 150 {
+		t.Fatalf("destination commit of soa-group %v after the switchover, want 150 kept", got)
+	}
+}

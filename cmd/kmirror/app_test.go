@@ -71,8 +71,8 @@ func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition i
 
 func (f *fakeAPI) Ready(context.Context) error { return nil }
 
-func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) error {
-	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
+func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) ([]string, error) {
+	return nil, f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
 }
 
 func (f *fakeAPI) PlanTopics(_ context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {

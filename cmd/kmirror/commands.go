@@ -22,6 +22,7 @@ type result struct {
 	Result string   `json:"result"`
 	Mirror string   `json:"mirror"`
 	Topics []string `json:"topics,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
 }
 
 // report prints what a command changed: one line, or JSON.
@@ -190,16 +191,20 @@ func removeCommand() *cli.Command {
 		Action: apiCall(required("mirror", "topic"), func(c *cli.Context, client *api.Client) error {
 			mirror, topic := c.String("mirror"), c.String("topic")
 			var err error
+			var notes []string
 			if w := c.Generic("wait-for-sync").(*waitForSync); w.timeout > 0 {
-				err = client.SwitchoverTopic(c.Context, mirror, topic, w.timeout)
+				notes, err = client.SwitchoverTopic(c.Context, mirror, topic, w.timeout)
 			} else {
 				err = client.RemoveTopic(c.Context, mirror, topic)
 			}
 			if err != nil {
 				return err
 			}
-			return report(c, result{Result: "removed", Mirror: mirror, Topics: []string{topic}},
-				fmt.Sprintf("removed %s from mirror %s", topic, mirror))
+			line := fmt.Sprintf("removed %s from mirror %s", topic, mirror)
+			for _, n := range notes {
+				line += "\nnote: " + n
+			}
+			return report(c, result{Result: "removed", Mirror: mirror, Topics: []string{topic}, Notes: notes}, line)
 		}),
 	}
 }

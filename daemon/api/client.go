@@ -156,14 +156,18 @@ func (c *Client) RemoveTopic(ctx context.Context, mirror, topic string) error {
 
 // SwitchoverTopic implements Service. The request may take the whole timeout
 // and then the stop: the client waits for that, whatever its own timeout.
-func (c *Client) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error {
+func (c *Client) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) ([]string, error) {
 	path, err := apiPath("/v1/mirrors/{}/topics/{}", mirror, topic)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	long := *c
 	long.http = &http.Client{Timeout: max(c.http.Timeout, timeout+RemoveWait+30*time.Second), Transport: c.http.Transport}
-	return long.do(ctx, http.MethodDelete, path, url.Values{"wait_for_sync": {timeout.String()}}, nil, nil)
+	var out StatusBody
+	if err := long.do(ctx, http.MethodDelete, path, url.Values{"wait_for_sync": {timeout.String()}}, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Notes, nil
 }
 
 // PauseTopics implements Service.

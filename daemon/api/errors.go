@@ -40,6 +40,9 @@ type ErrorBody struct {
 // StatusBody is the JSON body of replies that carry no data.
 type StatusBody struct {
 	Status string `json:"status"`
+	// Notes are what the operator should know about a change that was
+	// made (remove --wait-for-sync: groups that needed nothing).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // errorCodes maps each sentinel error to its HTTP status and the code in

@@ -114,8 +114,9 @@ type Service interface {
 	// the topic has no lag against the source's last stable offset and
 	// its groups are synced, then removes it as RemoveTopic does; it fails
 	// (ErrConflict, the topic still MIRRORING) if that does not happen
-	// within timeout.
-	SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error
+	// within timeout. Notes name the groups that counted as synced because
+	// the destination's commit is ahead of the source's (issue 18).
+	SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) (notes []string, err error)
 	ListMirrors(ctx context.Context) ([]MirrorSummary, error)
 	Describe(ctx context.Context, mirror, topic string) ([]PartitionStatus, error)
 	// Translate returns the destination offset at which a consumer that
@@ -262,6 +263,10 @@ type GroupStatus struct {
 	// (Unix ms): a planned switchover waits for a round that began after
 	// the topic caught up.
 	SyncedAtMs int64 `json:"synced_at_ms"`
+	// Ahead marks a conflict in which the destination's commit is ahead
+	// of the source's translated one: kmirror leaves it, and a planned
+	// switchover counts it done (nothing would be read twice or lost).
+	Ahead bool `json:"ahead,omitempty"`
 }
 
 // SourceReach is one member's view of a mirror's source cluster

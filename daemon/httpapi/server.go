@@ -180,11 +180,14 @@ func (h *handler) removeTopic(r *http.Request) (int, any, error) {
 		if perr != nil || d <= 0 {
 			return 0, nil, fmt.Errorf("%w: wait_for_sync=%s: give a positive duration such as 5m", api.ErrInvalid, w)
 		}
-		err = h.api.SwitchoverTopic(r.Context(), name, topic, d)
-	} else {
-		err = h.api.RemoveTopic(r.Context(), name, topic)
+	var notes []string
+		notes, err = h.api.SwitchoverTopic(r.Context(), name, topic, d)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, api.StatusBody{Status: "removed", Notes: notes}, nil
 	}
-	if err != nil {
+	if err := h.api.RemoveTopic(r.Context(), name, topic); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, api.StatusBody{Status: "removed"}, nil

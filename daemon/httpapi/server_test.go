@@ -102,8 +102,8 @@ func (f *fakeAPI) ResumePartitions(_ context.Context, req api.ResumeRequest) ([]
 	return req.Partitions, f.record("resume %s %s %v %t", req.Mirror, req.Topic, req.Partitions, req.AcceptGap)
 }
 
-func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) error {
-	return f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
+func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) ([]string, error) {
+	return nil, f.record("SwitchoverTopic %s %s %s", mirror, topic, timeout)
 }
 
 func (f *fakeAPI) PlanTopics(_ context.Context, req api.AddTopicsRequest) ([]truncate.Plan, error) {
@@ -362,7 +362,7 @@ func TestClientRoundTrip(t *testing.T) {
 			return err
 		}, "PlanTopics a [orders]"},
 		{func() error { _, err := c.UnpauseTopics(ctx, "a", ""); return err }, "UnpauseTopics a "},
-		{func() error { return c.SwitchoverTopic(ctx, "a", "t1", 90*time.Second) }, "SwitchoverTopic a t1 1m30s"},
+		{func() error { _, err := c.SwitchoverTopic(ctx, "a", "t1", 90*time.Second); return err }, "SwitchoverTopic a t1 1m30s"},
 		{func() error { return c.DeleteMirror(ctx, "a b/c", true) }, "DeleteMirror a b/c force=true"},
 		{func() error { return c.DeleteMirror(ctx, "a", false) }, "DeleteMirror a force=false"},
 		{func() error {
@@ -419,7 +419,7 @@ func TestClientErrors(t *testing.T) {
 
 	// A failed planned switchover comes back as the server's error.
 	c0 := newTestClient(t, &fakeAPI{err: fmt.Errorf("%w: not caught up", api.ErrConflict)})
-	if err := c0.SwitchoverTopic(ctx, "a", "t1", time.Minute); !errors.Is(err, api.ErrConflict) {
+	if _, err := c0.SwitchoverTopic(ctx, "a", "t1", time.Minute); !errors.Is(err, api.ErrConflict) {
 		t.Errorf("SwitchoverTopic error %v, want ErrConflict", err)
 	}
 

@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -33,10 +34,10 @@ const (
 // every group of the topic synced; then it stops the topic as RemoveTopic does. If that does
 // not happen within timeout it fails with ErrConflict, naming what is
 // missing, and nothing is stopped.
-func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) error {
+func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout time.Duration) ([]string, error) {
 	if c, err := o.member.ToLeader(ctx); err != nil || c != nil {
 		if err != nil {
-			return err
+			return nil, err
 		}
 		return c.SwitchoverTopic(ctx, mirror, topic, timeout)
 	}
@@ -51,21 +52,21 @@ func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout
 	})
 	switch {
 	case mir == nil:
-		return fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, mirror, topic, mirror)
+		return nil, fmt.Errorf("%w: mirror %s has no topic %s (see kmirror describe --mirror %s)", api.ErrNotFound, mirror, topic, mirror)
 	case state == raftstore.StateStopped:
-		return nil
+		return nil, nil
 	case state == raftstore.StateStopping:
-		return o.waitStopped(ctx, mirror, topic)
+		return nil, o.waitStopped(ctx, mirror, topic)
 	case state != raftstore.StateMirroring:
-		return fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
+		return nil, fmt.Errorf("%w: topic %s of mirror %s is %s: a planned switchover needs it MIRRORING (see kmirror describe); "+
 			"remove it without --wait-for-sync for an emergency failover", api.ErrConflict, topic, mirror, state)
 	}
 	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if least := switchoverQuiet + settings.GroupSyncInterval + switchoverPoll; timeout < least {
-		return fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
+		return nil, fmt.Errorf("%w: a planned switchover of mirror %s needs at least %s (the source quiet for %s, then one group sync: "+
 			"groups.sync.interval=%s): give --wait-for-sync=%s or more", api.ErrInvalid, mirror, least, switchoverQuiet, settings.GroupSyncInterval, least)
 	}
 	src := o.member.SourceAdmin(*mir)
@@ -78,13 +79,13 @@ func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: planned switchover of %s (mirror %s) did not complete within %s: %s. Nothing was stopped: the topic is "+
+			return nil, fmt.Errorf("%w: planned switchover of %s (mirror %s) did not complete within %s: %s. Nothing was stopped: the topic is "+
 				"still MIRRORING; run remove --wait-for-sync again once that is dealt with, or remove without it for an emergency failover",
 				api.ErrConflict, topic, mirror, timeout, why)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(switchoverPoll):
 		}
 	}
@@ -92,12 +93,12 @@ func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout
 		zap.String("topic", topic), zap.Int64s("source_last_stable_offsets", w.lastStable))
 	if err := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping,
 		Reason: "planned switchover (remove --wait-for-sync)"}); err != nil {
-		return StoreErr(err)
+		return nil, StoreErr(err)
 	}
 	if err := o.waitStopped(ctx, mirror, topic); err != nil {
-		return err
+		return nil, err
 	}
-	return w.checkNoneLeft(ctx)
+	return w.aheadNotes(), w.checkNoneLeft(ctx)
 }
 
 // switchoverWait tracks a planned switchover's conditions across polls.
@@ -112,6 +113,20 @@ type switchoverWait struct {
 	lastStable  []int64
 	stableSince time.Time
 	caughtUp    time.Time
+	// ahead are the group partitions whose destination commit is ahead of
+	// the source's translated commit, by "group partition": they need
+	// nothing from the switchover, and its reply says so.
+	ahead map[string]string
+}
+
+// aheadNotes says which groups counted as synced because the destination
+// is ahead.
+func (w *switchoverWait) aheadNotes() []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(w.ahead)) {
+		out = append(out, w.ahead[k])
+	}
+	return out
 }
 
 // blocker returns what keeps the switchover from stopping the topic now,
@@ -164,6 +179,14 @@ func (w *switchoverWait) blocker(ctx context.Context) string {
 			continue
 		}
 		switch {
+		case r.State == api.GroupConflict && r.Ahead && r.SyncedAtMs >= w.caughtUp.UnixMilli():
+			// Consumers on the destination read past what the source
+			// group committed: it loses nothing by the switchover.
+			if w.ahead == nil {
+				w.ahead = map[string]string{}
+			}
+			w.ahead[fmt.Sprintf("%s %09d", r.Group, r.Partition)] = fmt.Sprintf("group %s partition %d: the destination's commit %d is ahead of "+
+				"the source's (%d): left as it is, it loses no records", r.Group, r.Partition, r.DestinationCommitted, r.SourceCommitted)
 		case r.State != api.GroupSynced:
 			unsynced = append(unsynced, fmt.Sprintf("group %s partition %d is %s (%s)", r.Group, r.Partition, r.State, r.Reason))
 		case r.SyncedAtMs < w.caughtUp.UnixMilli():

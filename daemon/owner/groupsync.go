@@ -218,7 +218,7 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		target[i] = d
 		switch {
 		case r.DestinationCommitted > d:
-			r.State, r.Reason = api.GroupConflict, fmt.Sprintf("the destination's committed offset %d is ahead of %d, the translation of the source's %d: "+
+			r.State, r.Ahead, r.Reason = api.GroupConflict, true, fmt.Sprintf("the destination's committed offset %d is ahead of %d, the translation of the source's %d: "+
 				"kmirror never moves a committed offset backwards; if the source group was reset on purpose, reset the destination group "+
 				"too (kafka-consumer-groups.sh --reset-offsets --to-offset %d) or delete it there", r.DestinationCommitted, d, r.SourceCommitted, d)
 		case r.DestinationCommitted < d:
