@@ -45,6 +45,7 @@ type metrics struct {
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
 	fetched     *prometheus.Desc
+	throttled   *prometheus.Desc
 	// lead also feeds kmirror_read_only_unprotected_topics and
 	// kmirror_read_only_unlifted_topics, auth kmirror_api_unauthorized_total
 	// (nil in tests).
@@ -81,6 +82,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 				"applications still cannot write them. Only the leader reports it.", nil, nil),
 		srcDown: prometheus.NewDesc("kmirror_source_unreachable_seconds",
 			"How long the mirror's source cluster has not answered this member's probe (0 while it answers).", []string{"mirror"}, nil),
+		throttled: prometheus.NewDesc("kmirror_destination_throttle_seconds_total",
+			"Produce throttle time destination brokers asked of this member (throttle_time_ms of client quotas, KIP-219); kmirror waits it out.",
+			[]string{"broker"}, nil),
 		fetched: prometheus.NewDesc("kmirror_source_fetched_bytes_total",
 			"Record bytes this member fetched from the mirror's source cluster (mirroring and resume walks).", []string{"mirror"}, nil),
 		autoFailovr: prometheus.NewDesc("kmirror_automatic_failovers_total",
@@ -138,12 +142,16 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.connsRefused
 	ch <- m.autoFailovr
 	ch <- m.fetched
+	ch <- m.throttled
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.diverg, prometheus.CounterValue, float64(m.engine.Divergences()))
 	for mirror, n := range m.engine.FetchedBytes() {
 		ch <- prometheus.MustNewConstMetric(m.fetched, prometheus.CounterValue, float64(n), mirror)
+	}
+	for broker, d := range m.engine.ThrottleTime() {
+		ch <- prometheus.MustNewConstMetric(m.throttled, prometheus.CounterValue, d.Seconds(), broker)
 	}
 	for _, st := range m.engine.Statuses() {
 		l := []string{st.Key.Mirror, st.Key.Topic, itoa(st.Key.Partition)}

@@ -42,6 +42,9 @@ type Engine struct {
 	reports []report
 	// divergences counts partitions stopped as DIVERGED since start.
 	divergences int64
+	// throttled is the produce throttle time destination brokers asked
+	// for, per broker address (kmirror_destination_throttle_seconds_total).
+	throttled map[string]time.Duration
 	// ckptMu makes taking and writing a checkpoint one step, so an older
 	// snapshot never lands after a newer one.
 	ckptMu  sync.Mutex
@@ -371,6 +374,19 @@ func (e *Engine) FetchedBytes() map[string]int64 {
 	out := make(map[string]int64, len(e.sources))
 	for name, src := range e.sources {
 		out[name] = src.cl.FetchedBytes.Load()
+	}
+	return out
+}
+
+// ThrottleTime returns, per destination broker address, the produce
+// throttle time its quotas asked of this engine since it started
+// (throttle_time_ms, KIP-219).
+func (e *Engine) ThrottleTime() map[string]time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]time.Duration, len(e.throttled))
+	for b, d := range e.throttled {
+		out[b] = d
 	}
 	return out
 }

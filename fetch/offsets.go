@@ -436,6 +436,15 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 			return err
 		}
 	}
+	if d := time.Until(s.wconn.ThrottledUntil()); d > 0 {
+		// A quota on kmirror's client.id: the broker reads nothing on
+		// this connection until the throttle ends (KIP-219).
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
 	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, time.Time{}, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
 	if err == nil && (len(res) != 1 || res[0].Err != 0) {
 		if len(res) == 1 {

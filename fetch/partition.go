@@ -252,6 +252,9 @@ type partition struct {
 	// riding out (it stays MIRRORING); cleared by the next success.
 	fetchErr   string
 	produceErr string
+	// throttled is set while the destination broker's produce responses
+	// for this partition carry a throttle (noteThrottle).
+	throttled string
 	// checkpointErr is set while the partition's checkpoint cannot be
 	// written; mirroring goes on (a crash then resumes from the last
 	// written checkpoint with a longer walk).
@@ -323,6 +326,7 @@ func (p *partition) status() Status {
 		st.Lag = p.srcEnd - p.pos.SourceOffset
 	}
 	st.CheckpointFailing = p.checkpointErr != ""
+	st.Throttled = p.throttled
 	st.TranslationEntries, st.TranslationBytes = p.xl.Len(), p.xl.Bytes()
 	if p.mirroring() && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
 		st.Waiting = fmt.Sprintf("waiting for an open source transaction: source offsets %d..%d are not committed yet "+

@@ -93,7 +93,34 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		backoff = e.cfg.RetryBackoff
 		e.handleProduce(batch, res)
+		if d := time.Until(conn.ThrottledUntil()); e.noteThrottle(w, batch, d) {
+			// The broker reads nothing from this connection until the
+			// throttle ends (KIP-219): a request sent now would wait
+			// unread and count against produce_timeout.
+			sleepCtx(e.ctx, d)
+		}
 	}
+}
+
+// noteThrottle records a produce response's throttle (d > 0) on the
+// batch's partitions and the broker's total, or clears it (d <= 0); it
+// reports whether the sender must wait d.
+func (e *Engine) noteThrottle(w *worker, batch []sent, d time.Duration) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	why := ""
+	if d > 0 {
+		if e.throttled == nil {
+			e.throttled = map[string]time.Duration{}
+		}
+		e.throttled[w.addr] += d
+		why = fmt.Sprintf("throttled: destination broker %s asked kmirror to wait %d ms before producing again (a client quota on the destination; KIP-219)",
+			w.addr, d.Milliseconds())
+	}
+	for _, s := range batch {
+		s.p.throttled = why
+	}
+	return d > 0
 }
 
 // collectProduce takes the head batch of every ready partition led by

@@ -156,6 +156,9 @@ type Status struct {
 	// the source holds: an open transaction keeps the last stable offset
 	// (what read_committed mirrors up to) below the high watermark.
 	Waiting string
+	// Throttled says how long the destination broker last throttled this
+	// partition's produce (a client quota, KIP-219); "" when it did not.
+	Throttled string
 }
 
 // Config configures the engine.

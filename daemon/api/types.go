@@ -226,6 +226,7 @@ type LiveStatus struct {
 	DuplicateRecords  int64  `json:"duplicate_records,omitempty"`
 	Duplicate         string `json:"duplicate,omitempty"`
 	Waiting           string `json:"waiting,omitempty"`
+	Throttled         string `json:"throttled,omitempty"`
 }
 
 // InternalApplyRequest carries one encoded raft command from a member to the

@@ -180,7 +180,7 @@ func (h *handler) removeTopic(r *http.Request) (int, any, error) {
 		if perr != nil || d <= 0 {
 			return 0, nil, fmt.Errorf("%w: wait_for_sync=%s: give a positive duration such as 5m", api.ErrInvalid, w)
 		}
-	var notes []string
+		var notes []string
 		notes, err = h.api.SwitchoverTopic(r.Context(), name, topic, d)
 		if err != nil {
 			return 0, nil, err

@@ -289,6 +289,8 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 						ps.Reason = "retrying: " + st.Retrying
 					case st.Duplicate != "" && ps.Reason == "":
 						ps.Reason = fmt.Sprintf("duplicate: %d records so far; the latest: %s", st.DuplicateRecords, st.Duplicate)
+					case st.Throttled != "" && ps.Reason == "":
+						ps.Reason = st.Throttled
 					case st.Waiting != "" && ps.Reason == "":
 						ps.Reason = st.Waiting
 					}

@@ -46,7 +46,17 @@ type Conn struct {
 	// hint); sasl is set when the connection authenticates with SASL.
 	requests int
 	sasl     bool
+	// throttledUntil is when the broker's last throttle_time_ms ends: it
+	// mutes the connection until then (KIP-219), so nothing should be
+	// sent on it before.
+	throttledUntil time.Time
 }
+
+// ThrottledUntil is when the throttle the broker last asked for on this
+// connection ends (zero: none). Per KIP-219 a broker answers a request
+// over quota at once, with throttle_time_ms, and then reads nothing from
+// the connection for that long: a request sent meanwhile waits unread.
+func (c *Conn) ThrottledUntil() time.Time { return c.throttledUntil }
 
 // Dial connects to addr, secures the connection as sec says (TLS
 // handshake, then ApiVersions, then SASL), and checks that the broker

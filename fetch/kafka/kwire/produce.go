@@ -47,10 +47,16 @@ func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, w
 	if err != nil {
 		return nil, fmt.Errorf("produce to %s: %w", c.addr, err)
 	}
-	return parseProduceResponse(body, c.addr)
+	res, throttle, err := parseProduceResponse(body, c.addr)
+	if throttle > 0 {
+		c.throttledUntil = time.Now().Add(throttle)
+	}
+	return res, err
 }
 
-func parseProduceResponse(body []byte, addr string) ([]ProduceResult, error) {
+// parseProduceResponse returns the partitions' results and the broker's
+// throttle_time_ms.
+func parseProduceResponse(body []byte, addr string) ([]ProduceResult, time.Duration, error) {
 	r := reader{b: body}
 	var out []ProduceResult
 	nt := r.arrayLen(6)
@@ -77,9 +83,9 @@ func parseProduceResponse(body []byte, addr string) ([]ProduceResult, error) {
 			out = append(out, pr)
 		}
 	}
-	r.int32() // throttle
+	throttle := time.Duration(r.int32()) * time.Millisecond
 	if r.err != nil {
-		return nil, fmt.Errorf("produce response from %s: %w", addr, r.err)
+		return nil, 0, fmt.Errorf("produce response from %s: %w", addr, r.err)
 	}
-	return out, nil
+	return out, throttle, nil
 }
