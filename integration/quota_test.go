@@ -1,8 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -24,7 +24,7 @@ import (
 // time (issue 18).
 func TestDestinationQuota(t *testing.T) {
 	const clientID = "kmirror-quota-test"
-	setProducerQuota(t, env.dst, clientID, "200000") // bytes/s
+	setProducerQuota(t, env.dst, clientID, "100000") // bytes/s
 	t.Cleanup(func() { setProducerQuota(t, env.dst, clientID, "") })
 	m := startMember(t, "quota", memberOpts{destExtra: "  client_id: " + clientID + "\n"})
 	ctx := context.Background()
@@ -35,9 +35,10 @@ func TestDestinationQuota(t *testing.T) {
 	if err := env.src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	value := bytes.Repeat([]byte("q"), 1024)
 	var recs []*kgo.Record
-	for i := range 2000 { // 2 MiB: about 10 s at the quota
+	for i := range 1500 { // 1.5 MiB that does not compress: about 15 s at the quota
+		value := make([]byte, 1024)
+		rand.Read(value)
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % partitions), Key: []byte(strconv.Itoa(i)), Value: value})
 	}
 	produceSync(t, kgoClient(t, env.src, kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner())), recs)
@@ -50,7 +51,7 @@ func TestDestinationQuota(t *testing.T) {
 		throttled += v
 	}
 	if throttled <= 0 {
-		t.Fatalf("kmirror_destination_throttle_seconds_total is %v after copying 2 MiB through a 200 kB/s quota: the throttle was not seen\n%s", throttled, metricsText(t, m))
+		t.Fatalf("kmirror_destination_throttle_seconds_total is %v after copying 1.5 MiB through a 100 kB/s quota: the throttle was not seen\n%s", throttled, metricsText(t, m))
 	}
 	if log := m.logTail(); strings.Contains(log, "produce outcome unknown") {
 		t.Fatalf("a throttled produce ended with an unknown outcome:\n%s", log)
