@@ -15,6 +15,7 @@ import (
 
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/daemon/leader"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -29,6 +30,13 @@ type group struct {
 }
 
 func newGroup(t testing.TB, n int, ttl time.Duration) *group {
+	t.Helper()
+	return newGroupWith(t, n, ttl, nil)
+}
+
+// newGroupWith is newGroup whose members reach the destination cluster
+// through dest (nil: none).
+func newGroupWith(t testing.TB, n int, ttl time.Duration, dest *kafka.Admin) *group {
 	t.Helper()
 	g := &group{t: t, ttl: ttl}
 	logger := zap.NewNop() // benchmarks print everything logged to b
@@ -61,10 +69,10 @@ func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 		for j, p := range peers {
 			cfgPeers = append(cfgPeers, config.PeerConfig{ID: p.ID, Raft: p.Addr, HTTP: fmt.Sprintf("127.0.0.1:%d", 9000+j)})
 		}
-		m := &Member{cfg: config.Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: logger.Named(id)}
+		m := &Member{cfg: config.Config{NodeID: id, LeaseTTL: ttl, LeaseMargin: ttl / 2, ProduceTimeout: ttl / 4, Peers: cfgPeers}, log: logger.Named(id), dest: dest}
 		m.setStore(store)
 		m.ctx, m.cancel = context.WithCancel(context.Background())
-		m.lead = leader.New(m.ctx, leader.Config{NodeID: id, LeaseTTL: ttl, Peers: cfgPeers}, store, nil, m, m.log)
+		m.lead = leader.New(m.ctx, leader.Config{NodeID: id, LeaseTTL: ttl, Peers: cfgPeers}, store, dest, m, m.log)
 		m.wireOps()
 		m.Go(m.lead.Run)
 		g.members = append(g.members, m)

@@ -143,9 +143,26 @@ func addCommand() *cli.Command {
 				return writeJSON(c.App.Writer, struct {
 					result
 					Truncated []truncate.Result `json:"truncated,omitempty"`
-				}{result{Result: "added", Mirror: req.Mirror, Topics: req.Topics}, res.Truncated})
+					PerTopic  []api.AddedTopic  `json:"per_topic,omitempty"`
+				}{result{Result: "added", Mirror: req.Mirror, Topics: req.Topics}, res.Truncated, res.Topics})
 			}
-			lines := []string{fmt.Sprintf("added %s to mirror %s", strings.Join(req.Topics, ", "), req.Mirror)}
+			added := req.Topics
+			var pending []string
+			if len(res.Topics) > 0 {
+				added = nil
+				for _, t := range res.Topics {
+					if t.Result == api.TopicPending {
+						pending = append(pending, fmt.Sprintf("pending %s: %s", t.Topic, t.Error))
+					} else {
+						added = append(added, t.Topic)
+					}
+				}
+			}
+			var lines []string
+			if len(added) > 0 {
+				lines = append(lines, fmt.Sprintf("added %s to mirror %s", strings.Join(added, ", "), req.Mirror))
+			}
+			lines = append(lines, pending...)
 			for _, tr := range res.Truncated {
 				var n int64
 				for _, c := range tr.Copied {

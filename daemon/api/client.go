@@ -115,13 +115,13 @@ func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult
 	if err != nil {
 		return AddResult{}, err
 	}
-	cl := c
+	wait := AddTimeout(len(req.Topics))
 	if req.Truncate {
 		// A truncation copies records and deletes a topic: wait for it.
-		long := *c
-		long.http = &http.Client{Timeout: max(c.http.Timeout, TruncateTimeout+time.Minute), Transport: c.http.Transport}
-		cl = &long
+		wait += TruncateTimeout
 	}
+	cl := *c
+	cl.http = &http.Client{Timeout: max(c.http.Timeout, wait), Transport: c.http.Transport}
 	var res AddResult
 	err = cl.do(ctx, http.MethodPost, path, nil, req, &res)
 	return res, err

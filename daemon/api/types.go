@@ -46,7 +46,30 @@ type AddTopicsRequest struct {
 type AddResult struct {
 	Status    string            `json:"status"`
 	Truncated []truncate.Result `json:"truncated,omitempty"`
+	// Topics is what became of each topic.
+	Topics []AddedTopic `json:"topics,omitempty"`
 }
+
+// AddedTopic is one topic of an add.
+type AddedTopic struct {
+	Topic string `json:"topic"`
+	// Result is TopicAdded, TopicPending or TopicNotAdded.
+	Result string `json:"result"`
+	Error  string `json:"error,omitempty"`
+}
+
+// What became of a topic of an add.
+const (
+	TopicAdded = "added"
+	// TopicPending: recorded, its destination topic not confirmed; the
+	// leader finishes it (describe shows PENDING with the reason).
+	TopicPending  = "pending"
+	TopicNotAdded = "not added"
+)
+
+// AddTimeout is how long a client waits for an add of n topics: the
+// server bounds each topic's checks and creation on its own.
+func AddTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*2*15*time.Second }
 
 // PlanResult answers an add with dry_run.
 type PlanResult struct {

@@ -99,8 +99,6 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 	}
 	src := o.member.SourceAdmin(mir)
 	defer src.Close()
-	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
 	seen := map[string]bool{}
 	for _, t := range req.Topics {
 		var err error
@@ -116,7 +114,9 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 		seen[t] = true
 		var p plannedTopic
 		if err == nil {
-			p, err = o.planTopic(cctx, src, mir, t, which, stopped[t] == req.Mirror)
+			pctx, cancel := context.WithTimeout(ctx, adminTimeout)
+			p, err = o.planTopic(pctx, src, mir, t, which, stopped[t] == req.Mirror)
+			cancel()
 		}
 		if err != nil {
 			if rerr := refuse(t, err); rerr != nil {
@@ -142,46 +142,88 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 			"records into a quarantine topic TOPIC.kmirror-diverged.N, deletes the destination topic and mirrors it again from the source",
 			api.ErrConflict, strings.Join(refused, "; "))
 	}
+	// Past this point an add runs to its end even if the client gives up
+	// (issue 18: a CLI timeout cancelled a big add midway and left a topic
+	// half-undone); each topic is bounded on its own.
+	wctx := context.WithoutCancel(ctx)
+	var failed error
 	for _, p := range plan {
-		if owner, ok := stopped[p.topic.Topic]; ok && owner == req.Mirror {
-			// Mirrored before and removed: its old checkpoints and
-			// translation must not be taken for the new start (a
-			// continued one is seeded below from what was read).
-			if err := o.engine.ForgetTopic(cctx, req.Mirror, p.topic.Topic); err != nil {
-				return nil, fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", api.ErrUnavailable, p.topic.Topic, err)
-			}
+		r, err := o.addPlanned(wctx, src, mir, p, stopped, req.ReplicationFactor, res)
+		res.Topics = append(res.Topics, r)
+		if err != nil && failed == nil {
+			failed = err
 		}
 	}
-	for i, p := range plan {
-		var err error
+	if failed != nil {
+		return nil, fmt.Errorf("%w. %s", failed, addSummary(res.Topics))
+	}
+	return plans, nil
+}
+
+// addPlanned adds one checked topic: new, continued from its last
+// mirrored position, or truncated and added afresh. A topic ends
+// MIRRORING, PENDING (its destination topic may exist: the leader finishes
+// it, FinishPending) or not added at all, never in between.
+func (o *Ops) addPlanned(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, p plannedTopic, stopped map[string]string, rf int16,
+	res *api.AddResult) (api.AddedTopic, error) {
+	r := api.AddedTopic{Topic: p.topic.Topic, Result: api.TopicAdded}
+	var err error
+	if owner, ok := stopped[p.topic.Topic]; ok && owner == mir.Name {
+		// Mirrored before and removed: its old checkpoints and translation
+		// must not be taken for the new start (a continued one is seeded
+		// from what was read).
+		fctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		err = o.engine.ForgetTopic(fctx, mir.Name, p.topic.Topic)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("%w: clearing the earlier mirroring of %s from the offsets topic: %v", api.ErrUnavailable, p.topic.Topic, err)
+		}
+	}
+	if err == nil {
 		switch {
 		case p.existing != nil && p.existing.Divergent():
 			var tr truncate.Result
-			tr, err = o.truncateAndAdd(ctx, src, mir, p, req.ReplicationFactor)
+			tr, err = o.truncateAndAdd(ctx, src, mir, p, rf)
 			if tr.Quarantine != "" {
 				res.Truncated = append(res.Truncated, tr)
 			}
 		case p.existing != nil:
 			err = o.continueTopic(ctx, p)
 		default:
-			err = o.createTopic(ctx, p, req.ReplicationFactor)
-		}
-		if err != nil {
-			if i > 0 {
-				return nil, fmt.Errorf("%v (topics %s were added before this failure)", err, topicNames(plan[:i]))
-			}
-			return nil, err
+			err = o.createTopic(ctx, p, rf)
 		}
 	}
-	return plans, nil
+	var pending *pendingError
+	switch {
+	case errors.As(err, &pending):
+		r.Result, r.Error, err = api.TopicPending, pending.Error(), nil
+	case err != nil:
+		r.Result, r.Error = api.TopicNotAdded, err.Error()
+	}
+	return r, err
 }
 
-func topicNames(plan []plannedTopic) string {
-	names := make([]string, len(plan))
-	for i, p := range plan {
-		names[i] = p.topic.Topic
+// addSummary says what became of each topic of a failed add.
+func addSummary(topics []api.AddedTopic) string {
+	by := map[string][]string{}
+	for _, t := range topics {
+		by[t.Result] = append(by[t.Result], t.Topic)
 	}
-	return strings.Join(names, ", ")
+	var parts []string
+	for _, r := range []string{api.TopicAdded, api.TopicPending, api.TopicNotAdded} {
+		if len(by[r]) > 0 {
+			parts = append(parts, r+": "+strings.Join(by[r], ", "))
+		}
+	}
+	return "Per topic: " + strings.Join(parts, "; ") + " (pending topics are finished by the leader; kmirror describe shows them)"
+}
+
+// pendingError is a creation whose outcome is unknown: the topic stays
+// PENDING, and the leader finishes it.
+type pendingError struct{ err error }
+
+func (e *pendingError) Error() string {
+	return "the destination topic's creation did not answer (" + e.err.Error() + "): the topic stays PENDING and the leader finishes it"
 }
 
 func (o *Ops) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, topic string, which int64, removed bool) (plannedTopic, error) {
@@ -241,7 +283,9 @@ func (o *Ops) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.Mir
 }
 
 // createTopic records the topic PENDING, creates the destination topic and
-// moves it to MIRRORING; if creation fails, the record is removed again.
+// moves it to MIRRORING; if the broker refuses the creation, the record is
+// removed again; if it does not answer, the topic stays PENDING
+// (*pendingError).
 // A leader that stops in between leaves the topic PENDING, and the next
 // leader finishes it (FinishPending) with the same configs and
 // replication factor, which the record carries.
@@ -267,6 +311,11 @@ func (o *Ops) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
 	defer cancel()
 	destID, err := o.createDestination(cctx, t)
 	if err != nil {
+		if !kafka.IsRequestError(err) && !kafka.IsTopicExists(err) {
+			// The broker may have created it: keep the record, which the
+			// leader finishes (adopting the topic if it exists).
+			return &pendingError{err: err}
+		}
 		if rerr := o.store.Apply(ctx, raftstore.RemoveTopic{Mirror: t.Mirror, Topic: t.Topic}); rerr != nil {
 			o.log.Error("undo add topic", zap.String("topic", t.Topic), zap.Error(rerr))
 		}
