@@ -51,6 +51,35 @@ type readOnly struct {
 	// write them. known is false until this member ran a round as leader.
 	unprotected, unlifted int
 	known                 bool
+	// created is when this leader last created each DENY (by topic and
+	// principal): a broker lists a new ACL only once the metadata reached
+	// it, so a DENY missing from the listing just after kmirror created it
+	// is created again quietly, not reported as deleted by someone.
+	created map[[2]string]time.Time
+}
+
+// aclPropagation is how long after creating an ACL its absence from a
+// listing is taken for propagation, not a deletion (KRaft brokers apply
+// ACL changes from the metadata log within milliseconds to a second).
+const aclPropagation = 3 * time.Second
+
+// justCreated reports whether this leader created the DENY of principal on
+// topic within aclPropagation; created marks them created now.
+func (r *readOnly) justCreated(topic, principal string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Since(r.created[[2]string{topic, principal}]) < aclPropagation
+}
+
+func (r *readOnly) markCreated(topic string, principals []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.created == nil {
+		r.created = map[[2]string]time.Time{}
+	}
+	for _, p := range principals {
+		r.created[[2]string{topic, p}] = time.Now()
+	}
 }
 
 // set records a round's outcome; a change is logged, at warn level when
@@ -187,6 +216,8 @@ func (l *Leader) reconcileReadOnly(ctx context.Context) {
 		for _, p := range want {
 			switch {
 			case slices.Contains(existing, p):
+			case slices.Contains(have, p) && l.readOnly.justCreated(topic, p):
+				missing = append(missing, p) // not listed yet: created again, harmlessly
 			case slices.Contains(have, p):
 				missing, recreated = append(missing, p), append(recreated, p)
 			default:
@@ -205,6 +236,7 @@ func (l *Leader) reconcileReadOnly(ctx context.Context) {
 				set("not enforced on "+topic+": "+readOnlyError(err, "to keep mirror topics read-only"), len(active))
 				return
 			}
+			l.readOnly.markCreated(topic, missing)
 			if len(recreated) > 0 {
 				l.log.Warn("mirror topic read-only: DENY WRITE ACLs kmirror had added were deleted by someone; added again",
 					zap.String("topic", topic), zap.Strings("principals", recreated))
