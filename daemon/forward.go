@@ -166,8 +166,20 @@ func (m *Member) checkCaller(c api.Caller) error {
 func (m *Member) LocalStatuses() []api.LiveStatus {
 	sts := m.engine.Statuses()
 	out := make([]api.LiveStatus, 0, len(sts))
+	now := time.Now()
 	for _, st := range sts {
+		age, fetchWait, produceWait := int64(-1), int64(0), int64(0)
+		if !st.SourceAnswered.IsZero() {
+			age = now.Sub(st.SourceAnswered).Milliseconds()
+		}
+		if !st.SourceAsked.IsZero() {
+			fetchWait = now.Sub(st.SourceAsked).Milliseconds()
+		}
+		if !st.SentAt.IsZero() {
+			produceWait = now.Sub(st.SentAt).Milliseconds()
+		}
 		out = append(out, api.LiveStatus{
+			SourceAgeMs: age, FetchWaitMs: fetchWait, ProduceWaitMs: produceWait,
 			Mirror: st.Key.Mirror, Topic: st.Key.Topic, Partition: st.Key.Partition,
 			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd, SourcePosition: st.Position.SourceOffset,
 			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,

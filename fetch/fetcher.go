@@ -140,6 +140,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		}
 		var res *kwire.FetchResponse
 		if err == nil {
+			e.markAsked(want)
 			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.FetchMaxWait+30*time.Second)
 			res, err = conn.FetchSession(ctx, req)
 			cancel()
@@ -171,6 +172,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			continue
 		}
 		backoff = e.cfg.RetryBackoff
+		e.markAnswered(want)
 		sess.advance(want, res.SessionID, mirror, res.Partitions)
 		for _, fp := range res.Partitions {
 			src.cl.FetchedBytes.Add(int64(len(fp.Records)))
@@ -180,6 +182,32 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			// A partition answered with an error: the broker answers such
 			// fetches at once, so pause instead of spinning.
 			sleepCtx(e.ctx, e.cfg.RetryBackoff)
+		}
+	}
+}
+
+// markAnswered stamps the partitions a fetch asked for as answered now:
+// the broker answered, leaving out those that had not changed.
+func (e *Engine) markAnswered(asked map[Key]fetchWant) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range asked {
+		if p := e.parts[k]; p != nil {
+			p.srcAnswered, p.srcAsked = now, time.Time{}
+		}
+	}
+}
+
+// markAsked stamps the partitions a fetch asks for as waiting on the
+// source since now, unless an earlier fetch for them is unanswered.
+func (e *Engine) markAsked(asked map[Key]fetchWant) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range asked {
+		if p := e.parts[k]; p != nil && p.srcAsked.IsZero() {
+			p.srcAsked = now
 		}
 	}
 }

@@ -159,7 +159,12 @@ func (p *partition) moveRelease(to releasePhase) {
 	move(p, "release", releaseNames, releaseMoves, &p.release, to)
 }
 
-func (p *partition) moveSend(to sendPhase) { move(p, "send", sendNames, sendMoves, &p.send, to) }
+func (p *partition) moveSend(to sendPhase) {
+	if to == sendInflight && p.send != sendInflight {
+		p.sentAt = time.Now()
+	}
+	move(p, "send", sendNames, sendMoves, &p.send, to)
+}
 
 func (p *partition) moveFetch(to fetchPhase) { move(p, "fetch", fetchNames, fetchMoves, &p.fetch, to) }
 
@@ -215,6 +220,13 @@ type partition struct {
 	fetchBytes  int32
 	srcEnd      int64 // last stable offset at the last fetch; -1 unknown
 	srcHW       int64 // high watermark at the last fetch
+	// srcAnswered is when the partition's source leader last answered a
+	// fetch that asked for it (a fetch session leaves unchanged partitions
+	// out of its answer): srcEnd is as of then. srcAsked is when a fetch
+	// for it was sent that has had no answer yet (zero: none).
+	srcAnswered, srcAsked time.Time
+	// sentAt is when the batch in flight was sent (send is sendInflight).
+	sentAt time.Time
 	// fetchedEpoch is the source leader epoch of the last batch fetched
 	// (at fetchOffset); -1 unknown. A new source leader is asked where it
 	// ends (checkSourceTruncation).
@@ -327,6 +339,11 @@ func (p *partition) status() Status {
 	}
 	st.CheckpointFailing = p.checkpointErr != ""
 	st.Throttled = p.throttled
+	st.SourceAnswered = p.srcAnswered
+	st.SourceAsked = p.srcAsked
+	if p.send == sendInflight {
+		st.SentAt = p.sentAt
+	}
 	st.TranslationEntries, st.TranslationBytes = p.xl.Len(), p.xl.Bytes()
 	if p.mirroring() && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
 		st.Waiting = fmt.Sprintf("waiting for an open source transaction: source offsets %d..%d are not committed yet "+

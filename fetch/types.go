@@ -159,6 +159,13 @@ type Status struct {
 	// Throttled says how long the destination broker last throttled this
 	// partition's produce (a client quota, KIP-219); "" when it did not.
 	Throttled string
+	// SourceAnswered is when the partition's source leader last answered
+	// a fetch for it (zero: not yet): SourceEnd is as of then. SourceAsked
+	// is when a fetch for it was sent that is still unanswered (zero:
+	// none). SentAt is when the produce in flight was sent (zero: none in
+	// flight).
+	SourceAnswered, SourceAsked time.Time
+	SentAt                      time.Time
 }
 
 // Config configures the engine.

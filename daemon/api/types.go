@@ -250,6 +250,14 @@ type LiveStatus struct {
 	Duplicate         string `json:"duplicate,omitempty"`
 	Waiting           string `json:"waiting,omitempty"`
 	Throttled         string `json:"throttled,omitempty"`
+	// SourceAgeMs is how long ago, in ms, the partition's source leader
+	// last answered the owner's fetch (-1: never): SourceEnd and Lag are
+	// as of then. FetchWaitMs is how long, in ms, a fetch for it has
+	// waited unanswered (0: none waits); ProduceWaitMs the same for the
+	// produce in flight.
+	SourceAgeMs   int64 `json:"source_age_ms"`
+	FetchWaitMs   int64 `json:"fetch_wait_ms,omitempty"`
+	ProduceWaitMs int64 `json:"produce_wait_ms,omitempty"`
 }
 
 // InternalApplyRequest carries one encoded raft command from a member to the

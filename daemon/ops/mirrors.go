@@ -283,8 +283,17 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 						ps.Reason = "resuming: verifying the destination against the source before mirroring"
 					}
 					ps.DuplicateRecords = st.DuplicateRecords
+					stale := ""
+					if ps.State == string(raftstore.StateMirroring) && st.State == string(fetch.Mirroring) {
+						stale = staleness(st, p.Owner)
+					}
+					if stale != "" {
+						ps.Lag = -1 // not known: never shown as caught up
+					}
 					switch {
 					case ps.State != string(raftstore.StateMirroring):
+					case stale != "":
+						ps.Reason = stale
 					case st.Retrying != "":
 						ps.Reason = "retrying: " + st.Retrying
 					case st.Duplicate != "" && ps.Reason == "":
@@ -374,4 +383,31 @@ func (o *Ops) Translate(ctx context.Context, mirror, topic string, partition int
 			"(not added, stopped, or moving between members: see kmirror describe)", api.ErrNotFound, k, sourceOffset)
 	}
 	return api.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: sourceOffset, DestinationOffset: d}, nil
+}
+
+// staleAfter is when a partition's live view is shown as stale: a
+// healthy owner hears from the source leader at least every fetch wait
+// (500 ms) and from the destination within produce_timeout.
+const staleAfter = 10 * time.Second
+
+// staleness says why a MIRRORING partition's offsets are not current (its
+// owner has not heard from the source, or waits on the destination), or
+// "" (issue 18: a stalled link showed LAG 0 and no reason).
+func staleness(st api.LiveStatus, owner string) string {
+	var parts []string
+	if wait := time.Duration(st.FetchWaitMs) * time.Millisecond; wait > staleAfter {
+		asOf := "never fetched"
+		if st.SourceAgeMs >= 0 {
+			asOf = "as of " + (time.Duration(st.SourceAgeMs) * time.Millisecond).Round(time.Second).String() + " ago"
+		}
+		parts = append(parts, fmt.Sprintf("source offset %s: owner %s has waited %s for the source leader to answer a fetch, so the lag is unknown",
+			asOf, owner, wait.Round(time.Second)))
+	}
+	if wait := time.Duration(st.ProduceWaitMs) * time.Millisecond; wait > staleAfter {
+		parts = append(parts, fmt.Sprintf("owner %s has waited %s for the destination to answer a produce", owner, wait.Round(time.Second)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "stale: " + strings.Join(parts, "; ")
 }

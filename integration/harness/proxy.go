@@ -36,6 +36,30 @@ type Proxy struct {
 	conns     map[net.Conn]bool
 	accepted  int
 	closed    bool
+	// stalled: nothing passes either way, the connections stay open (a
+	// link that stalls without RST or FIN).
+	stalled bool
+}
+
+// Stall stops (on) or resumes passing anything either way, keeping every
+// connection open: a stalled link, not a broken one.
+func (p *Proxy) Stall(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = on
+}
+
+// waitUnstalled returns once the proxy is not stalled (or closed).
+func (p *Proxy) waitUnstalled() {
+	for {
+		p.mu.Lock()
+		stalled, closed := p.stalled, p.closed
+		p.mu.Unlock()
+		if !stalled || closed {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func newProxy(listen, target string) (*Proxy, error) {
@@ -202,6 +226,7 @@ func (p *Proxy) serve(client net.Conn) {
 				p.untrack(client, broker)
 				return
 			}
+			p.waitUnstalled()
 			if _, err := client.Write(frame); err != nil {
 				return
 			}
@@ -220,6 +245,7 @@ func (p *Proxy) serve(client net.Conn) {
 			drop[int32(binary.BigEndian.Uint32(frame[8:]))] = true
 			mu.Unlock()
 		}
+		p.waitUnstalled()
 		if _, err := broker.Write(frame); err != nil {
 			break
 		}
