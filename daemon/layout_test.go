@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -48,6 +51,30 @@ func TestPackagesImportOneWay(t *testing.T) {
 		for _, f := range rule.forbid {
 			if d[f] {
 				t.Errorf("%s imports %s (directly or not): the layout forbids it", rule.pkg, f)
+			}
+		}
+	}
+}
+
+// TestCLIImportsTheContract: of the CLI's files only daemon.go (the
+// kmirror daemon subcommand, which runs a member) imports the daemon; the
+// commands use daemon/api.
+func TestCLIImportsTheContract(t *testing.T) {
+	files, err := filepath.Glob("../cmd/kmirror/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("cmd/kmirror files: %v, %v", files, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "daemon.go" {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			if imp.Path.Value == `"github.com/kmirror/kmirror/daemon"` {
+				t.Errorf("%s imports the daemon: CLI commands use daemon/api", f)
 			}
 		}
 	}

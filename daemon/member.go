@@ -350,13 +350,6 @@ func (m *Member) AdvertisedHTTP() string {
 	return m.addr.String()
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
-
 // Source is the data path's view of a mirror's source cluster
 // (owner.Member).
 func (m *Member) Source(mir raftstore.Mirror) fetch.Source { return mirrorprops.Source(mir) }

@@ -48,7 +48,9 @@
 // (the produce queue), idle.go, offsets.go (the
 // progress store: checkpoints and translation segments in the internal
 // topic), translate.go (the translation log), failback.go (reading another
-// group's progress store; seeding a partition; copying a record range).
+// group's progress store; seeding a partition; copying a record range),
+// types.go (Key, Spec, Source, Control, Config, Status: what the daemon
+// sees).
 //
 // Cluster access (metadata, pooled connections, the partition reader, the
 // admin client) is in fetch/kafka; this package holds only the data path and

@@ -55,6 +55,7 @@ type Engine struct {
 type source struct {
 	cl          *kafka.Cluster
 	securityKey string // Source.SecurityKey the cluster was made with
+	clientID    string // the client.id it uses
 	fetchers    map[int32]*worker
 }
 
@@ -180,7 +181,11 @@ func (e *Engine) goLoop(f func()) {
 func (e *Engine) SetSource(mirror string, src Source) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.Bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey {
+	clientID := src.ClientID
+	if clientID == "" {
+		clientID = e.cfg.ClientID
+	}
+	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.Bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey && s.clientID == clientID {
 		return
 	} else if ok {
 		// Replaced: its fetch loops see it and exit; its metadata and
@@ -198,8 +203,9 @@ func (e *Engine) SetSource(mirror string, src Source) {
 		defer kick(e.kickRt)
 	}
 	e.sources[mirror] = &source{
-		cl:          kafka.NewCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, e.cfg.ClientID, src.Security),
+		cl:          kafka.NewCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, clientID, src.Security),
 		securityKey: src.SecurityKey,
+		clientID:    clientID,
 		fetchers:    map[int32]*worker{},
 	}
 }

@@ -75,6 +75,8 @@ type Source struct {
 	// they name changes: files are read at every dial); a new key makes
 	// the engine drop the source's connections and dial anew.
 	SecurityKey string
+	// ClientID is the Kafka client.id on the source ("": Config.ClientID).
+	ClientID string
 }
 
 // State of a partition as the engine reports it.

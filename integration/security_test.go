@@ -240,27 +240,7 @@ func (r *securityRun) readOnlyMirrorTopics(t *testing.T) {
 		defer cancel()
 		return app.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("from the app")}).FirstErr()
 	}
-	waitDenied := func(topic string, want bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			ms, err := m.client.ListMirrors(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := false
-			for _, mir := range ms {
-				got = got || slices.Contains(mir.WriteDenied[topic], "User:CN=app")
-			}
-			if got == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: User:CN=app denied = %v after 30s, want %v: %+v\n%s", topic, got, want, ms, m.logTail())
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	waitDenied := func(topic string, want bool) { t.Helper(); r.waitAppDenied(t, topic, want) }
 	waitDenied("sec-plain", true)
 	if err := appWrite("sec-plain"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("the app wrote into a MIRRORING topic: %v", err)
@@ -368,6 +348,30 @@ func (r *securityRun) secretsNeverShown(t *testing.T) {
 				t.Errorf("output %d shows the secret %q:\n%s", i, secret, text)
 			}
 		}
+	}
+}
+
+// waitAppDenied waits until kmirror's record of the DENY WRITE for
+// User:CN=app on topic is want.
+func (r *securityRun) waitAppDenied(t *testing.T, topic string, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ms, err := r.m.client.ListMirrors(r.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for _, mir := range ms {
+			got = got || slices.Contains(mir.WriteDenied[topic], "User:CN=app")
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: User:CN=app denied = %v after 30s, want %v: %+v\n%s", topic, got, want, ms, r.m.logTail())
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -13,8 +13,10 @@
 //     says who may submit each command (the leader, an operator, a member)
 //     and whether it must carry the partition's lease.
 //   - authority.go: Authorize checks a submission against that table (the
-//     daemon's internal-apply route takes exactly the member commands), and
-//     Apply checks a command's lease before its applyX runs.
+//     leader's and the operator verbs' stores check every command they
+//     apply; the internal-apply route takes only a member's commands about
+//     itself, AuthorizeMember), and Apply checks a command's lease before
+//     its applyX runs.
 //   - fsm.go: Apply, a deterministic switch over small applyX methods (no
 //     clock, no I/O, no leadership checks). A refused command leaves the
 //     state unchanged and returns its error (ErrNotFound, ErrExists,
@@ -25,6 +27,8 @@
 //     fresh State and swaps it in, refusing unknown versions and records.
 //   - store.go and open.go: Store wires the FSM to raft, raft-boltdb and
 //     the TCP transport and turns raft's errors into ErrNotLeader.
+//   - stream.go: the raft transport's connections (mutual TLS with
+//     raft_tls, the isolation test hook, why a dial failed).
 //   - hclog.go: routes raft's hclog output to the injected zap logger.
 //
 // Per-record progress, lag and the translation log never go through raft:

@@ -17,8 +17,8 @@ type Internal interface {
 	LocalSourceReach() []api.SourceReach
 	BlockSource(mirror string, on bool)
 	Probe() api.RaftProbe
-	// TestHooks reports whether test_hooks is on; SetRaftIsolated is
-	// served only then.
+	// TestHooks reports whether test_hooks is on; BlockSource and
+	// SetRaftIsolated are served only then.
 	TestHooks() bool
 	SetRaftIsolated(on bool) error
 }

@@ -86,7 +86,18 @@ type Leader struct {
 
 // New returns the leader duties of a member; Run starts them.
 func New(ctx context.Context, cfg Config, store Store, dest *kafka.Admin, member Member, log *zap.Logger) *Leader {
-	return &Leader{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx}
+	return &Leader{cfg: cfg, store: leaderStore{store}, dest: dest, member: member, log: log, ctx: ctx}
+}
+
+// leaderStore applies only the commands the command table lets the leader
+// submit (raftstore.Authorize).
+type leaderStore struct{ Store }
+
+func (s leaderStore) Apply(ctx context.Context, cmd raftstore.Command) error {
+	if err := raftstore.Authorize(cmd, raftstore.ByLeader); err != nil {
+		return err
+	}
+	return s.Store.Apply(ctx, cmd)
 }
 
 // ReadOnlyGauges returns kmirror_read_only_unprotected_topics and

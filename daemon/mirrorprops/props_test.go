@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/raftstore"
 )
 
 func TestParseMirrorSettings(t *testing.T) {
@@ -54,5 +55,23 @@ func TestParseMirrorSettings(t *testing.T) {
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want ErrInvalid with %q", tc.props, err, tc.want)
 		}
+	}
+}
+
+// TestSourceClientID: the client.id property is the client.id used on the
+// source (it was accepted and ignored before), and changing it changes the
+// source's key, so connections are made again with it.
+func TestSourceClientID(t *testing.T) {
+	mir := raftstore.Mirror{Name: "m1", Bootstrap: []string{"a:9092"}, Properties: map[string]string{"bootstrap.servers": "a:9092"}}
+	plain := SourceKey(mir)
+	if got := Source(mir).ClientID; got != "" {
+		t.Fatalf("without client.id the source's client ID is %q, want the member's (empty here)", got)
+	}
+	mir.Properties["client.id"] = " dr-mirror "
+	if got := Source(mir).ClientID; got != "dr-mirror" {
+		t.Fatalf("source client ID %q, want dr-mirror", got)
+	}
+	if SourceKey(mir) == plain {
+		t.Fatal("a new client.id did not change the source's key")
 	}
 }

@@ -36,18 +36,27 @@ func Security(mir raftstore.Mirror) (kafka.Security, string) {
 // connection is replaced when it changes.
 func SourceKey(mir raftstore.Mirror) string {
 	_, key := Security(mir)
-	return strings.Join(mir.Bootstrap, ",") + "|" + key
+	return strings.Join(mir.Bootstrap, ",") + "|" + key + "|" + ClientID(mir)
 }
 
-// SourceAdmin opens an Admin on a mirror's source cluster; clientID is
-// the member's Kafka client.id. The caller closes it.
-func SourceAdmin(mir raftstore.Mirror, clientID string) *kafka.Admin {
+// ClientID is the mirror's client.id property: the Kafka client.id kmirror
+// uses on the source ("": the member's destination.client_id).
+func ClientID(mir raftstore.Mirror) string { return strings.TrimSpace(mir.Properties[propClientID]) }
+
+// SourceAdmin opens an Admin on a mirror's source cluster with the
+// mirror's client.id, else memberClientID (the member's Kafka client.id).
+// The caller closes it.
+func SourceAdmin(mir raftstore.Mirror, memberClientID string) *kafka.Admin {
 	sec, _ := Security(mir)
-	return kafka.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, clientID, sec)
+	id := ClientID(mir)
+	if id == "" {
+		id = memberClientID
+	}
+	return kafka.NewAdmin("source cluster of mirror "+mir.Name, mir.Bootstrap, id, sec)
 }
 
 // Source is the data path's view of a mirror's source cluster.
 func Source(mir raftstore.Mirror) fetch.Source {
 	sec, key := Security(mir)
-	return fetch.Source{Bootstrap: mir.Bootstrap, Security: sec, SecurityKey: key}
+	return fetch.Source{Bootstrap: mir.Bootstrap, Security: sec, SecurityKey: key, ClientID: ClientID(mir)}
 }

@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -43,5 +45,39 @@ func TestStaleness(t *testing.T) {
 		if (tc.want == "") != (got == "") || !strings.HasPrefix(got, tc.want) {
 			t.Errorf("staleness(%+v) = %q, want %q", tc.st, got, tc.want)
 		}
+	}
+}
+
+// applied records the commands that reach the store.
+type appliedStore struct {
+	Store
+	got []raftstore.Command
+}
+
+func (s *appliedStore) Apply(_ context.Context, cmd raftstore.Command) error {
+	s.got = append(s.got, cmd)
+	return nil
+}
+
+// TestOpsApplyOnlyOperatorCommands: the verbs' store takes only what the
+// command table lets an operator submit (issue 17: Apply checks the
+// table's authority for every submitter, not only members).
+func TestOpsApplyOnlyOperatorCommands(t *testing.T) {
+	st := &appliedStore{}
+	o := New(Config{}, st, nil, nil, nil, nil, nil)
+	ctx := context.Background()
+	if err := o.store.Apply(ctx, raftstore.ResumePartition{Key: raftstore.PartitionKey{Mirror: "m", Topic: "t"}}); err != nil {
+		t.Fatalf("an operator's ResumePartition: %v", err)
+	}
+	for _, cmd := range []raftstore.Command{
+		raftstore.SetProducer{Owner: "n1", Generation: 1},
+		raftstore.AssignPartitions{},
+	} {
+		if err := o.store.Apply(ctx, cmd); !errors.Is(err, raftstore.ErrInvalid) {
+			t.Errorf("the verbs applying %s: %v, want refused", cmd.Type(), err)
+		}
+	}
+	if len(st.got) != 1 {
+		t.Fatalf("%d commands reached the store, want only the operator's one", len(st.got))
 	}
 }

@@ -120,8 +120,19 @@ type Ops struct {
 // New returns the operator verbs of a member; dest is the destination
 // cluster.
 func New(cfg Config, store Store, dest *kafka.Admin, engine Engine, lead Leader, member Member, log *zap.Logger) *Ops {
-	return &Ops{cfg: cfg, store: store, dest: dest, engine: engine, lead: lead, member: member, log: log,
+	return &Ops{cfg: cfg, store: operatorStore{store}, dest: dest, engine: engine, lead: lead, member: member, log: log,
 		creating: map[string]bool{}, pendingTried: map[string]time.Time{}}
+}
+
+// operatorStore applies only the commands the command table lets an
+// operator submit (raftstore.Authorize), whatever a verb builds.
+type operatorStore struct{ Store }
+
+func (s operatorStore) Apply(ctx context.Context, cmd raftstore.Command) error {
+	if err := raftstore.Authorize(cmd, raftstore.ByOperator); err != nil {
+		return err
+	}
+	return s.Store.Apply(ctx, cmd)
 }
 
 // StoreErr turns raftstore's sentinel errors (ErrNotFound, ErrExists,
