@@ -154,8 +154,12 @@ func (p *sourceProbe) closeAdmins(keep map[string]raftstore.Mirror) {
 	}
 }
 
-// reach returns this member's view of every mirror's source.
+// reach returns this member's view of every mirror's source (none
+// without a probe: in-process tests).
 func (p *sourceProbe) reach() []api.SourceReach {
+	if p == nil {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]api.SourceReach, 0, len(p.admins))

@@ -313,6 +313,30 @@ func TestAutomaticFailover(t *testing.T) {
 			t.Fatalf("one member without the source failed the mirror over: %+v", r)
 		}
 	}
+	// ...but it gives its partitions of the mirror to the members that
+	// reach the source (issue 18: a member whose source link stalled kept
+	// them).
+	for end := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		rows, err := m.client.Describe(ctx, "af", topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned := 0
+		for _, r := range rows {
+			if r.Owner == "af-3" {
+				owned++
+			}
+		}
+		if owned == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("af-3, which cannot reach the source, still owns %d partitions after a minute: %+v", owned, rows)
+		}
+	}
+	streamRecordsTo(t, src, topic, 300, 100_000)()
+	waitCaughtUp(t, m, "af", topic)
+	requireSameRecords(t, readAll(t, src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	blockSource(t, lone, "af", false)
 
 	// The source stops: every member loses it, and the group fails over.

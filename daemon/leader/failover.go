@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -17,7 +18,7 @@ import (
 // mirror with failover.auto.after.ms set and topics still mirroring, it
 // asks every member how long the source has not answered and fails the
 // mirror over when a majority of the members say longer than that.
-func (l *Leader) checkAutoFailover(ctx context.Context) {
+func (l *Leader) checkAutoFailover(ctx context.Context, views map[string][]api.SourceReach) {
 	type candidate struct {
 		after  time.Duration
 		topics []string
@@ -48,7 +49,6 @@ func (l *Leader) checkAutoFailover(ctx context.Context) {
 	if len(cands) == 0 {
 		return
 	}
-	views := l.member.SourceViews(ctx)
 	for mirror, c := range cands {
 		var down []string
 		var why string
@@ -102,4 +102,50 @@ func (c *counter) snapshot() map[string]int64 {
 		out[k] = v
 	}
 	return out
+}
+
+// noteStuck records, from every member's view of each mirror's source,
+// the members that have not reached a source for lease_ttl while another
+// member reaches it now: placement moves their partitions of that mirror
+// to members that can do the work (PlanAssignments' stuck).
+func (l *Leader) noteStuck(views map[string][]api.SourceReach) {
+	reached := map[string]bool{}
+	for _, view := range views {
+		for _, r := range view {
+			if r.UnreachableMs == 0 {
+				reached[r.Mirror] = true
+			}
+		}
+	}
+	stuck := map[[2]string]string{}
+	for id, view := range views {
+		for _, r := range view {
+			if reached[r.Mirror] && time.Duration(r.UnreachableMs)*time.Millisecond >= l.cfg.LeaseTTL {
+				stuck[[2]string{id, r.Mirror}] = r.Error
+			}
+		}
+	}
+	l.stuckMu.Lock()
+	defer l.stuckMu.Unlock()
+	for k, why := range stuck {
+		if _, was := l.stuck[k]; !was {
+			l.log.Warn("member cannot reach a mirror's source that others reach: its partitions of the mirror move to them",
+				zap.String("member", k[0]), zap.String("mirror", k[1]), zap.String("error", why))
+		}
+	}
+	for k := range l.stuck {
+		if _, still := stuck[k]; !still {
+			l.log.Info("member reaches the mirror's source again", zap.String("member", k[0]), zap.String("mirror", k[1]))
+		}
+	}
+	l.stuck = stuck
+}
+
+// isStuck reports whether member cannot reach mirror's source while
+// others can (noteStuck).
+func (l *Leader) isStuck(member, mirror string) bool {
+	l.stuckMu.Lock()
+	defer l.stuckMu.Unlock()
+	_, ok := l.stuck[[2]string{member, mirror}]
+	return ok
 }

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -82,6 +83,11 @@ type Leader struct {
 
 	readOnly      readOnly
 	autoFailovers counter
+
+	// stuck holds the members that cannot reach a mirror's source while
+	// others can, with why (noteStuck).
+	stuckMu sync.Mutex
+	stuck   map[[2]string]string
 }
 
 // New returns the leader duties of a member; Run starts them.

@@ -102,7 +102,9 @@ func (l *Leader) runLeader(ctx context.Context) {
 		defer close(failoverDone)
 		for ctx.Err() == nil {
 			sleepCtx(ctx, failoverCheckInterval)
-			l.checkAutoFailover(ctx)
+			views := l.member.SourceViews(ctx)
+			l.noteStuck(views)
+			l.checkAutoFailover(ctx, views)
 		}
 	}()
 	defer func() { <-failoverDone }()
@@ -131,7 +133,7 @@ func (l *Leader) leaderReconcile(ctx context.Context) {
 				pending = append(pending, *t.Clone())
 			}
 		}
-		p = PlanAssignments(s, alive)
+		p = PlanAssignments(s, alive, l.isStuck)
 		gone = removedMembers(s, inConfig)
 	})
 	for _, id := range gone {

@@ -23,31 +23,30 @@ type Plan struct {
 // epoch is bumped); draining members hand theirs off; and while leased
 // counts differ by more than one between eligible members, partitions move
 // by graceful handoff, at most maxMoves in flight. alive reports whether a
-// member was heard from within the lease TTL. It reads s only; the same
-// inputs give the same plan.
-func PlanAssignments(s *raftstore.State, alive func(id string) bool) Plan {
+// member was heard from within the lease TTL. stuck (nil: none) reports a
+// member that cannot reach a mirror's source while another member can:
+// its partitions of that mirror are handed off and it gets none of them
+// (issue 18: a member whose link stalled kept its partitions). It reads s
+// only; the same inputs give the same plan.
+func PlanAssignments(s *raftstore.State, alive func(id string) bool, stuck func(member, mirror string) bool) Plan {
+	if stuck == nil {
+		stuck = func(string, string) bool { return false }
+	}
 	// A member gets partitions once it has run with raft state (Joined):
 	// one added with `members add` and not started yet gets none.
-	var eligible []string
+	pl := planner{s: s, alive: alive, stuck: stuck, load: map[string]int{}}
 	for id, mem := range s.Members {
 		if !mem.Draining && mem.Joined && alive(id) {
-			eligible = append(eligible, id)
+			pl.eligible = append(pl.eligible, id)
 		}
 	}
-	sort.Strings(eligible)
-	if len(eligible) == 0 {
+	sort.Strings(pl.eligible)
+	if len(pl.eligible) == 0 {
 		return Plan{}
 	}
-	load := map[string]int{}
-	for _, id := range eligible {
-		load[id] = 0
+	for _, id := range pl.eligible {
+		pl.load[id] = 0
 	}
-	type part struct {
-		key raftstore.PartitionKey
-		p   *raftstore.PartitionInfo
-		run bool // MIRRORING topic: may be moved for balance
-	}
-	var parts []part
 	for _, t := range sortedTopics(s) {
 		switch t.State {
 		case raftstore.StateMirroring, raftstore.StateFailed, raftstore.StateStopping:
@@ -59,86 +58,135 @@ func PlanAssignments(s *raftstore.State, alive func(id string) bool) Plan {
 			if p.State == raftstore.StateStopped {
 				continue
 			}
-			parts = append(parts, part{raftstore.PartitionKey{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}, p,
+			pl.parts = append(pl.parts, placed{raftstore.PartitionKey{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}, p,
 				t.State == raftstore.StateMirroring && p.State == raftstore.StateMirroring})
 		}
 	}
-	owns := func(id string) bool { _, ok := load[id]; return ok }
-	moving := 0
 	// A partition being handed off counts for its target already, so the
 	// next round does not move more than the balance needs.
-	for _, x := range parts {
+	for _, x := range pl.parts {
 		switch {
-		case x.p.MoveTo != "" && owns(x.p.MoveTo):
-			load[x.p.MoveTo]++
-		case owns(x.p.Owner):
-			load[x.p.Owner]++
+		case x.p.MoveTo != "" && pl.owns(x.p.MoveTo):
+			pl.load[x.p.MoveTo]++
+		case pl.owns(x.p.Owner):
+			pl.load[x.p.Owner]++
 		}
 		if x.p.MoveTo != "" {
-			moving++
+			pl.moving++
 		}
 	}
-	least := func() string {
-		best := eligible[0]
-		for _, id := range eligible[1:] {
-			if load[id] < load[best] {
+	for _, x := range pl.parts {
+		pl.place(x)
+	}
+	pl.rebalance()
+	return pl.out
+}
+
+// placed is one active partition as placement sees it; run: a MIRRORING
+// partition of a MIRRORING topic, which may move for balance.
+type placed struct {
+	key raftstore.PartitionKey
+	p   *raftstore.PartitionInfo
+	run bool
+}
+
+// planner is one PlanAssignments run.
+type planner struct {
+	s        *raftstore.State
+	alive    func(id string) bool
+	stuck    func(member, mirror string) bool
+	eligible []string
+	load     map[string]int // partitions per eligible member
+	parts    []placed
+	moving   int
+	out      Plan
+}
+
+func (pl *planner) owns(id string) bool { _, ok := pl.load[id]; return ok }
+
+// least is the least loaded member that reaches mirror's source (any
+// member when none does: moving would not help).
+func (pl *planner) least(mirror string) string {
+	best := ""
+	for _, id := range pl.eligible {
+		if !pl.stuck(id, mirror) && (best == "" || pl.load[id] < pl.load[best]) {
+			best = id
+		}
+	}
+	if best == "" {
+		best = pl.eligible[0]
+		for _, id := range pl.eligible[1:] {
+			if pl.load[id] < pl.load[best] {
 				best = id
 			}
 		}
-		return best
 	}
-	var out Plan
-	for _, x := range parts {
-		owner := x.p.Owner
-		mem, known := s.Members[owner]
-		switch {
-		case owner == "":
-			to := least()
-			load[to]++
-			out.Assign = append(out.Assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation})
-		case !known || !alive(owner):
-			to := least()
-			load[to]++
-			out.Assign = append(out.Assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation, Takeover: true})
-		case x.p.MoveTo != "" && !owns(x.p.MoveTo):
-			// The target is gone or draining: move elsewhere, or stay.
-			to := ""
-			if mem.Draining {
-				to = least()
-				load[to]++
-			} else {
-				moving--
-				if owns(owner) {
-					load[owner]++
-				}
+	return best
+}
+
+// move hands x off to the least loaded member that reaches its source.
+func (pl *planner) move(x placed) {
+	to := pl.least(x.key.Mirror)
+	pl.load[to]++
+	pl.moving++
+	pl.out.Moves = append(pl.out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
+}
+
+// place decides about one partition: an owner, a takeover, or a handoff
+// off a draining or stuck member.
+func (pl *planner) place(x placed) {
+	owner := x.p.Owner
+	mem, known := pl.s.Members[owner]
+	switch {
+	case owner == "":
+		to := pl.least(x.key.Mirror)
+		pl.load[to]++
+		pl.out.Assign = append(pl.out.Assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation})
+	case !known || !pl.alive(owner):
+		to := pl.least(x.key.Mirror)
+		pl.load[to]++
+		pl.out.Assign = append(pl.out.Assign, raftstore.Assignment{Key: x.key, Owner: to, From: x.p.Generation, Takeover: true})
+	case x.p.MoveTo != "" && !pl.owns(x.p.MoveTo):
+		// The target is gone or draining: move elsewhere, or stay.
+		to := ""
+		if mem.Draining {
+			to = pl.least(x.key.Mirror)
+			pl.load[to]++
+		} else {
+			pl.moving--
+			if pl.owns(owner) {
+				pl.load[owner]++
 			}
-			out.Moves = append(out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
-		case mem.Draining && x.p.MoveTo == "" && moving < MaxMoves:
-			to := least()
-			load[to]++
-			moving++
-			out.Moves = append(out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
 		}
+		pl.out.Moves = append(pl.out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
+	case mem.Draining && x.p.MoveTo == "" && pl.moving < MaxMoves:
+		pl.move(x)
+	case pl.stuck(owner, x.key.Mirror) && x.p.MoveTo == "" && pl.moving < MaxMoves && !pl.stuck(pl.least(x.key.Mirror), x.key.Mirror):
+		if pl.owns(owner) {
+			pl.load[owner]--
+		}
+		pl.move(x)
 	}
-	// Rebalance by handoff: from the most to the least loaded member.
-	for _, x := range parts {
-		if moving >= MaxMoves {
-			break
+}
+
+// rebalance moves partitions by handoff from the most to the least loaded
+// member, never off or onto a member stuck for the partition's mirror.
+func (pl *planner) rebalance() {
+	for _, x := range pl.parts {
+		if pl.moving >= MaxMoves {
+			return
 		}
 		from := x.p.Owner
-		if !x.run || x.p.MoveTo != "" || !owns(from) {
+		if !x.run || x.p.MoveTo != "" || !pl.owns(from) || pl.stuck(from, x.key.Mirror) {
 			continue
 		}
-		to := least()
-		if load[from]-load[to] <= 1 {
+		to := pl.least(x.key.Mirror)
+		if pl.load[from]-pl.load[to] <= 1 || pl.stuck(to, x.key.Mirror) {
 			continue
 		}
-		load[from]--
-		load[to]++
-		moving++
-		out.Moves = append(out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
+		pl.load[from]--
+		pl.move(x)
 	}
-	return out
 }
 
 func sortedTopics(s *raftstore.State) []*raftstore.MirrorTopic {

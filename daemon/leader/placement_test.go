@@ -81,7 +81,7 @@ func balanced(t *testing.T, s *raftstore.State, members []string) {
 func TestPlanAssignsUnownedBalanced(t *testing.T) {
 	members := []string{"a", "b", "c"}
 	s := planState(members, make([]string, 100))
-	p := PlanAssignments(s, everyone)
+	p := PlanAssignments(s, everyone, nil)
 	if len(p.Assign) != 100 || len(p.Moves) != 0 {
 		t.Fatalf("plan: %d assignments, %d moves; want 100, 0", len(p.Assign), len(p.Moves))
 	}
@@ -92,7 +92,7 @@ func TestPlanAssignsUnownedBalanced(t *testing.T) {
 	}
 	applyPlan(s, p)
 	balanced(t, s, members)
-	if p := PlanAssignments(s, everyone); len(p.Assign)+len(p.Moves) != 0 {
+	if p := PlanAssignments(s, everyone, nil); len(p.Assign)+len(p.Moves) != 0 {
 		t.Fatalf("a balanced state planned %+v", p)
 	}
 }
@@ -105,7 +105,7 @@ func TestPlanTakesOverFromUnreachable(t *testing.T) {
 	}
 	s := planState(members, owners)
 	dead := func(id string) bool { return id != "b" }
-	p := PlanAssignments(s, dead)
+	p := PlanAssignments(s, dead, nil)
 	if len(p.Assign) != 10 {
 		t.Fatalf("%d assignments, want b's 10", len(p.Assign))
 	}
@@ -119,7 +119,7 @@ func TestPlanTakesOverFromUnreachable(t *testing.T) {
 	balanced(t, s, []string{"a", "c"})
 	// A partition of a member no longer in the state is taken over too.
 	delete(s.Members, "c")
-	p = PlanAssignments(s, everyone)
+	p = PlanAssignments(s, everyone, nil)
 	for _, a := range p.Assign {
 		if !a.Takeover {
 			t.Fatalf("partition of a removed member assigned without takeover: %+v", a)
@@ -139,7 +139,7 @@ func TestPlanRebalancesByHandoffInSteps(t *testing.T) {
 	s := planState(members, owners)
 	moved := 0
 	for round := 0; round < 20; round++ {
-		p := PlanAssignments(s, everyone)
+		p := PlanAssignments(s, everyone, nil)
 		if len(p.Assign) != 0 {
 			t.Fatalf("round %d assigned %+v: only handoffs may move live members' partitions", round, p.Assign)
 		}
@@ -148,7 +148,7 @@ func TestPlanRebalancesByHandoffInSteps(t *testing.T) {
 		}
 		applyPlan(s, p)
 		// A second plan before the handoffs complete asks for nothing more.
-		if p2 := PlanAssignments(s, everyone); len(p2.Moves) != 0 && len(p.Moves) == MaxMoves {
+		if p2 := PlanAssignments(s, everyone, nil); len(p2.Moves) != 0 && len(p.Moves) == MaxMoves {
 			t.Fatalf("round %d: %d more handoffs planned while %d are in flight", round, len(p2.Moves), MaxMoves)
 		}
 		n := completeHandoffs(s)
@@ -172,7 +172,7 @@ func TestPlanDrainsByHandoff(t *testing.T) {
 	s := planState(members, owners)
 	s.Members["c"].Draining = true
 	for round := 0; round < 10; round++ {
-		p := PlanAssignments(s, everyone)
+		p := PlanAssignments(s, everyone, nil)
 		for _, mv := range p.Moves {
 			if mv.To == "c" {
 				t.Fatalf("handoff to the draining member: %+v", mv)
@@ -193,7 +193,7 @@ func TestPlanRetargetsHandoffToDeadMember(t *testing.T) {
 	s := planState([]string{"a", "b"}, []string{"a"})
 	part, _ := s.Partition(raftstore.PartitionKey{Mirror: "m", Topic: "t"})
 	part.MoveTo = "b"
-	p := PlanAssignments(s, func(id string) bool { return id == "a" })
+	p := PlanAssignments(s, func(id string) bool { return id == "a" }, nil)
 	if len(p.Moves) != 1 || p.Moves[0].To != "" {
 		t.Fatalf("handoff to an unreachable member not cancelled: %+v", p)
 	}
@@ -204,19 +204,55 @@ func TestPlanSkipsStoppedAndPending(t *testing.T) {
 	s.Topics[raftstore.TopicKey("m", "t")].Partitions[1].State = raftstore.StateStopped
 	s.Topics[raftstore.TopicKey("m", "p")] = &raftstore.MirrorTopic{Mirror: "m", Topic: "p", State: raftstore.StatePending,
 		Partitions: []raftstore.PartitionInfo{{State: raftstore.StatePending}}}
-	p := PlanAssignments(s, everyone)
+	p := PlanAssignments(s, everyone, nil)
 	if len(p.Assign) != 1 || p.Assign[0].Key.Partition != 0 || p.Assign[0].Key.Topic != "t" {
 		t.Fatalf("plan %+v, want only t/0", p)
 	}
-	if p := PlanAssignments(planState(nil, []string{""}), everyone); len(p.Assign) != 0 {
+	if p := PlanAssignments(planState(nil, []string{""}), everyone, nil); len(p.Assign) != 0 {
 		t.Fatalf("assigned with no members: %+v", p)
 	}
 	// A member added but never started (not Joined) gets nothing.
 	s = planState([]string{"a", "b"}, []string{"", "", "", ""})
 	s.Members["b"].Joined = false
-	for _, a := range PlanAssignments(s, everyone).Assign {
+	for _, a := range PlanAssignments(s, everyone, nil).Assign {
 		if a.Owner != "a" {
 			t.Fatalf("partition given to a member that never started: %+v", a)
 		}
+	}
+}
+
+// TestPlanMovesOffStuckMember: a member that cannot reach mirror m's
+// source while others can hands its partitions of m off, a few at a time,
+// gets no new ones and none back by rebalancing; once every member is
+// stuck (the source itself is down) nothing moves.
+func TestPlanMovesOffStuckMember(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	owners := make([]string, 30)
+	for i := range owners {
+		owners[i] = members[i%3]
+	}
+	s := planState(members, owners)
+	stuckB := func(member, mirror string) bool { return member == "b" && mirror == "m" }
+	for range 10 {
+		p := PlanAssignments(s, everyone, stuckB)
+		for _, mv := range p.Moves {
+			if mv.To == "b" {
+				t.Fatalf("a move onto the stuck member: %+v", mv)
+			}
+		}
+		if len(p.Moves) > MaxMoves {
+			t.Fatalf("%d moves at once, want at most %d", len(p.Moves), MaxMoves)
+		}
+		applyPlan(s, p)
+		completeHandoffs(s)
+	}
+	c := counts(s)
+	if c["b"] != 0 || c["a"]+c["c"] != 30 || c["a"]-c["c"] > 1 || c["c"]-c["a"] > 1 {
+		t.Fatalf("after handing off the stuck member's partitions: %v, want b none and a, c balanced", c)
+	}
+	allStuck := func(string, string) bool { return true }
+	s = planState(members, owners)
+	if p := PlanAssignments(s, everyone, allStuck); len(p.Moves)+len(p.Assign) != 0 {
+		t.Fatalf("with every member stuck (the source down) the plan moved %+v", p)
 	}
 }
