@@ -25,6 +25,16 @@ import (
 // of each partition of topic.
 func stateRecords(t *testing.T, cl *harness.Cluster, topic string) map[int32]truncate.LastMirrored {
 	t.Helper()
+	got := map[int32]truncate.LastMirrored{}
+	for _, rec := range allStateRecords(t, cl, topic) {
+		got[rec.Partition] = rec
+	}
+	return got
+}
+
+// allStateRecords is every __kmirror_state record of topic on cl, in order.
+func allStateRecords(t *testing.T, cl *harness.Cluster, topic string) []truncate.LastMirrored {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := cl.Java(ctx, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", cl.Bootstrap(),
@@ -33,7 +43,7 @@ func stateRecords(t *testing.T, cl *harness.Cluster, topic string) map[int32]tru
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	_ = cmd.Run() // exits non-zero on the timeout that ends it
-	got := map[int32]truncate.LastMirrored{}
+	var got []truncate.LastMirrored
 	for _, line := range strings.Split(out.String(), "\n") {
 		key, value, ok := strings.Cut(line, "\t")
 		if !ok {
@@ -44,7 +54,7 @@ func stateRecords(t *testing.T, cl *harness.Cluster, topic string) map[int32]tru
 			t.Fatalf("state record %q: %v", line, err)
 		}
 		if ok && rec.Topic == topic {
-			got[rec.Partition] = rec
+			got = append(got, rec)
 		}
 	}
 	if len(got) == 0 {
@@ -346,6 +356,18 @@ func TestAutomaticFailover(t *testing.T) {
 	}
 	stopped := time.Now()
 	rows := waitAllStates(t, m, "af", topic, "STOPPED", "automatic failover", 2*time.Minute)
+	// Each partition stopped once: one last mirrored position each (issue
+	// 18: a stop ran again while the member's state had not yet shown the
+	// first one applied).
+	per := map[int32]int{}
+	for _, rec := range allStateRecords(t, env.dst, topic) {
+		per[rec.Partition]++
+	}
+	for p := int32(0); p < partitions; p++ {
+		if per[p] != 1 {
+			t.Errorf("partition %d has %d %s records, want 1 (a stop ran more than once): %v", p, per[p], truncate.StateTopic, per)
+		}
+	}
 	t.Logf("automatic failover done %s after the source stopped (failover.auto.after.ms=4000)", time.Since(stopped).Round(time.Millisecond))
 	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
 	for _, r := range rows {

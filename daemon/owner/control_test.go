@@ -154,3 +154,28 @@ func TestLeaseOutlivesMemberLoops(t *testing.T) {
 		t.Fatalf("write deadline %s still ahead after StopLease", dl)
 	}
 }
+
+// TestFinishedJobsNotRepeated: a stop or handoff this member completed is
+// not started again for the same generation while its own state still
+// shows the partition waiting on it, and is forgotten once the state moved
+// on (issue 18: stops ran twice).
+func TestFinishedJobsNotRepeated(t *testing.T) {
+	var o ownerState
+	o.init()
+	k := fetch.Key{Mirror: "m", Topic: "t", Partition: 0}
+	o.finish(k, "stop", 7)
+	if !o.isFinished(k, "stop", 7) {
+		t.Fatal("a finished stop is not known as finished")
+	}
+	if o.isFinished(k, "stop", 8) || o.isFinished(k, "handoff", 7) {
+		t.Fatal("another generation or kind counted as finished")
+	}
+	o.forgetFinished(map[fetch.Key]bool{k: true})
+	if !o.isFinished(k, "stop", 7) {
+		t.Fatal("forgotten while the partition still waits on the job")
+	}
+	o.forgetFinished(nil)
+	if o.isFinished(k, "stop", 7) {
+		t.Fatal("kept after the state moved on")
+	}
+}

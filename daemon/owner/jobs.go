@@ -25,11 +25,49 @@ type ownerState struct {
 	// unverifiedSince is when a stop of the partition first failed to
 	// verify records past its checkpoint (fetch.UnverifiedError).
 	unverifiedSince map[fetch.Key]time.Time
+	// finished holds the handoffs and stops this member completed, by the
+	// partition's generation: until its own copy of the state shows the
+	// command applied, the partition still looks STOPPING (or moving) and
+	// owned here, and the job must not run again (issue 18: stops ran
+	// twice and wrote two last mirrored positions).
+	finished map[fetch.Key]finishedJob
+}
+
+type finishedJob struct {
+	kind       string
+	generation uint64
 }
 
 func (o *ownerState) init() {
 	o.busy = map[fetch.Key]string{}
 	o.unverifiedSince = map[fetch.Key]time.Time{}
+	o.finished = map[fetch.Key]finishedJob{}
+}
+
+// finish records that job kind completed for k in generation g.
+func (o *ownerState) finish(k fetch.Key, kind string, g uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finished[k] = finishedJob{kind, g}
+}
+
+// isFinished reports whether job kind already completed for k in g.
+func (o *ownerState) isFinished(k fetch.Key, kind string, g uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.finished[k] == finishedJob{kind, g}
+}
+
+// forgetFinished drops the records of partitions that no longer wait on a
+// job (their state moved on).
+func (o *ownerState) forgetFinished(waiting map[fetch.Key]bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.finished {
+		if !waiting[k] {
+			delete(o.finished, k)
+		}
+	}
 }
 
 // unverifiedFor returns how long stops of k have failed to verify the
@@ -172,11 +210,17 @@ func (o *Owner) ownerReconcile() {
 	for _, s := range free {
 		wanted[s.Key] = true
 	}
+	waiting := map[fetch.Key]bool{}
 	for _, j := range jobs {
+		waiting[j.spec.Key] = true
+		if o.owner.isFinished(j.spec.Key, j.kind, j.lease.Generation) {
+			continue // done; this member's state has not shown it applied yet
+		}
 		if o.owner.start(j.spec.Key, j.kind) {
 			o.member.Go(func() { o.runJob(j) })
 		}
 	}
+	o.owner.forgetFinished(waiting)
 	for _, k := range o.engine.Held() {
 		if !wanted[k] && !owned[k] {
 			// The lease moved: stop writing at once, no drain (the new
@@ -268,7 +312,9 @@ func (o *Owner) runJob(j ownerJob) {
 				Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
 			}
 		}
-		o.submitRetry(ctx, cmd)
+		if o.submitRetry(ctx, cmd) {
+			o.owner.finish(k, j.kind, j.lease.Generation)
+		}
 		o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
 	case "pause":
 		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
@@ -314,7 +360,9 @@ func (o *Owner) runJob(j ownerJob) {
 		if uv != nil {
 			stopped.Reason = j.reason
 		}
-		o.submitRetry(ctx, stopped)
+		if o.submitRetry(ctx, stopped) {
+			o.owner.finish(k, j.kind, j.lease.Generation)
+		}
 	}
 }
 

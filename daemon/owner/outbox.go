@@ -16,19 +16,20 @@ import (
 // kept per key until applied (the outbox), or retried until applied.
 
 // submitRetry submits cmd until it is applied, refused for good (a stale
-// lease: the state moved on), or ctx ends.
-func (o *Owner) submitRetry(ctx context.Context, cmd raftstore.Command) {
+// lease: the state moved on), or ctx ends; settled is false only in the
+// last case.
+func (o *Owner) submitRetry(ctx context.Context, cmd raftstore.Command) (settled bool) {
 	for {
 		err := o.member.Submit(ctx, cmd)
 		if err == nil || permanent(err) {
 			if err != nil {
 				o.log.Info("command refused", zap.Stringer("command", cmd.Type()), zap.Error(err))
 			}
-			return
+			return true
 		}
 		if ctx.Err() != nil {
 			o.log.Warn("command not applied", zap.Stringer("command", cmd.Type()), zap.Error(err))
-			return
+			return false
 		}
 		sleepCtx(ctx, 300*time.Millisecond)
 	}
