@@ -312,7 +312,12 @@ func (o *Owner) runJob(j ownerJob) {
 				Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
 			}
 		}
-		if o.submitRetry(ctx, cmd) {
+		// Released on a fresh bound: the drain may have used up its own
+		// (issue 18: a timed-out drain sent the release with the expired
+		// context, it never applied, and the handoff started again).
+		rctx, rcancel := context.WithTimeout(o.ctx, 30*time.Second)
+		defer rcancel()
+		if o.submitRetry(rctx, cmd) {
 			o.owner.finish(k, j.kind, j.lease.Generation)
 		}
 		o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
