@@ -249,6 +249,13 @@ func (m *member) waitReady() {
 	}
 }
 
+// logAll is the daemon's whole log, for checks that a line was (or was
+// never) logged: the tail may have scrolled past it.
+func (m *member) logAll() string {
+	b, _ := os.ReadFile(m.logPath)
+	return string(b)
+}
+
 func (m *member) logTail() string {
 	b, _ := os.ReadFile(m.logPath)
 	if len(b) > 6000 {

@@ -236,7 +236,7 @@ func (l *Leader) reconcileReadOnly(ctx context.Context) {
 				set("not enforced on "+topic+": "+readOnlyError(err, "to keep mirror topics read-only"), len(active))
 				return
 			}
-			l.readOnly.markCreated(topic, missing)
+			l.readOnly.markCreated(topic, unrecorded) // the first creation only: a re-creation does not extend the window
 			if len(recreated) > 0 {
 				l.log.Warn("mirror topic read-only: DENY WRITE ACLs kmirror had added were deleted by someone; added again",
 					zap.String("topic", topic), zap.Strings("principals", recreated))
