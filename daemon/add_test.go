@@ -22,21 +22,7 @@ import (
 // is never removed half-done (issue 18: a big add left one topic
 // half-undone and did not say which).
 func TestAddKeepsUnansweredCreationPending(t *testing.T) {
-	src, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
-	for _, topic := range []string{"a1", "a2", "a3"} {
-		if err := src.CreateTopic(topic, 2, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src, dst := addClusters(t, "a1", "a2", "a3")
 	var timedOut atomic.Int32
 	dst.ControlKey(int16(kmsg.CreateTopics), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		dst.KeepControl()
@@ -51,14 +37,8 @@ func TestAddKeepsUnansweredCreationPending(t *testing.T) {
 		resp.Topics = append(resp.Topics, rt)
 		return resp, nil, true
 	})
-	dest := kafka.NewAdmin("destination cluster", dst.ListenAddrs(), "test", nil)
-	t.Cleanup(dest.Close)
-	g := newGroupWith(t, 1, 2*time.Second, dest)
-	l := g.leader()
+	l := addLeader(t, src, dst)
 	ctx := context.Background()
-	if err := l.store.Apply(ctx, raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: src.ListenAddrs()}}); err != nil {
-		t.Fatal(err)
-	}
 	res, err := l.AddTopics(ctx, api.AddTopicsRequest{Mirror: "m", Topics: []string{"a1", "a2", "a3"}})
 	if err != nil {
 		t.Fatalf("add with one unanswered creation: %v", err)
@@ -97,35 +77,15 @@ func TestAddKeepsUnansweredCreationPending(t *testing.T) {
 // (the CLI's timeout, a closed connection) does not stop it halfway: the
 // topics still to create are created (issue 18).
 func TestAddOutlivesItsClient(t *testing.T) {
-	src, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
 	topics := []string{"b1", "b2", "b3"}
-	for _, topic := range topics {
-		if err := src.CreateTopic(topic, 2, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src, dst := addClusters(t, topics...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dst.ControlKey(int16(kmsg.CreateTopics), func(kr kmsg.Request) (kmsg.Response, error, bool) {
 		cancel() // the client gives up while the first topic is created
 		return nil, nil, false
 	})
-	dest := kafka.NewAdmin("destination cluster", dst.ListenAddrs(), "test", nil)
-	t.Cleanup(dest.Close)
-	g := newGroupWith(t, 1, 2*time.Second, dest)
-	l := g.leader()
-	if err := l.store.Apply(context.Background(), raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: src.ListenAddrs()}}); err != nil {
-		t.Fatal(err)
-	}
+	l := addLeader(t, src, dst)
 	res, err := l.AddTopics(ctx, api.AddTopicsRequest{Mirror: "m", Topics: topics})
 	t.Logf("add: %+v, %v", res, err)
 	for _, topic := range topics {
@@ -139,4 +99,37 @@ func TestAddOutlivesItsClient(t *testing.T) {
 			return st == raftstore.StateMirroring
 		})
 	}
+}
+
+// addClusters starts a kfake source holding topics (two partitions each)
+// and an empty kfake destination.
+func addClusters(t *testing.T, topics ...string) (src, dst *kfake.Cluster) {
+	t.Helper()
+	var err error
+	if src, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	if dst, err = kfake.NewCluster(kfake.NumBrokers(1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	for _, topic := range topics {
+		if err := src.CreateTopic(topic, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src, dst
+}
+
+// addLeader is a one-member group on dst with mirror m of src.
+func addLeader(t *testing.T, src, dst *kfake.Cluster) *Member {
+	t.Helper()
+	dest := kafka.NewAdmin("destination cluster", dst.ListenAddrs(), "test", nil)
+	t.Cleanup(dest.Close)
+	l := newGroupWith(t, 1, 2*time.Second, dest).leader()
+	if err := l.store.Apply(context.Background(), raftstore.CreateMirror{Mirror: raftstore.Mirror{Name: "m", Bootstrap: src.ListenAddrs()}}); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -292,14 +292,7 @@ func (o *Ops) planTopic(ctx context.Context, src *kafka.Admin, mir raftstore.Mir
 func (o *Ops) createTopic(ctx context.Context, p plannedTopic, rf int16) error {
 	t := p.topic
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
-	o.creatingMu.Lock()
-	o.creating[key] = true
-	o.creatingMu.Unlock()
-	defer func() {
-		o.creatingMu.Lock()
-		delete(o.creating, key)
-		o.creatingMu.Unlock()
-	}()
+	defer o.markCreating(key)()
 	if rf == 0 {
 		rf = o.cfg.ReplicationFactor
 	}

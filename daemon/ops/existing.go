@@ -82,14 +82,7 @@ func (o *Ops) continueTopic(ctx context.Context, p plannedTopic) error {
 	t := p.topic
 	t.DestTopicID = tm.ID
 	key := raftstore.TopicKey(t.Mirror, t.Topic)
-	o.creatingMu.Lock()
-	o.creating[key] = true
-	o.creatingMu.Unlock()
-	defer func() {
-		o.creatingMu.Lock()
-		delete(o.creating, key)
-		o.creatingMu.Unlock()
-	}()
+	defer o.markCreating(key)()
 	if err := o.store.Apply(ctx, raftstore.AddTopic{Topic: t}); err != nil {
 		return StoreErr(err)
 	}

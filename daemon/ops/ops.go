@@ -124,6 +124,19 @@ func New(cfg Config, store Store, dest *kafka.Admin, engine Engine, lead Leader,
 		creating: map[string]bool{}, pendingTried: map[string]time.Time{}}
 }
 
+// markCreating marks topic key as being created by an API request, so the
+// leader's FinishPending leaves it alone; the returned func unmarks it.
+func (o *Ops) markCreating(key string) (done func()) {
+	o.creatingMu.Lock()
+	o.creating[key] = true
+	o.creatingMu.Unlock()
+	return func() {
+		o.creatingMu.Lock()
+		delete(o.creating, key)
+		o.creatingMu.Unlock()
+	}
+}
+
 // operatorStore applies only the commands the command table lets an
 // operator submit (raftstore.Authorize), whatever a verb builds.
 type operatorStore struct{ Store }

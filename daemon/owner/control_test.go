@@ -57,19 +57,9 @@ func TestReportAfterLateFailure(t *testing.T) {
 // the test drives them).
 func ownedPartition(t *testing.T) (*Owner, *raftstore.Store, raftstore.PartitionKey) {
 	t.Helper()
-	_, tr := raft.NewInmemTransport("")
-	store, err := raftstore.Open(raftstore.Config{NodeID: "n1", InMemory: true, Transport: tr, Bootstrap: true,
-		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := openLeaderStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := store.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
 	key := raftstore.PartitionKey{Mirror: "m", Topic: "t", Partition: 0}
 	for _, cmd := range []raftstore.Command{
 		raftstore.UpsertMember{Member: raftstore.Member{ID: "n1", Voter: true, Joined: true}},
@@ -116,19 +106,7 @@ func partitionOf(store *raftstore.Store, k raftstore.PartitionKey) (p raftstore.
 // or the drain's writes stop half a second in and it waits out its whole
 // bound without a final checkpoint (issue 18).
 func TestLeaseOutlivesMemberLoops(t *testing.T) {
-	_, tr := raft.NewInmemTransport("")
-	store, err := raftstore.Open(raftstore.Config{NodeID: "n1", InMemory: true, Transport: tr, Bootstrap: true,
-		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
-	if err := store.WaitForLeader(wctx); err != nil {
-		t.Fatal(err)
-	}
+	store := openLeaderStore(t)
 	octx, ocancel := context.WithCancel(context.Background())
 	defer ocancel()
 	o := New(octx, Config{NodeID: "n1", LeaseTTL: 4 * time.Second, LeaseMargin: 2 * time.Second}, store, nil, leaderMember{store}, zaptest.NewLogger(t))
@@ -178,4 +156,24 @@ func TestFinishedJobsNotRepeated(t *testing.T) {
 	if o.isFinished(k, "stop", 7) {
 		t.Fatal("kept after the state moved on")
 	}
+}
+
+// openLeaderStore opens a one-member in-memory raft store and waits until
+// it leads.
+func openLeaderStore(t *testing.T) *raftstore.Store {
+	t.Helper()
+	_, tr := raft.NewInmemTransport("")
+	store, err := raftstore.Open(raftstore.Config{NodeID: "n1", InMemory: true, Transport: tr, Bootstrap: true,
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := store.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
