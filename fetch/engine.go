@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -390,11 +391,7 @@ func (e *Engine) FetchedBytes() map[string]int64 {
 func (e *Engine) ThrottleTime() map[string]time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make(map[string]time.Duration, len(e.throttled))
-	for b, d := range e.throttled {
-		out[b] = d
-	}
-	return out
+	return maps.Clone(e.throttled)
 }
 
 // Divergences counts the partitions this engine stopped as DIVERGED since

@@ -92,35 +92,15 @@ func (e *Engine) produceLoop(w *worker) {
 			continue
 		}
 		backoff = e.cfg.RetryBackoff
-		e.handleProduce(batch, res)
-		if d := time.Until(conn.ThrottledUntil()); e.noteThrottle(w, batch, d) {
+		throttle := time.Until(conn.ThrottledUntil())
+		e.handleProduce(w, batch, res, throttle)
+		if throttle > 0 {
 			// The broker reads nothing from this connection until the
 			// throttle ends (KIP-219): a request sent now would wait
 			// unread and count against produce_timeout.
-			sleepCtx(e.ctx, d)
+			sleepCtx(e.ctx, throttle)
 		}
 	}
-}
-
-// noteThrottle records a produce response's throttle (d > 0) on the
-// batch's partitions and the broker's total, or clears it (d <= 0); it
-// reports whether the sender must wait d.
-func (e *Engine) noteThrottle(w *worker, batch []sent, d time.Duration) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	why := ""
-	if d > 0 {
-		if e.throttled == nil {
-			e.throttled = map[string]time.Duration{}
-		}
-		e.throttled[w.addr] += d
-		why = fmt.Sprintf("throttled: destination broker %s asked kmirror to wait %d ms before producing again (a client quota on the destination; KIP-219)",
-			w.addr, d.Milliseconds())
-	}
-	for _, s := range batch {
-		s.p.throttled = why
-	}
-	return d > 0
 }
 
 // collectProduce takes the head batch of every ready partition led by
@@ -269,16 +249,28 @@ func (e *Engine) unknownOutcome(batch []sent, err error) {
 	}
 }
 
-// handleProduce applies a produce response.
-func (e *Engine) handleProduce(batch []sent, res []kwire.ProduceResult) {
+// handleProduce applies a produce response from w's broker; throttle is
+// what is left of the throttle it asked for (<= 0: none), recorded on the
+// batch's partitions and the broker's total.
+func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResult, throttle time.Duration) {
 	byKey := make(map[Key]kwire.ProduceResult, len(res))
 	for _, r := range res {
 		byKey[Key{Topic: r.Topic, Partition: r.Partition}] = r
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	throttled := ""
+	if throttle > 0 {
+		if e.throttled == nil {
+			e.throttled = map[string]time.Duration{}
+		}
+		e.throttled[w.addr] += throttle
+		throttled = fmt.Sprintf("throttled: destination broker %s asked kmirror to wait %d ms before producing again "+
+			"(a client quota on the destination; KIP-219)", w.addr, throttle.Milliseconds())
+	}
 	for _, s := range batch {
 		p, it := s.p, s.it
+		p.throttled = throttled
 		p.moveSend(sendIdle)
 		k := p.key()
 		if len(p.queue) == 0 || p.queue[0] != it {

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -191,11 +192,7 @@ func (g *GroupSync) LocalRows() []api.GroupStatus {
 func (g *GroupSync) ConflictCounts() map[string]int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]int64, len(g.conflicts))
-	for k, v := range g.conflicts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(g.conflicts)
 }
 
 // mirrors copies every mirror of the replicated state.
