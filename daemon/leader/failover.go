@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -141,11 +142,18 @@ func (l *Leader) noteStuck(views map[string][]api.SourceReach) {
 	l.stuck = stuck
 }
 
-// isStuck reports whether member cannot reach mirror's source while
-// others can (noteStuck).
-func (l *Leader) isStuck(member, mirror string) bool {
+// stuckNow is PlanAssignments' stuck for this round: a copy of noteStuck's
+// findings, or nil when no member is stuck (placement then checks nothing
+// per partition).
+func (l *Leader) stuckNow() func(member, mirror string) bool {
 	l.stuckMu.Lock()
 	defer l.stuckMu.Unlock()
-	_, ok := l.stuck[[2]string{member, mirror}]
-	return ok
+	if len(l.stuck) == 0 {
+		return nil
+	}
+	stuck := maps.Clone(l.stuck)
+	return func(member, mirror string) bool {
+		_, ok := stuck[[2]string{member, mirror}]
+		return ok
+	}
 }

@@ -124,6 +124,7 @@ func (l *Leader) runLeader(ctx context.Context) {
 func (l *Leader) leaderReconcile(ctx context.Context) {
 	l.ensureMembers(ctx)
 	alive, inConfig := l.Alive()
+	stuck := l.stuckNow()
 	var pending []raftstore.MirrorTopic
 	var p Plan
 	var gone []string
@@ -133,7 +134,7 @@ func (l *Leader) leaderReconcile(ctx context.Context) {
 				pending = append(pending, *t.Clone())
 			}
 		}
-		p = PlanAssignments(s, alive, l.isStuck)
+		p = PlanAssignments(s, alive, stuck)
 		gone = removedMembers(s, inConfig)
 	})
 	for _, id := range gone {
