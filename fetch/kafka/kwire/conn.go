@@ -169,7 +169,36 @@ const shrinkAfter = 64
 // correlation ID). The body is a fresh buffer the caller owns: fetched
 // record batches are sub-slices of it.
 func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
-	return c.roundTripBy(ctx, w, time.Time{})
+	return c.roundTripBy(ctx, w, time.Time{}, 0)
+}
+
+// AnswerSlack is what a bounded request allows on top of the time the
+// broker itself takes by the request (a produce's timeout, a fetch's max
+// wait) for the first byte of its answer, and between two reads of the
+// answer's body: a link that stalls (no RST, no FIN) is thus noticed
+// within the broker's own bound plus AnswerSlack, not at the caller's
+// outer deadline (issue 18: a held produce waited 12 s, a stalled fetch
+// 30 s).
+const AnswerSlack = time.Second
+
+// progressReader extends a connection's read deadline by AnswerSlack
+// after every read that returned bytes, never beyond limit.
+type progressReader struct {
+	nc    net.Conn
+	r     io.Reader
+	limit time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		dl := time.Now().Add(AnswerSlack)
+		if !p.limit.IsZero() && p.limit.Before(dl) {
+			dl = p.limit
+		}
+		p.nc.SetReadDeadline(dl)
+	}
+	return n, err
 }
 
 // ErrNotSent wraps a failure to write a whole request: the broker never
@@ -178,9 +207,13 @@ func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
 var ErrNotSent = errors.New("request not sent")
 
 // roundTripBy is roundTrip with the request's last byte written by writeBy
+// and, when answerWithin is positive, the answer's first byte read within
+// answerWithin + AnswerSlack of the request's last byte written and each
+// later read within AnswerSlack of the one before (within the context's
+// deadline throughout); a stalled answer fails with os.ErrDeadlineExceeded
 // at the latest (zero: ctx's deadline only); a request that cannot be
 // written by then fails with ErrNotSent.
-func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) (body []byte, err error) {
+func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, answerWithin time.Duration) (body []byte, err error) {
 	if c.versions != nil {
 		c.requests++
 		defer func() { err = c.firstRequestHint(err) }()
@@ -205,8 +238,18 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) (b
 	if n, err := c.nc.Write(w.b); err != nil {
 		return nil, fmt.Errorf("%w: %d of %d bytes written to %s: %w", ErrNotSent, n, len(w.b), c.addr, err)
 	}
+	var src io.Reader = c.br
+	if answerWithin > 0 {
+		ctxDeadline, _ := ctx.Deadline()
+		first := time.Now().Add(answerWithin + AnswerSlack)
+		if !ctxDeadline.IsZero() && ctxDeadline.Before(first) {
+			first = ctxDeadline
+		}
+		c.nc.SetReadDeadline(first)
+		src = &progressReader{nc: c.nc, r: c.br, limit: ctxDeadline}
+	}
 	var hdr [8]byte
-	if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+	if _, err := io.ReadFull(src, hdr[:]); err != nil {
 		return nil, err
 	}
 	size := int32(binary.BigEndian.Uint32(hdr[:4]))
@@ -222,7 +265,7 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time) (b
 		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, corr, c.corr)
 	}
 	body = make([]byte, size-4)
-	if _, err := io.ReadFull(c.br, body); err != nil {
+	if _, err := io.ReadFull(src, body); err != nil {
 		return nil, err
 	}
 	return body, nil

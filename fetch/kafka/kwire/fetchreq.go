@@ -87,7 +87,11 @@ func (c *Conn) Fetch(ctx context.Context, req *FetchRequest) ([]FetchedPartition
 }
 
 // FetchSession sends one Fetch (v11) with the request's session fields.
-// A top-level error, such as a lost session, is returned as *Error.
+// A top-level error, such as a lost session, is returned as *Error. The
+// answer must start within req.MaxWait + AnswerSlack and keep coming (no
+// gap over AnswerSlack), or FetchSession fails with
+// os.ErrDeadlineExceeded: a stalled source link is noticed as fast as the
+// broker's own bound allows.
 func (c *Conn) FetchSession(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
 	w := c.header(apiFetch, fetchVersion)
 	w.int32(-1) // replica ID: a consumer
@@ -125,7 +129,7 @@ func (c *Conn) FetchSession(ctx context.Context, req *FetchRequest) (*FetchRespo
 		}
 	}
 	w.string("") // rack ID
-	body, err := c.roundTrip(ctx, w)
+	body, err := c.roundTripBy(ctx, w, time.Time{}, max(req.MaxWait, time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", c.addr, err)
 	}

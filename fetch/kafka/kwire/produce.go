@@ -27,7 +27,11 @@ type ProduceResult struct {
 //
 // writeBy, when not zero, is when the request must be written by (the
 // sender's lease): a request not wholly written by then fails with
-// ErrNotSent and was not received by the broker.
+// ErrNotSent and was not received by the broker. timeout is the broker's
+// own bound (ms on the wire) on waiting for the in-sync replicas; the
+// answer must come within timeout + AnswerSlack of the request's last
+// byte written, or Produce fails with os.ErrDeadlineExceeded (the
+// outcome is then unknown: the broker may have appended the batches).
 func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, writeBy time.Time, parts []ProducePartition) ([]ProduceResult, error) {
 	w := c.header(apiProduce, produceVersion)
 	w.nullString() // transactional ID
@@ -43,7 +47,7 @@ func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, w
 			w.bytes(parts[i].Batch)
 		}
 	}
-	body, err := c.roundTripBy(ctx, w, writeBy)
+	body, err := c.roundTripBy(ctx, w, writeBy, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("produce to %s: %w", c.addr, err)
 	}
