@@ -62,6 +62,10 @@ func (p *Proxy) waitUnstalled() {
 	}
 }
 
+// NewProxy starts a proxy on a free loopback port in front of target (a
+// host:port), for tests outside the harness's clusters (Stall, drops).
+func NewProxy(target string) (*Proxy, error) { return newProxy("127.0.0.1:0", target) }
+
 func newProxy(listen, target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -372,7 +376,3 @@ func readFrame(r io.Reader) ([]byte, error) {
 	_, err := io.ReadFull(r, frame[4:])
 	return frame, err
 }
-
-// NewProxy starts a proxy on a free loopback port in front of target (a
-// host:port), for tests outside the harness's clusters (Stall, drops).
-func NewProxy(target string) (*Proxy, error) { return newProxy("127.0.0.1:0", target) }

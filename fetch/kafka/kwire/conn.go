@@ -181,22 +181,32 @@ func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
 // 30 s).
 const AnswerSlack = time.Second
 
-// progressReader extends a connection's read deadline by AnswerSlack
-// after every read that returned bytes, never beyond limit.
-type progressReader struct {
+// answerReader reads an answer under a moving read deadline: extend sets
+// it d from now, never beyond the context's deadline, and not at all once
+// the context is done (its cancel has set the deadline to now). Every read
+// that returns bytes extends it by AnswerSlack.
+type answerReader struct {
+	ctx   context.Context
 	nc    net.Conn
 	r     io.Reader
-	limit time.Time
+	limit time.Time // the context's deadline; zero: none
 }
 
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
+func (a *answerReader) extend(d time.Duration) {
+	if a.ctx.Err() != nil {
+		return
+	}
+	dl := time.Now().Add(d)
+	if !a.limit.IsZero() && a.limit.Before(dl) {
+		dl = a.limit
+	}
+	a.nc.SetReadDeadline(dl)
+}
+
+func (a *answerReader) Read(b []byte) (int, error) {
+	n, err := a.r.Read(b)
 	if n > 0 {
-		dl := time.Now().Add(AnswerSlack)
-		if !p.limit.IsZero() && p.limit.Before(dl) {
-			dl = p.limit
-		}
-		p.nc.SetReadDeadline(dl)
+		a.extend(AnswerSlack)
 	}
 	return n, err
 }
@@ -207,12 +217,12 @@ func (p *progressReader) Read(b []byte) (int, error) {
 var ErrNotSent = errors.New("request not sent")
 
 // roundTripBy is roundTrip with the request's last byte written by writeBy
-// and, when answerWithin is positive, the answer's first byte read within
-// answerWithin + AnswerSlack of the request's last byte written and each
-// later read within AnswerSlack of the one before (within the context's
-// deadline throughout); a stalled answer fails with os.ErrDeadlineExceeded
 // at the latest (zero: ctx's deadline only); a request that cannot be
-// written by then fails with ErrNotSent.
+// written by then fails with ErrNotSent. When answerWithin is positive,
+// the answer's first byte must come within answerWithin + AnswerSlack of
+// the request's last byte written and each later read within AnswerSlack
+// of the one before (within ctx's deadline throughout), or the round trip
+// fails with os.ErrDeadlineExceeded.
 func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, answerWithin time.Duration) (body []byte, err error) {
 	if c.versions != nil {
 		c.requests++
@@ -240,13 +250,10 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 	}
 	var src io.Reader = c.br
 	if answerWithin > 0 {
-		ctxDeadline, _ := ctx.Deadline()
-		first := time.Now().Add(answerWithin + AnswerSlack)
-		if !ctxDeadline.IsZero() && ctxDeadline.Before(first) {
-			first = ctxDeadline
-		}
-		c.nc.SetReadDeadline(first)
-		src = &progressReader{nc: c.nc, r: c.br, limit: ctxDeadline}
+		a := &answerReader{ctx: ctx, nc: c.nc, r: c.br}
+		a.limit, _ = ctx.Deadline()
+		a.extend(answerWithin + AnswerSlack)
+		src = a
 	}
 	var hdr [8]byte
 	if _, err := io.ReadFull(src, hdr[:]); err != nil {

@@ -129,6 +129,7 @@ func (c *Conn) FetchSession(ctx context.Context, req *FetchRequest) (*FetchRespo
 		}
 	}
 	w.string("") // rack ID
+	// A zero max wait still bounds the answer (by AnswerSlack).
 	body, err := c.roundTripBy(ctx, w, time.Time{}, max(req.MaxWait, time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", c.addr, err)

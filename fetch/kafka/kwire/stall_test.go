@@ -1,8 +1,12 @@
 package kwire
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -62,4 +66,46 @@ func TestStalledLinkAnswersFailWithinBound(t *testing.T) {
 			t.Fatalf("%s over a stalled link still waits after %v", name, 10*(bound+AnswerSlack))
 		}
 	}
+}
+
+// TestSlowAnswerIsNotCutOff: an answer that keeps coming, however slowly,
+// is read to its end even when it takes longer than timeout + AnswerSlack
+// in all (a large fetch over a thin link); only a gap over AnswerSlack is
+// a stall. The broker's side is a pipe that answers a produce with an
+// empty response, one byte every AnswerSlack/4.
+func TestSlowAnswerIsNotCutOff(t *testing.T) {
+	client, broker := net.Pipe()
+	defer client.Close()
+	defer broker.Close()
+	conn := &Conn{addr: "pipe", nc: client, br: bufio.NewReader(client), clientID: "test"}
+	go func() {
+		var size [4]byte
+		if _, err := io.ReadFull(broker, size[:]); err != nil {
+			return
+		}
+		req := make([]byte, binary.BigEndian.Uint32(size[:]))
+		if _, err := io.ReadFull(broker, req); err != nil {
+			return
+		}
+		// size, correlation ID, no topics, no throttle.
+		answer := binary.BigEndian.AppendUint32(nil, 12)
+		answer = append(answer, req[4:8]...)
+		answer = append(answer, 0, 0, 0, 0, 0, 0, 0, 0)
+		for _, b := range answer {
+			time.Sleep(AnswerSlack / 4)
+			if _, err := broker.Write([]byte{b}); err != nil {
+				return
+			}
+		}
+	}()
+	const timeout = 100 * time.Millisecond
+	start := time.Now()
+	res, err := conn.Produce(context.Background(), -1, timeout, time.Time{}, nil)
+	if err != nil {
+		t.Fatalf("a slow answer (one byte every %v) was cut off after %v: %v", AnswerSlack/4, time.Since(start), err)
+	}
+	if len(res) != 0 {
+		t.Fatalf("empty produce answer parsed as %v", res)
+	}
+	t.Logf("answer of 16 bytes read over %v (timeout + AnswerSlack = %v)", time.Since(start), timeout+AnswerSlack)
 }
