@@ -186,17 +186,6 @@ func (p *sourceProbe) setBlocked(mirror string, on bool) {
 	}
 }
 
-// LocalSourceReach serves /v1/internal/sources.
-func (m *Member) LocalSourceReach() []api.SourceReach { return m.sources.reach() }
-
-// SourceViews asks every member (this one locally) for its source view;
-// a member that does not answer within 2 s is left out.
-func (m *Member) SourceViews(ctx context.Context) map[string][]api.SourceReach {
-	views, _ := askOthers(ctx, m, 2*time.Second, (*api.Client).InternalSources)
-	views[m.cfg.NodeID] = m.sources.reach()
-	return views
-}
-
 // FailoverAfter is a mirror's failover.auto.after.ms, 0 when unset or
 // unreadable (leader.Member).
 func (m *Member) FailoverAfter(mir raftstore.Mirror) time.Duration {

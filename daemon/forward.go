@@ -175,8 +175,13 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 		if !st.SourceAsked.IsZero() {
 			fetchWait = now.Sub(st.SourceAsked).Milliseconds()
 		}
-		if !st.SentAt.IsZero() {
-			produceWait = now.Sub(st.SentAt).Milliseconds()
+		// A produce left unanswered counts from when it was sent, through
+		// the timeouts and resends after it.
+		if sent := st.SentAt; !sent.IsZero() || !st.DestinationUnanswered.IsZero() {
+			if u := st.DestinationUnanswered; !u.IsZero() && (sent.IsZero() || u.Before(sent)) {
+				sent = u
+			}
+			produceWait = now.Sub(sent).Milliseconds()
 		}
 		out = append(out, api.LiveStatus{
 			SourceAgeMs: age, FetchWaitMs: fetchWait, ProduceWaitMs: produceWait,

@@ -69,8 +69,10 @@ type Member struct {
 
 	// own runs the owner duties for the partitions leased to this member.
 	own *owner.Owner
-	// sources probes every mirror's source cluster (automatic failover).
-	sources *sourceProbe
+	// sources probes every mirror's source cluster (automatic failover);
+	// destination probes the destination (reach.go).
+	sources     *sourceProbe
+	destination *destinationProbe
 
 	readyMu  sync.Mutex
 	readyAt  time.Time
@@ -131,6 +133,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.sources = newSourceProbe(m)
+	m.destination = &destinationProbe{m: m}
 	fail := func(err error) (*Member, error) {
 		m.cancel()
 		if m.srv != nil {
@@ -195,12 +198,14 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	mx := newMetrics(m.engine, m.skippedRecords, m.own.Groups(), m.sources, m.lead)
 	mx.auth = m.auth
 	mx.conns = m.conns
+	mx.destination = m.destination
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
 	m.Go(m.lead.Run)
 	m.own.Run()
 	m.Go(m.sources.loop)
+	m.Go(m.destination.loop)
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
 	return m, nil

@@ -44,6 +44,10 @@ type metrics struct {
 	lead        *leader.Leader
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
+	// destination feeds kmirror_destination_unreachable_seconds (nil in
+	// tests).
+	destination *destinationProbe
+	dstDown     *prometheus.Desc
 	fetched     *prometheus.Desc
 	throttled   *prometheus.Desc
 	// lead also feeds kmirror_read_only_unprotected_topics and
@@ -80,6 +84,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		roUnlifted: prometheus.NewDesc("kmirror_read_only_unlifted_topics",
 			"Failed-over (STOPPED) or removed topics whose DENY WRITE ACLs the raft leader could not delete in its last round: "+
 				"applications still cannot write them. Only the leader reports it.", nil, nil),
+		dstDown: prometheus.NewDesc("kmirror_destination_unreachable_seconds",
+			"How long the destination cluster has not answered this member (0 while it answers): its probe, or a produce of one of "+
+				"its partitions written and left unanswered. Past lease_ttl, while it answers another member, this member's partitions move.", nil, nil),
 		srcDown: prometheus.NewDesc("kmirror_source_unreachable_seconds",
 			"How long the mirror's source cluster has not answered this member's probe (0 while it answers).", []string{"mirror"}, nil),
 		throttled: prometheus.NewDesc("kmirror_destination_throttle_seconds_total",
@@ -135,6 +142,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.groupLag
 	ch <- m.groupConfls
 	ch <- m.srcDown
+	ch <- m.dstDown
 	ch <- m.roUnprotected
 	ch <- m.roUnlifted
 	ch <- m.unauthorized
@@ -184,6 +192,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.roUnprotected, prometheus.GaugeValue, float64(unprotected))
 			ch <- prometheus.MustNewConstMetric(m.roUnlifted, prometheus.GaugeValue, float64(unlifted))
 		}
+	}
+	if m.destination != nil {
+		ch <- prometheus.MustNewConstMetric(m.dstDown, prometheus.GaugeValue, float64(m.destination.reach().UnreachableMs)/1000)
 	}
 	if m.probe != nil {
 		for _, r := range m.probe.reach() {

@@ -78,7 +78,9 @@ type kfakePair struct {
 	e        *Engine
 }
 
-func newKfakePair(t *testing.T) *kfakePair {
+// newKfakePair starts both clusters and the engine; with sets the engine's
+// Config beyond the fixture's.
+func newKfakePair(t *testing.T, with ...func(*Config)) *kfakePair {
 	t.Helper()
 	src, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -91,7 +93,11 @@ func newKfakePair(t *testing.T) *kfakePair {
 	}
 	t.Cleanup(dst.Close)
 	x := &kfakePair{t: t, src: src, dst: dst, ctl: newFakeControl()}
-	x.e = New(Config{Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond, RetryBackoff: 20 * time.Millisecond}, x.ctl, zaptest.NewLogger(t))
+	cfg := Config{Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond, RetryBackoff: 20 * time.Millisecond}
+	for _, f := range with {
+		f(&cfg)
+	}
+	x.e = New(cfg, x.ctl, zaptest.NewLogger(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := x.e.Start(ctx); err != nil {

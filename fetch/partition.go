@@ -227,6 +227,12 @@ type partition struct {
 	srcAnswered, srcAsked time.Time
 	// sentAt is when the batch in flight was sent (send is sendInflight).
 	sentAt time.Time
+	// dstUnanswered is when a produce of this partition was sent that the
+	// destination never answered (the request timed out after it was
+	// written), while no produce of it has been answered since; zero
+	// otherwise. A stalled destination link keeps it set through the
+	// confirm walks and resends that follow (issue 18).
+	dstUnanswered time.Time
 	// fetchedEpoch is the source leader epoch of the last batch fetched
 	// (at fetchOffset); -1 unknown. A new source leader is asked where it
 	// ends (checkSourceTruncation).
@@ -344,6 +350,7 @@ func (p *partition) status() Status {
 	if p.send == sendInflight {
 		st.SentAt = p.sentAt
 	}
+	st.DestinationUnanswered = p.dstUnanswered
 	st.TranslationEntries, st.TranslationBytes = p.xl.Len(), p.xl.Bytes()
 	if p.mirroring() && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
 		st.Waiting = fmt.Sprintf("waiting for an open source transaction: source offsets %d..%d are not committed yet "+

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -239,9 +240,13 @@ func (e *Engine) unsend(batch []sent, err error) {
 // unknownOutcome handles a produce request that failed after it was sent:
 // every batch in it may have been appended.
 func (e *Engine) unknownOutcome(batch []sent, err error) {
+	unanswered := errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range batch {
+		if unanswered && s.p.dstUnanswered.IsZero() {
+			s.p.dstUnanswered = s.p.sentAt
+		}
 		s.p.moveSend(sendIdle)
 		if s.p.active() && len(s.p.queue) > 0 && s.p.queue[0] == s.it {
 			e.confirmLocked(s.p, fmt.Sprintf("produce to destination %s/%d: outcome unknown (%v)", s.p.key().Topic, s.p.key().Partition, err))
@@ -271,6 +276,7 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 	for _, s := range batch {
 		p, it := s.p, s.it
 		p.throttled = throttled
+		p.dstUnanswered = time.Time{}
 		p.moveSend(sendIdle)
 		k := p.key()
 		if len(p.queue) == 0 || p.queue[0] != it {

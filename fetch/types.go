@@ -168,6 +168,10 @@ type Status struct {
 	// flight).
 	SourceAnswered, SourceAsked time.Time
 	SentAt                      time.Time
+	// DestinationUnanswered is when a produce of the partition was sent
+	// that the destination never answered, with none answered since (zero:
+	// the destination answers).
+	DestinationUnanswered time.Time
 }
 
 // Config configures the engine.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -270,17 +269,7 @@ func blockSource(t *testing.T, m *member, mirror string, on bool) {
 // unreachableSeconds reads a member's kmirror_source_unreachable_seconds.
 func unreachableSeconds(t *testing.T, m *member, mirror string) float64 {
 	t.Helper()
-	prefix := fmt.Sprintf(`kmirror_source_unreachable_seconds{mirror=%q} `, mirror)
-	for _, line := range strings.Split(metricsText(t, m), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("metric line %q", line)
-			}
-			return f
-		}
-	}
-	return 0
+	return metricValue(t, m, fmt.Sprintf(`kmirror_source_unreachable_seconds{mirror=%q} `, mirror))
 }
 
 // TestAutomaticFailover: with failover.auto.after.ms set, one member that

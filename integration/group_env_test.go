@@ -50,6 +50,13 @@ func startGroupTo(t *testing.T, name string, n int, destination string) *kgroup 
 // (its extra YAML comes after the peers list).
 func startGroupWith(t *testing.T, name string, n int, base memberOpts) *kgroup {
 	t.Helper()
+	return startGroupEach(t, name, n, func(int) memberOpts { return base })
+}
+
+// startGroupEach is startGroupWith with member i's options (0-based) from
+// opts(i).
+func startGroupEach(t *testing.T, name string, n int, opts func(i int) memberOpts) *kgroup {
+	t.Helper()
 	g := &kgroup{t: t}
 	type addrs struct{ http, raft string }
 	as := make([]addrs, n)
@@ -58,8 +65,8 @@ func startGroupWith(t *testing.T, name string, n int, base memberOpts) *kgroup {
 		g.peers = append(g.peers, fmt.Sprintf("  - {id: %s-%d, raft: \"%s\", http: \"%s\"}\n", name, i+1, as[i].raft, as[i].http))
 	}
 	for i := range n {
-		o := base
-		o.extra = "peers:\n" + strings.Join(g.peers, "") + groupLease + base.extra
+		o := opts(i)
+		o.extra = "peers:\n" + strings.Join(g.peers, "") + groupLease + o.extra
 		o.httpAddr, o.raftAddr, o.noWait = as[i].http, as[i].raft, true
 		m := startMember(t, fmt.Sprintf("%s-%d", name, i+1), o)
 		g.members = append(g.members, m)

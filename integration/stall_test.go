@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +78,97 @@ func waitMirroredTo(t *testing.T, m *member, mirror, topic string, end int64) ap
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestStalledDestinationMovesPartitions: one member of three reaches the
+// destination through a proxy that stalls (keeps the connections open and
+// passes nothing: no RST, no FIN), while its raft traffic is fine, so its
+// leases never lapse. Its partitions must move to the members the
+// destination answers, within about lease_ttl plus a produce timeout and a
+// handoff, without waiting for a drain over the stalled link; records go
+// on being mirrored while the link stays stalled; and once it comes back
+// (its held produce requests land late), nothing is lost or written twice
+// (issue 18: a member whose destination link stalled kept its partitions,
+// and they stood still).
+func TestStalledDestinationMovesPartitions(t *testing.T) {
+	ctx := context.Background()
+	dst, err := harness.Start(ctx, harness.Options{Name: "dest-stalled", Listeners: []string{"PROXIED"}, BrokerProps: brokerProps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Close() })
+	g := startGroupEach(t, "sd", 3, func(i int) memberOpts {
+		if i == 2 {
+			return memberOpts{destination: strings.Join(dst.ListenerAddrs("PROXIED"), ",")}
+		}
+		return memberOpts{destination: dst.Bootstrap()}
+	})
+	m, stalled := g.members[0], g.members[2]
+	const topic, partitions = "stall-dest-topic", 6
+	wait := mirrorStreams(t, m, "sd", []string{topic}, partitions, 12_000, 600)
+	owned := func() (n int, rows []api.PartitionStatus) {
+		rows, err := m.client.Describe(ctx, "sd", topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Owner == memberID(stalled) {
+				n++
+			}
+		}
+		return n, rows
+	}
+	for end := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if n, rows := owned(); n > 0 && rows[0].State == "MIRRORING" {
+			break
+		}
+		if time.Now().After(end) {
+			_, rows := owned()
+			t.Fatalf("%s was given none of the partitions within a minute: %+v", memberID(stalled), rows)
+		}
+	}
+
+	dst.ListenerProxy(0).Stall(true)
+	stalledAt := time.Now()
+	for end := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		n, rows := owned()
+		if n == 0 {
+			t.Logf("the stalled member's partitions moved %s after the stall began", time.Since(stalledAt).Round(100*time.Millisecond))
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s, whose destination link is stalled, still owns %d partitions after 90 s: %+v", memberID(stalled), n, rows)
+		}
+	}
+	if v := metricValue(t, stalled, "kmirror_destination_unreachable_seconds "); v < 1 {
+		t.Fatalf("kmirror_destination_unreachable_seconds of the stalled member is %v during the stall", v)
+	}
+	// Mirroring goes on without the stalled member, its link still stalled.
+	wait()
+	m.src = env.src
+	waitCaughtUp(t, m, "sd", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, dst, topic, partitions, true))
+
+	// The link comes back: what it held lands late, and must not show up
+	// as a second copy.
+	dst.ListenerProxy(0).Stall(false)
+	streamRecords(t, topic, 600, 600)()
+	waitCaughtUp(t, m, "sd", topic)
+	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, dst, topic, partitions, true))
+}
+
+// metricValue reads the value of the /metrics line of m that starts with
+// prefix (the metric's name and labels, then a space); 0 when it has none.
+func metricValue(t *testing.T, m *member, prefix string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(metricsText(t, m), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric line %q", line)
+			}
+			return f
+		}
+	}
+	return 0
 }

@@ -66,13 +66,12 @@ func (c *Client) ApplyInternal(ctx context.Context, entry []byte) error {
 	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, InternalApplyRequest{Entry: entry}, nil)
 }
 
-// InternalSources asks a member how long each mirror's source has not answered.
-func (c *Client) InternalSources(ctx context.Context) ([]SourceReach, error) {
-	var out []SourceReach
-	if err := c.do(ctx, http.MethodGet, "/v1/internal/sources", nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+// InternalReach asks a member how long each mirror's source and the
+// destination have not answered it.
+func (c *Client) InternalReach(ctx context.Context) (Reach, error) {
+	var out Reach
+	err := c.do(ctx, http.MethodGet, "/v1/internal/reach", nil, nil, &out)
+	return out, err
 }
 
 // InternalGroups asks a member for the group sync rows of its partitions.

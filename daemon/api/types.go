@@ -301,8 +301,25 @@ type GroupStatus struct {
 	Ahead bool `json:"ahead,omitempty"`
 }
 
-// SourceReach is one member's view of a mirror's source cluster
-// (GET /v1/internal/sources).
+// Reach is one member's view of the clusters it works with
+// (GET /v1/internal/reach): the raft leader reads it each second for
+// automatic failover and placement.
+type Reach struct {
+	Sources     []SourceReach    `json:"sources"`
+	Destination DestinationReach `json:"destination"`
+}
+
+// DestinationReach is one member's view of the destination cluster.
+type DestinationReach struct {
+	// UnreachableMs is how long, in ms, the destination has not answered
+	// this member (0 while it answers): the longer of its metadata probe's
+	// failures and the oldest produce of its partitions left unanswered
+	// (written, then timed out). Error says which.
+	UnreachableMs int64  `json:"unreachable_ms"`
+	Error         string `json:"error,omitempty"`
+}
+
+// SourceReach is one member's view of a mirror's source cluster.
 type SourceReach struct {
 	Mirror string `json:"mirror"`
 	// UnreachableMs is how long the source has not answered (0 while it

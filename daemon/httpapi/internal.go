@@ -14,7 +14,7 @@ type Internal interface {
 	ApplyInternal(ctx context.Context, entry []byte) error
 	LocalStatuses() []api.LiveStatus
 	LocalGroupRows() []api.GroupStatus
-	LocalSourceReach() []api.SourceReach
+	LocalReach() api.Reach
 	BlockSource(mirror string, on bool)
 	Probe() api.RaftProbe
 	// TestHooks reports whether test_hooks is on; BlockSource and
@@ -49,8 +49,8 @@ func (h *handler) applyInternal(r *http.Request) (int, any, error) {
 	return http.StatusOK, api.StatusBody{Status: "applied"}, nil
 }
 
-func (h *handler) localSources(*http.Request) (int, any, error) {
-	return http.StatusOK, h.internal.LocalSourceReach(), nil
+func (h *handler) localReach(*http.Request) (int, any, error) {
+	return http.StatusOK, h.internal.LocalReach(), nil
 }
 
 // blockSourceRequest is the body of the block-source test hook.

@@ -58,7 +58,7 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 		mux.Handle("POST /v1/internal/apply", h.wrap(h.applyInternal))
 		mux.Handle("GET /v1/internal/status", h.wrap(h.localStatuses))
 		mux.Handle("GET /v1/internal/groups", h.wrap(h.localGroups))
-		mux.Handle("GET /v1/internal/sources", h.wrap(h.localSources))
+		mux.Handle("GET /v1/internal/reach", h.wrap(h.localReach))
 		mux.HandleFunc("GET /v1/internal/raft", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, h.internal.Probe()) })
 		if h.internal.TestHooks() {
 			mux.Handle("POST /v1/internal/test/raft-isolation", h.wrap(h.raftIsolation))

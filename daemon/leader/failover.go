@@ -19,7 +19,7 @@ import (
 // mirror with failover.auto.after.ms set and topics still mirroring, it
 // asks every member how long the source has not answered and fails the
 // mirror over when a majority of the members say longer than that.
-func (l *Leader) checkAutoFailover(ctx context.Context, views map[string][]api.SourceReach) {
+func (l *Leader) checkAutoFailover(ctx context.Context, views map[string]api.Reach) {
 	type candidate struct {
 		after  time.Duration
 		topics []string
@@ -54,7 +54,7 @@ func (l *Leader) checkAutoFailover(ctx context.Context, views map[string][]api.S
 		var down []string
 		var why string
 		for id, view := range views {
-			for _, r := range view {
+			for _, r := range view.Sources {
 				if r.Mirror == mirror && time.Duration(r.UnreachableMs)*time.Millisecond >= c.after {
 					down = append(down, id)
 					why = r.Error
@@ -105,25 +105,36 @@ func (c *counter) snapshot() map[string]int64 {
 	return out
 }
 
-// noteStuck records, from every member's view of each mirror's source,
-// the members that have not reached a source for lease_ttl while another
-// member reaches it now: placement moves their partitions of that mirror
-// to members that can do the work (PlanAssignments' stuck).
-func (l *Leader) noteStuck(views map[string][]api.SourceReach) {
+// noteStuck records, from every member's view, the members that cannot do
+// a partition's work while another member can: those that have not
+// reached a mirror's source for lease_ttl while another member reaches it
+// now, and those the destination has not answered for lease_ttl (its
+// metadata probe, or a produce left unanswered) while it answers another
+// member. Placement moves their partitions to members that can do the
+// work (PlanAssignments' stuck; issue 18: a member whose link stalled
+// kept its partitions).
+func (l *Leader) noteStuck(views map[string]api.Reach) {
 	reached := map[string]bool{}
+	destReached := false
 	for _, view := range views {
-		for _, r := range view {
+		for _, r := range view.Sources {
 			if r.UnreachableMs == 0 {
 				reached[r.Mirror] = true
 			}
 		}
+		destReached = destReached || view.Destination.UnreachableMs == 0
 	}
+	lapsed := func(ms int64) bool { return time.Duration(ms)*time.Millisecond >= l.cfg.LeaseTTL }
 	stuck := map[[2]string]string{}
+	destStuck := map[string]string{}
 	for id, view := range views {
-		for _, r := range view {
-			if reached[r.Mirror] && time.Duration(r.UnreachableMs)*time.Millisecond >= l.cfg.LeaseTTL {
+		for _, r := range view.Sources {
+			if reached[r.Mirror] && lapsed(r.UnreachableMs) {
 				stuck[[2]string{id, r.Mirror}] = r.Error
 			}
+		}
+		if destReached && lapsed(view.Destination.UnreachableMs) {
+			destStuck[id] = view.Destination.Error
 		}
 	}
 	l.stuckMu.Lock()
@@ -139,21 +150,34 @@ func (l *Leader) noteStuck(views map[string][]api.SourceReach) {
 			l.log.Info("member reaches the mirror's source again", zap.String("member", k[0]), zap.String("mirror", k[1]))
 		}
 	}
-	l.stuck = stuck
+	for id, why := range destStuck {
+		if _, was := l.destStuck[id]; !was {
+			l.log.Warn("the destination does not answer a member while it answers others: the member's partitions move to them",
+				zap.String("member", id), zap.String("error", why))
+		}
+	}
+	for id := range l.destStuck {
+		if _, still := destStuck[id]; !still {
+			l.log.Info("the destination answers the member again", zap.String("member", id))
+		}
+	}
+	l.stuck, l.destStuck = stuck, destStuck
 }
 
-// stuckNow is PlanAssignments' stuck for this round: a copy of noteStuck's
+// stuckNow is PlanAssignments' stuck for this round (source or
+// destination): a copy of noteStuck's
 // findings, or nil when no member is stuck (placement then checks nothing
 // per partition).
 func (l *Leader) stuckNow() func(member, mirror string) bool {
 	l.stuckMu.Lock()
 	defer l.stuckMu.Unlock()
-	if len(l.stuck) == 0 {
+	if len(l.stuck) == 0 && len(l.destStuck) == 0 {
 		return nil
 	}
-	stuck := maps.Clone(l.stuck)
+	stuck, destStuck := maps.Clone(l.stuck), maps.Clone(l.destStuck)
 	return func(member, mirror string) bool {
 		_, ok := stuck[[2]string{member, mirror}]
-		return ok
+		_, dest := destStuck[member]
+		return ok || dest
 	}
 }

@@ -50,9 +50,10 @@ type Member interface {
 	// SourceKey changes when the mirror's connection settings do.
 	SourceAdmin(mir raftstore.Mirror) *kafka.Admin
 	SourceKey(mir raftstore.Mirror) string
-	// SourceViews is every member's view of each mirror's source (this
-	// member's too); members that do not answer in time are left out.
-	SourceViews(ctx context.Context) map[string][]api.SourceReach
+	// Reaches is every member's view of each mirror's source and of the
+	// destination (this member's too); members that do not answer in time
+	// are left out.
+	Reaches(ctx context.Context) map[string]api.Reach
 	// FailoverAfter is the mirror's failover.auto.after.ms (0: off).
 	FailoverAfter(mir raftstore.Mirror) time.Duration
 	// Checkpointed is a partition's last checkpoint (fetch.Engine).
@@ -85,9 +86,11 @@ type Leader struct {
 	autoFailovers counter
 
 	// stuck holds the members that cannot reach a mirror's source while
-	// others can, with why (noteStuck).
-	stuckMu sync.Mutex
-	stuck   map[[2]string]string
+	// others can, destStuck those the destination does not answer while
+	// it answers others, each with why (noteStuck).
+	stuckMu   sync.Mutex
+	stuck     map[[2]string]string
+	destStuck map[string]string
 }
 
 // New returns the leader duties of a member; Run starts them.

@@ -102,7 +102,7 @@ func (l *Leader) runLeader(ctx context.Context) {
 		defer close(failoverDone)
 		for ctx.Err() == nil {
 			sleepCtx(ctx, failoverCheckInterval)
-			views := l.member.SourceViews(ctx)
+			views := l.member.Reaches(ctx)
 			l.noteStuck(views)
 			l.checkAutoFailover(ctx, views)
 		}

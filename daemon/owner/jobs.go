@@ -297,30 +297,7 @@ func (o *Owner) runJob(j ownerJob) {
 	defer o.owner.done(k)
 	switch j.kind {
 	case "handoff":
-		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
-		defer cancel()
-		o.log.Info("handoff started", zap.Stringer("partition", k), zap.String("to", j.moveTo))
-		h, err := o.engine.HandOff(ctx, k)
-		if err != nil {
-			o.log.Warn("handoff drain failed; the next owner resumes with a walk", zap.Stringer("partition", k), zap.Error(err))
-		}
-		cmd := raftstore.ReleasePartition{Key: partitionKey(k), Lease: j.lease}
-		if h != nil {
-			cmd.Checkpoint = &raftstore.Checkpoint{
-				SourceOffset: h.Position.SourceOffset, DestinationOffset: h.Position.DestinationOffset,
-				SourceLeaderEpoch: h.Position.SourceLeaderEpoch, Sequence: h.Sequence,
-				Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
-			}
-		}
-		// Released on a fresh bound: the drain may have used up its own
-		// (issue 18: a timed-out drain sent the release with the expired
-		// context, it never applied, and the handoff started again).
-		rctx, rcancel := context.WithTimeout(o.ctx, 30*time.Second)
-		defer rcancel()
-		if o.submitRetry(rctx, cmd) {
-			o.owner.finish(k, j.kind, j.lease.Generation)
-		}
-		o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
+		o.handOff(j)
 	case "pause":
 		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
 		defer cancel()

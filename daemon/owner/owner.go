@@ -43,6 +43,10 @@ type Member interface {
 	// Go runs f as one of the member's loops (stopped and waited for on
 	// shutdown).
 	Go(f func())
+	// DestinationUnanswered is since when the destination has not
+	// answered this member (its probe, or a produce of one of its
+	// partitions); zero while it answers.
+	DestinationUnanswered() time.Time
 }
 
 // Config is what the owner duties read of the member's configuration.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,7 +53,10 @@ type Options struct {
 	// the harness and Kafka's tools keep using), each named after its
 	// security protocol: "SSL", "SASL_SSL" or "SASL_PLAINTEXT". Their
 	// settings go in BrokerProps as listener.name.<name>.<config>; find
-	// their addresses with ListenerAddrs.
+	// their addresses with ListenerAddrs. "PROXIED" adds a plaintext
+	// listener whose advertised address is a Proxy (ListenerProxy): the
+	// clients bootstrapped there, and they alone, go through the proxies,
+	// so one client's link can stall while the others' do not.
 	Listeners []string
 	// FormatArgs are extra arguments to kafka-storage format, such as
 	// --add-scram 'SCRAM-SHA-512=[name=alice,password=secret]' (KIP-900).
@@ -82,9 +86,9 @@ func (o Options) Validate() error {
 	}
 	for _, l := range o.Listeners {
 		switch l {
-		case "SSL", "SASL_SSL", "SASL_PLAINTEXT":
+		case "SSL", "SASL_SSL", "SASL_PLAINTEXT", proxiedListener:
 		default:
-			return fmt.Errorf("harness: Options.Listeners holds %q: use SSL, SASL_SSL or SASL_PLAINTEXT", l)
+			return fmt.Errorf("harness: Options.Listeners holds %q: use SSL, SASL_SSL, SASL_PLAINTEXT or PROXIED", l)
 		}
 	}
 	return nil
@@ -177,9 +181,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.format(ctx); err != nil {
 		return fail(err)
 	}
-	if opts.Proxy {
-		for _, n := range c.brokers {
+	for _, n := range c.brokers {
+		if opts.Proxy {
 			if n.proxy, err = newProxy(n.addr(), fmt.Sprintf("127.0.0.1:%d", n.port)); err != nil {
+				return fail(err)
+			}
+		}
+		if n.listenerProxyPort != 0 {
+			listen, target := fmt.Sprintf("127.0.0.1:%d", n.listenerProxyPort), fmt.Sprintf("127.0.0.1:%d", n.listeners[proxiedListener])
+			if n.listenerProxy, err = newProxy(listen, target); err != nil {
 				return fail(err)
 			}
 		}
@@ -201,17 +211,26 @@ func (c *Cluster) layout(opts Options) error {
 	if opts.Proxy {
 		nproxy = opts.Brokers
 	}
-	ports, err := freePorts(opts.Brokers + 1 + nproxy + opts.Brokers*len(opts.Listeners))
+	nlproxy := 0
+	if slices.Contains(opts.Listeners, proxiedListener) {
+		nlproxy = opts.Brokers
+	}
+	ports, err := freePorts(opts.Brokers + 1 + nproxy + opts.Brokers*len(opts.Listeners) + nlproxy)
 	if err != nil {
 		return err
 	}
-	listenerPorts := ports[opts.Brokers+1+nproxy:]
+	listenerProxyPorts := ports[opts.Brokers+1+nproxy+opts.Brokers*len(opts.Listeners):]
+	listenerPorts := ports[opts.Brokers+1+nproxy : opts.Brokers+1+nproxy+opts.Brokers*len(opts.Listeners)]
 	ports = ports[:opts.Brokers+1+nproxy]
 	proxyPorts := ports[opts.Brokers+1:]
 	c.formatArgs = opts.FormatArgs
 	protocolMap := "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
 	for _, l := range opts.Listeners {
-		protocolMap += "," + l + ":" + l
+		protocol := l
+		if l == proxiedListener {
+			protocol = "PLAINTEXT"
+		}
+		protocolMap += "," + l + ":" + protocol
 	}
 	rf := strconv.Itoa(min(3, opts.Brokers))
 	common := map[string]string{
@@ -278,6 +297,9 @@ func (c *Cluster) layout(opts Options) error {
 		for j, l := range opts.Listeners {
 			n.listeners[l] = listenerPorts[i*len(opts.Listeners)+j]
 		}
+		if i < len(listenerProxyPorts) {
+			n.listenerProxyPort = listenerProxyPorts[i]
+		}
 	}
 	for _, n := range c.nodes() {
 		props := map[string]string{}
@@ -297,7 +319,11 @@ func (c *Cluster) layout(opts Options) error {
 			advertised := []string{fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.advPort)}
 			for _, l := range opts.Listeners {
 				listeners = append(listeners, fmt.Sprintf("%s://127.0.0.1:%d", l, n.listeners[l]))
-				advertised = append(advertised, fmt.Sprintf("%s://127.0.0.1:%d", l, n.listeners[l]))
+				adv := n.listeners[l]
+				if l == proxiedListener {
+					adv = n.listenerProxyPort
+				}
+				advertised = append(advertised, fmt.Sprintf("%s://127.0.0.1:%d", l, adv))
 			}
 			props["advertised.listeners"] = strings.Join(advertised, ",")
 			props["inter.broker.listener.name"] = "PLAINTEXT"
@@ -358,12 +384,19 @@ func (c *Cluster) BrokerAddrs() []string {
 	return addrs
 }
 
+// proxiedListener is the Options.Listeners name of the listener reached
+// through ListenerProxy.
+const proxiedListener = "PROXIED"
+
 // ListenerAddrs returns each broker's "127.0.0.1:port" on the extra
-// listener named name (Options.Listeners); nil if there is none.
+// listener named name (Options.Listeners; for PROXIED, its proxy's); nil
+// if there is none.
 func (c *Cluster) ListenerAddrs(name string) []string {
 	var addrs []string
 	for _, n := range c.brokers {
-		if p, ok := n.listeners[name]; ok {
+		if name == proxiedListener && n.listenerProxy != nil {
+			addrs = append(addrs, n.listenerProxy.Addr())
+		} else if p, ok := n.listeners[name]; ok {
 			addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
 		}
 	}
@@ -385,6 +418,16 @@ func (c *Cluster) broker(i int) (*node, error) {
 		return nil, fmt.Errorf("harness: broker index %d out of range: cluster %s has brokers 0..%d", i, c.name, len(c.brokers)-1)
 	}
 	return c.brokers[i], nil
+}
+
+// ListenerProxy returns the proxy in front of broker i's PROXIED
+// listener, or nil when Options.Listeners has none.
+func (c *Cluster) ListenerProxy(i int) *Proxy {
+	n, err := c.broker(i)
+	if err != nil {
+		return nil
+	}
+	return n.listenerProxy
 }
 
 // Proxy returns the proxy in front of broker i, or nil when the cluster was
@@ -477,8 +520,10 @@ func (c *Cluster) Close() error {
 	}
 	var errs []error
 	for _, n := range c.brokers {
-		if n.proxy != nil {
-			errs = append(errs, n.proxy.Close())
+		for _, p := range []*Proxy{n.proxy, n.listenerProxy} {
+			if p != nil {
+				errs = append(errs, p.Close())
+			}
 		}
 	}
 	if c.logFile != nil {

@@ -25,9 +25,12 @@ type node struct {
 	cport   int    // CONTROLLER listener, 0 on broker-only nodes
 	// listeners are the ports of Options.Listeners by name.
 	listeners map[string]int
-	dir       string
-	out       *tailWriter
-	proc      *process // nil while stopped; guarded by Cluster.mu
+	// listenerProxy (at listenerProxyPort) fronts the PROXIED listener.
+	listenerProxy     *Proxy
+	listenerProxyPort int
+	dir               string
+	out               *tailWriter
+	proc              *process // nil while stopped; guarded by Cluster.mu
 }
 
 func (n *node) addr() string {

@@ -1,0 +1,93 @@
+package owner
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// handoffDrainWait bounds a handoff's drain: the partition's queue
+// produced and its final checkpoint written.
+const handoffDrainWait = 30 * time.Second
+
+// unansweredPoll is how often a draining handoff checks whether the
+// destination still answers this member.
+const unansweredPoll = 100 * time.Millisecond
+
+// handOff gives partition j.spec.Key to the next owner. It drains the
+// partition and releases it with its exact position, from which the next
+// owner continues without a walk. While the destination does not answer
+// this member (a produce of the partition left unanswered, or the
+// member's destination probe failing; before or during the drain) the
+// partition is not drained, since the drain would wait on the same link:
+// it is dropped at once and released without a position, and the next
+// owner resumes by the verified walk (issue 18: a drain over a stalled destination link
+// timed out after 30 s, and the partition stood still meanwhile). A drain
+// that fails for any reason is dropped too before the release, so this
+// member writes nothing once the next owner may.
+func (o *Owner) handOff(j ownerJob) {
+	k := j.spec.Key
+	ctx, cancel := context.WithTimeout(o.ctx, handoffDrainWait)
+	defer cancel()
+	stuck := make(chan struct{})
+	go func() {
+		t := time.NewTicker(unansweredPoll)
+		defer t.Stop()
+		for {
+			if !o.engine.DestinationUnanswered(k).IsZero() || !o.member.DestinationUnanswered().IsZero() {
+				close(stuck)
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	o.log.Info("handoff started", zap.Stringer("partition", k), zap.String("to", j.moveTo))
+	h, err := o.engine.HandOff(ctx, k)
+	select {
+	case <-stuck:
+		h, err = nil, nil
+		o.log.Warn("handoff without a drain: the destination does not answer this member; the next owner resumes with a walk",
+			zap.Stringer("partition", k))
+	default:
+		if err != nil {
+			o.log.Warn("handoff drain failed; the next owner resumes with a walk", zap.Stringer("partition", k), zap.Error(err))
+		}
+	}
+	if h == nil {
+		// Nothing of the partition may be in flight or sent later once the
+		// release applies.
+		dctx, dcancel := context.WithTimeout(o.ctx, handoffDrainWait)
+		err := o.engine.Drop(dctx, k)
+		dcancel()
+		if err != nil {
+			o.log.Warn("handoff: a produce of the partition is still in flight; releasing it once the next round finds none",
+				zap.Stringer("partition", k), zap.Error(err))
+			return
+		}
+	}
+	cmd := raftstore.ReleasePartition{Key: partitionKey(k), Lease: j.lease}
+	if h != nil {
+		cmd.Checkpoint = &raftstore.Checkpoint{
+			SourceOffset: h.Position.SourceOffset, DestinationOffset: h.Position.DestinationOffset,
+			SourceLeaderEpoch: h.Position.SourceLeaderEpoch, Sequence: h.Sequence,
+			Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
+		}
+	}
+	// Released on a fresh bound: the drain may have used up its own
+	// (issue 18: a timed-out drain sent the release with the expired
+	// context, it never applied, and the handoff started again).
+	rctx, rcancel := context.WithTimeout(o.ctx, handoffDrainWait)
+	defer rcancel()
+	if o.submitRetry(rctx, cmd) {
+		o.owner.finish(k, j.kind, j.lease.Generation)
+	}
+	o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
+}
