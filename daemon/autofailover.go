@@ -174,6 +174,22 @@ func (p *sourceProbe) reach() []api.SourceReach {
 	return out
 }
 
+// unreachable reports whether the probe finds mirror's source not
+// answering now (nil probe: in-process tests, it answers).
+func (p *sourceProbe) unreachable(mirror string) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, down := p.down[mirror]
+	return down
+}
+
+// SourceUnreachable reports whether this member's probe finds the
+// mirror's source not answering now (owner.Member).
+func (m *Member) SourceUnreachable(mirror string) bool { return m.sources.unreachable(mirror) }
+
 // setBlocked is the test hook that makes this member's probe of a mirror's
 // source fail.
 func (p *sourceProbe) setBlocked(mirror string, on bool) {

@@ -192,68 +192,146 @@ func (e *Engine) settle(ctx context.Context, spec Spec) (Position, error) {
 	}
 }
 
-// settleOnce is one try of settle; with lastTry, a walk that finds
-// destination records past the source's end is a divergence (else that
-// sourceBehind error is returned).
-func (e *Engine) settleOnce(ctx context.Context, spec Spec, lastTry bool) (Position, error) {
+// settleFrom is where a settling walk of a partition starts: its last
+// checkpoint (or start offset), with the translation and producer identity
+// recorded there.
+type settleFrom struct {
+	src        *source
+	start      Entry
+	startEpoch int32
+	known      Position // the checkpoint's position
+	pid        kafka.ProducerID
+	seq        int32
+	xl         Translation
+}
+
+// settleStart reads partition spec.Key's last checkpoint.
+func (e *Engine) settleStart(ctx context.Context, spec Spec) (settleFrom, error) {
 	k := spec.Key
 	e.mu.Lock()
 	src := e.sources[k.Mirror]
 	e.mu.Unlock()
 	if err := e.store.catchUp(ctx); err != nil {
-		return Position{}, fmt.Errorf("read checkpoints: %w", err)
+		return settleFrom{}, fmt.Errorf("read checkpoints: %w", err)
 	}
 	cp, hasCP, xl, err := e.store.load(k, Entry{Src: spec.StartOffset})
 	if err != nil {
+		return settleFrom{}, err
+	}
+	f := settleFrom{src: src, start: Entry{Src: spec.StartOffset}, startEpoch: -1, pid: kafka.ProducerID{ID: -1}, xl: xl}
+	if hasCP {
+		f.start = Entry{Src: cp.Src, Dst: cp.Dst}
+		f.pid = kafka.ProducerID{ID: cp.PID, Epoch: cp.Epoch}
+		f.startEpoch, f.seq = cp.LeaderEpoch, cp.Seq
+	}
+	f.known = Position{SourceOffset: f.start.Src, DestinationOffset: f.start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
+	return f, nil
+}
+
+// walk walks the partition from f's checkpoint to the end of the
+// destination leader's log (Engine.walk).
+func (f *settleFrom) walk(ctx context.Context, e *Engine, k Key) (walkResult, error) {
+	if f.src == nil {
+		return walkResult{}, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
+	}
+	return e.walk(ctx, f.src.cl, k, f.start, f.startEpoch, f.pid, ownSeqs{f.pid: f.seq}, &f.xl, -1)
+}
+
+// record writes the position a settling walk reached as k's checkpoint
+// and returns it.
+func (f *settleFrom) record(ctx context.Context, e *Engine, k Key, w walkResult) (Position, error) {
+	for _, d := range w.duplicates {
+		e.logDuplicate(k, d)
+	}
+	segs, dropped := f.xl.takeUnsaved()
+	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
+		PID: f.pid.ID, Epoch: f.pid.Epoch, LeaderEpoch: w.epoch}}
+	if err := e.store.write(ctx, []update{up}); err != nil {
+		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
+	}
+	return Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, nil
+}
+
+// settleOnce is one try of settle; with lastTry, a walk that finds
+// destination records past the source's end is a divergence (else that
+// sourceBehind error is returned).
+func (e *Engine) settleOnce(ctx context.Context, spec Spec, lastTry bool) (Position, error) {
+	k := spec.Key
+	f, err := e.settleStart(ctx, spec)
+	if err != nil {
 		return Position{}, err
 	}
-	start := Entry{Src: spec.StartOffset}
-	pid := kafka.ProducerID{ID: -1}
-	if hasCP {
-		start = Entry{Src: cp.Src, Dst: cp.Dst}
-		pid = kafka.ProducerID{ID: cp.PID, Epoch: cp.Epoch}
-	}
-	known := Position{SourceOffset: start.Src, DestinationOffset: start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
 	// Nothing landed after the checkpoint: it is the exact position, and
 	// the source need not answer (an emergency failover with the source
 	// gone).
 	hw, err := e.dest.ListOffset(ctx, k.Topic, k.Partition, kafka.Latest)
-	if err == nil && hw == start.Dst {
-		return known, nil
+	if err == nil && hw == f.start.Dst {
+		return f.known, nil
 	}
-	if src == nil {
-		return known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
+	if f.src == nil {
+		return f.known, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 	}
-	startEpoch := int32(-1)
-	if hasCP {
-		startEpoch = cp.LeaderEpoch
-	}
-	w, err := e.walk(ctx, src.cl, k, start, startEpoch, pid, ownSeqs{pid: cp.Seq}, &xl, -1)
+	w, err := f.walk(ctx, e, k)
 	var dv *Divergence
 	var sb *sourceBehind
 	switch {
 	case errors.As(err, &dv), errors.As(err, &sb) && lastTry:
 		e.log.Warn("settling a diverged partition at its last checkpoint", zap.Stringer("partition", k), zap.Error(err))
-		return known, nil
+		return f.known, nil
 	case sb != nil:
 		return Position{}, err // settle tries again
 	}
-	if err != nil && ctx.Err() == nil && hw > start.Dst {
-		return Position{}, &UnverifiedError{Key: k, Known: known, End: hw, Err: err}
+	if err != nil && ctx.Err() == nil && hw > f.start.Dst {
+		return Position{}, &UnverifiedError{Key: k, Known: f.known, End: hw, Err: err}
 	}
 	if err != nil {
 		return Position{}, fmt.Errorf("settle position of %s: %w", k, err)
 	}
-	for _, d := range w.duplicates {
-		e.logDuplicate(k, d)
+	return f.record(ctx, e, k, w)
+}
+
+// SettleUnverified verifies the records a stop could not (UnverifiedError),
+// once the source answers again: the destination from the partition's
+// last checkpoint up to end (exclusive; the destination's end at the
+// stop). The topic is writable since the stop, so the walk meets the
+// applications' records after end; it returns the position up to which
+// the destination holds kmirror's copies of the source's records, and
+// records it as the checkpoint. When those end before end (a record there
+// is not the source's, or the source lost records it had), it returns that
+// position with a *Divergence saying why. Other errors (the source or the
+// destination does not answer, the source serves less than the
+// destination holds) leave the position unknown: try again.
+func (e *Engine) SettleUnverified(ctx context.Context, spec Spec, end int64) (Position, error) {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
+	k := spec.Key
+	f, err := e.settleStart(ctx, spec)
+	if err != nil {
+		return Position{}, err
 	}
-	segs, dropped := xl.takeUnsaved()
-	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
-		PID: pid.ID, Epoch: pid.Epoch, LeaderEpoch: w.epoch}}
-	if err := e.store.write(ctx, []update{up}); err != nil {
-		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
+	w, err := f.walk(ctx, e, k)
+	var dv *Divergence
+	var sb *sourceBehind
+	switch {
+	case errors.As(err, &sb) && w.end.Dst >= end:
+		// The applications' records after the stop, past the source's end.
+	case errors.As(err, &dv):
+	case err != nil:
+		// A returning source leader's last stable offset may lag for a
+		// while (sourceBehind before end): try again.
+		return Position{}, fmt.Errorf("settle unverified records of %s: %w", k, err)
 	}
-	return Position{SourceOffset: w.end.Src, DestinationOffset: w.end.Dst, SourceLeaderEpoch: w.epoch}, nil
+	pos, err := f.record(ctx, e, k, w)
+	if err != nil {
+		return Position{}, err
+	}
+	if pos.DestinationOffset < end {
+		if dv == nil {
+			dv = &Divergence{Key: k, Reason: fmt.Sprintf("the destination log ends at offset %d, before %d where it ended at the stop", pos.DestinationOffset, end)}
+		}
+		return pos, dv
+	}
+	return pos, nil
 }
 
 // UnverifiedError: the destination holds records past a partition's last

@@ -10,7 +10,7 @@ import (
 // for old logs have no submitter; a lease rule sits exactly on the
 // commands that name a lease (register panics otherwise).
 func TestAuthorityTable(t *testing.T) {
-	for typ := TypeCreateMirror; typ <= TypeSetWriteDenials; typ++ {
+	for typ := TypeCreateMirror; typ <= TypeSettleStopped; typ++ {
 		e, ok := commands[typ]
 		if !ok {
 			t.Fatalf("command type %d has no row in the command table", typ)
@@ -48,6 +48,7 @@ func TestAuthorize(t *testing.T) {
 		ResumePartition{Key: k, AcceptGap: true},
 		RemoveMember{ID: "n3"},
 		Assign{Key: k, Owner: "n2"},
+		SettleStopped{Key: k},
 	} {
 		err := Authorize(cmd, ByMember)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a member may not submit "+cmd.Type().String()) {

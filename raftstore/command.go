@@ -38,6 +38,7 @@ const (
 	TypeDeferredApplied  CommandType = 22
 	TypeAlterMirror      CommandType = 23
 	TypeSetWriteDenials  CommandType = 24
+	TypeSettleStopped    CommandType = 25
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -156,6 +157,7 @@ func init() {
 	register("DeferredApplied", leader, NoLease, (*State).applyDeferredApplied)
 	register("AlterMirror", operator, NoLease, (*State).applyAlterMirror)
 	register("SetWriteDenials", leader|operator, NoLease, (*State).applySetWriteDenials)
+	register("SettleStopped", leader, NoLease, (*State).applySettleStopped)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -291,6 +293,23 @@ type PartitionStopped struct {
 	// Reason, when set, says what the recorded position leaves out (it
 	// replaces the topic's reason on the partition).
 	Reason string `json:"reason,omitempty"`
+	// UnverifiedEnd, when set, is the destination offset (exclusive) up to
+	// which records past Position could not be verified against the
+	// source at the stop; they are settled once the source answers
+	// (SettleStopped).
+	UnverifiedEnd int64 `json:"unverified_end,omitempty"`
+}
+
+// SettleStopped records the last mirrored position of a STOPPED partition
+// whose records past its recorded position could not be verified at the
+// stop (PartitionInfo.UnverifiedEnd), once they were verified against the
+// source: Position is where the verified records end, and Reason replaces
+// the partition's (what is still left out, or why it stopped). The leader
+// submits it (issue 18: unverified positions were never settled).
+type SettleStopped struct {
+	Key      PartitionKey `json:"key"`
+	Position Position     `json:"position"`
+	Reason   string       `json:"reason,omitempty"`
 }
 
 // RecordStopped records the final positions of a topic that stopped
@@ -411,6 +430,7 @@ func (RecordGap) Type() CommandType         { return TypeRecordGap }
 func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
 func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
 func (SetWriteDenials) Type() CommandType   { return TypeSetWriteDenials }
+func (SettleStopped) Type() CommandType     { return TypeSettleStopped }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

@@ -327,7 +327,7 @@ func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 		return fmt.Errorf("%w: topic %q is %s, not STOPPING", ErrInvalid, TopicKey(t.Mirror, t.Topic), t.State)
 	}
 	pos := c.Position
-	p.LastMirrored = &pos
+	p.LastMirrored, p.UnverifiedEnd = &pos, c.UnverifiedEnd
 	// The topic's reason (an automatic failover says why) stays with it.
 	p.State, p.Reason = StateStopped, t.Reason
 	if c.Reason != "" {
@@ -340,6 +340,19 @@ func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 		}
 	}
 	t.State = StateStopped
+	return nil
+}
+
+func (s *State) applySettleStopped(c SettleStopped, _ uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if p.State != StateStopped || p.UnverifiedEnd == 0 {
+		return fmt.Errorf("%w: partition %s is %s with nothing left to verify", ErrInvalid, c.Key, p.State)
+	}
+	pos := c.Position
+	p.LastMirrored, p.UnverifiedEnd, p.Reason = &pos, 0, c.Reason
 	return nil
 }
 

@@ -28,7 +28,7 @@ func seedCommands() []Command {
 		AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1", Takeover: true}}},
 		ReleasePartition{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, Checkpoint: &cp},
 		RequestMove{Key: p1, Generation: 6, To: "n1"},
-		PartitionStopped{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, Position: Position{SourceOffset: 3}},
+		PartitionStopped{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}, Position: Position{SourceOffset: 3}, UnverifiedEnd: 5},
 		SetDraining{ID: "n1", Draining: true},
 		RenewProducer{Key: p1, Lease: Lease{Owner: "n1", Generation: 6}},
 		AddPartitions{Mirror: "m1", Topic: "orders", Partitions: 4, StartOffsets: []int64{0, 0}},
@@ -38,6 +38,7 @@ func seedCommands() []Command {
 		DeferredApplied{Mirror: "m1", Topic: "orders"},
 		AlterMirror{Name: "m1", Bootstrap: []string{"a:9092"}, Properties: map[string]string{"groups.include": "g.*"}},
 		SetWriteDenials{Topic: "t1", Principals: []string{"User:app"}},
+		SettleStopped{Key: p1, Position: Position{SourceOffset: 9, DestinationOffset: 8}, Reason: "settled"},
 	}
 }
 

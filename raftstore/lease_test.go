@@ -157,3 +157,32 @@ func TestPartitionStoppedCarriesTopicToStopped(t *testing.T) {
 		t.Fatalf("stopped partition assigned to %q", p.Owner)
 	}
 }
+
+// TestSettleStopped: a partition stopped with records past its position
+// that could not be verified keeps their end; SettleStopped moves the
+// position on and clears it, once: a partition with nothing left to
+// verify, or not STOPPED, refuses it.
+func TestSettleStopped(t *testing.T) {
+	x := newFixture(t)
+	k0 := PartitionKey{Mirror: "m1", Topic: "orders", Partition: 0}
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring})
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: k0, Owner: "n1"}, {Key: p1, Owner: "n1"}}})
+	known := Position{SourceOffset: 5, DestinationOffset: 4, SourceClusterID: "c"}
+	settled := Position{SourceOffset: 9, DestinationOffset: 8, SourceClusterID: "c"}
+	x.mustFail(SettleStopped{Key: p1, Position: settled}, ErrInvalid) // MIRRORING
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateStopping})
+	x.mustApply(PartitionStopped{Key: k0, Lease: x.lease(k0), Position: known})
+	x.mustApply(PartitionStopped{Key: p1, Lease: x.lease(p1), Position: known, Reason: "offsets 4..7 unverified", UnverifiedEnd: 8})
+	if p := x.part(p1); p.UnverifiedEnd != 8 || p.Reason != "offsets 4..7 unverified" || *p.LastMirrored != known {
+		t.Fatalf("stopped with unverified records: %+v", p)
+	}
+	x.mustFail(SettleStopped{Key: k0, Position: settled}, ErrInvalid) // nothing to verify
+	x.mustApply(SettleStopped{Key: p1, Position: settled, Reason: "settled"})
+	if p := x.part(p1); p.UnverifiedEnd != 0 || p.Reason != "settled" || *p.LastMirrored != settled || p.State != StateStopped {
+		t.Fatalf("settled: %+v", p)
+	}
+	x.mustFail(SettleStopped{Key: p1, Position: settled}, ErrInvalid) // once
+	if p := x.part(k0); *p.LastMirrored != known {
+		t.Fatalf("the other partition moved: %+v", p)
+	}
+}

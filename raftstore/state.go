@@ -95,6 +95,11 @@ type PartitionInfo struct {
 	StartOffset int64 `json:"start_offset"`
 	// LastMirrored is set when the topic stops (STOPPED).
 	LastMirrored *Position `json:"last_mirrored,omitempty"`
+	// UnverifiedEnd is, for a STOPPED partition, the destination offset
+	// (exclusive) up to which records past LastMirrored could not be
+	// verified against the source at the stop (0: none); cleared when they
+	// are settled (SettleStopped).
+	UnverifiedEnd int64 `json:"unverified_end,omitempty"`
 	// AcceptGap lets the next start of the partition skip source records
 	// deleted before they were mirrored (kmirror resume --accept-gap);
 	// cleared when the gap is recorded.

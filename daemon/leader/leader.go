@@ -56,6 +56,12 @@ type Member interface {
 	Reaches(ctx context.Context) map[string]api.Reach
 	// FailoverAfter is the mirror's failover.auto.after.ms (0: off).
 	FailoverAfter(mir raftstore.Mirror) time.Duration
+	// SettleUnverified verifies against the mirror's source the records a
+	// stop of t's partition could not (PartitionInfo.UnverifiedEnd),
+	// writes the position they reach to the state topic, and returns it
+	// with the partition's reason from now on. An error leaves it to a
+	// later try (the source does not answer yet).
+	SettleUnverified(ctx context.Context, mir raftstore.Mirror, t raftstore.MirrorTopic, partition int32) (raftstore.Position, string, error)
 	// Checkpointed is a partition's last checkpoint (fetch.Engine).
 	Checkpointed(ctx context.Context, k fetch.Key) (pos fetch.Position, ok bool, err error)
 }

@@ -97,6 +97,12 @@ func (l *Leader) runLeader(ctx context.Context) {
 		l.readOnlyLoop(ctx)
 	}()
 	defer func() { <-readOnlyDone }()
+	settleDone := make(chan struct{})
+	go func() {
+		defer close(settleDone)
+		l.settleLoop(ctx)
+	}()
+	defer func() { <-settleDone }()
 	failoverDone := make(chan struct{})
 	go func() {
 		defer close(failoverDone)

@@ -90,6 +90,7 @@ func (leaderMember) Self() config.PeerConfig                              { retu
 func (leaderMember) Source(raftstore.Mirror) fetch.Source                 { return fetch.Source{} }
 func (leaderMember) DestinationClusterID(context.Context) (string, error) { return "", nil }
 func (leaderMember) Go(f func())                                          { go f() }
+func (leaderMember) SourceUnreachable(string) bool                        { return false }
 func (leaderMember) DestinationUnanswered() time.Time                     { return time.Time{} }
 
 // partitionOf reads a partition from the store.

@@ -314,14 +314,16 @@ func (o *Owner) runJob(j ownerJob) {
 		pos, err := o.engine.Stop(ctx, j.spec)
 		var uv *fetch.UnverifiedError
 		switch {
-		case errors.As(err, &uv) && o.owner.unverifiedFor(k, true) >= stopVerifyWait:
+		case errors.As(err, &uv) && (o.member.SourceUnreachable(k.Mirror) || o.owner.unverifiedFor(k, true) >= stopVerifyWait):
 			// A failover must finish without the source: the last
 			// verified position is recorded, and the records after it
-			// are named.
+			// are named, and verified once the source answers again
+			// (the leader's SettleStopped). With the source known
+			// unreachable (this member's probe), at once: that is why
+			// an automatic failover was decided (issue 18: recovery
+			// waited 30 s more).
 			pos = uv.Known
-			j.reason = strings.TrimPrefix(j.reason+"; ", "; ") + fmt.Sprintf("destination offsets %d..%d after the recorded position "+
-				"could not be verified against the source (%v): they are copies kmirror wrote whose acknowledgement was lost, "+
-				"not counted as mirrored", uv.Known.DestinationOffset, uv.End-1, uv.Err)
+			j.reason = strings.TrimPrefix(j.reason+"; ", "; ") + unverifiedReason(uv)
 			o.log.Warn("stopping at the last verified position", zap.Stringer("partition", k), zap.Error(err))
 		case err != nil:
 			o.log.Warn("stop partition failed; retrying", zap.Stringer("partition", k), zap.Error(err))
@@ -334,13 +336,13 @@ func (o *Owner) runJob(j ownerJob) {
 		gcancel()
 		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
 			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}
-		if err := o.engine.RecordStopped(ctx, k, o.lastMirrored(ctx, j, rec)); err != nil {
+		if err := o.RecordLastMirrored(ctx, j.spec, rec, j.reason); err != nil {
 			o.log.Warn("record last mirrored position failed; retrying", zap.Stringer("partition", k), zap.Error(err))
 			return
 		}
 		stopped := raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec}
 		if uv != nil {
-			stopped.Reason = j.reason
+			stopped.Reason, stopped.UnverifiedEnd = j.reason, uv.End
 		}
 		if o.submitRetry(ctx, stopped) {
 			o.owner.finish(k, j.kind, j.lease.Generation)
@@ -348,9 +350,18 @@ func (o *Owner) runJob(j ownerJob) {
 	}
 }
 
-// lastMirrored is the state topic record of a stopped partition.
-func (o *Owner) lastMirrored(ctx context.Context, j ownerJob, pos raftstore.Position) truncate.LastMirrored {
-	reason := j.reason
+// unverifiedReason says what a position recorded at uv.Known leaves out.
+func unverifiedReason(uv *fetch.UnverifiedError) string {
+	return fmt.Sprintf("destination offsets %d..%d after the recorded position could not be verified against the source (%v): "+
+		"they are copies kmirror wrote whose acknowledgement was lost, not counted as mirrored until kmirror verifies them "+
+		"once the source answers again", uv.Known.DestinationOffset, uv.End-1, uv.Err)
+}
+
+// RecordLastMirrored writes a stopped partition's last mirrored position
+// to the state topic (__kmirror_state), where the other side reads it with
+// plain Kafka (design.md section 8); reason says why it stopped ("":
+// remove). Errors are the destination's.
+func (o *Owner) RecordLastMirrored(ctx context.Context, spec fetch.Spec, pos raftstore.Position, reason string) error {
 	if reason == "" {
 		reason = "remove"
 	}
@@ -358,10 +369,10 @@ func (o *Owner) lastMirrored(ctx context.Context, j ownerJob, pos raftstore.Posi
 	if err != nil {
 		o.log.Warn("destination cluster ID unknown for the last mirrored position", zap.Error(err))
 	}
-	k := j.spec.Key
-	return truncate.LastMirrored{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition,
+	k := spec.Key
+	return o.engine.RecordStopped(ctx, k, truncate.LastMirrored{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition,
 		SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset, SourceLeaderEpoch: pos.SourceLeaderEpoch,
 		SourceClusterID: pos.SourceClusterID, SourceTopicID: pos.SourceTopicID,
-		DestinationClusterID: dstCluster, DestinationTopicID: j.spec.DestTopicID,
-		StoppedAtMs: time.Now().UnixMilli(), Reason: reason}
+		DestinationClusterID: dstCluster, DestinationTopicID: spec.DestTopicID,
+		StoppedAtMs: time.Now().UnixMilli(), Reason: reason})
 }

@@ -47,6 +47,9 @@ type Member interface {
 	// answered this member (its probe, or a produce of one of its
 	// partitions); zero while it answers.
 	DestinationUnanswered() time.Time
+	// SourceUnreachable reports whether this member's probe finds the
+	// mirror's source not answering now.
+	SourceUnreachable(mirror string) bool
 }
 
 // Config is what the owner duties read of the member's configuration.
