@@ -172,3 +172,53 @@ func metricValue(t *testing.T, m *member, prefix string) float64 {
 	}
 	return 0
 }
+
+// TestAutomaticFailoverStalledSource: the source's connections stall (no
+// RST, no FIN) instead of the broker dying. The automatic failover must
+// go through as it does for a dead source: every partition STOPPED at the
+// source's and the destination's end, the topic writable, and the final
+// group sync skipped rather than waited on, since the member's probe finds
+// the source not answering (issue 18: a stalled source was still STOPPING
+// 6 s after the decision, when a dead one was done).
+func TestAutomaticFailoverStalledSource(t *testing.T) {
+	ctx := context.Background()
+	src, err := harness.Start(ctx, harness.Options{Name: "af-stalled-source", Proxy: true, BrokerProps: brokerProps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	m := startMember(t, "af-stalled", memberOpts{})
+	m.src = src
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "afs", Properties: map[string]string{
+		"bootstrap.servers": src.Bootstrap(), "failover.auto.after.ms": "3000",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	const topic, partitions = "afs-topic", 3
+	if err := src.CreateTopic(ctx, topic, partitions, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	streamRecordsTo(t, src, topic, 1500, 100_000)()
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "afs", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, m, "afs", topic)
+	srcEnd := endOffsets(t, kgoClient(t, src), topic, partitions, true)
+	dstEnd := endOffsets(t, kgoClient(t, env.dst), topic, partitions, false)
+
+	src.Proxy(0).Stall(true)
+	stalled := time.Now()
+	rows := waitAllStates(t, m, "afs", topic, "STOPPED", "automatic failover", 2*time.Minute)
+	t.Logf("automatic failover done %s after the source stalled (failover.auto.after.ms=3000)", time.Since(stalled).Round(100*time.Millisecond))
+	for _, r := range rows {
+		if r.SourceOffset != srcEnd[r.Partition] || r.DestinationOffset != dstEnd[r.Partition] {
+			t.Fatalf("after the automatic failover: %+v, want source %d destination %d", r, srcEnd[r.Partition], dstEnd[r.Partition])
+		}
+	}
+	log := m.logAll()
+	if !strings.Contains(log, "final group sync skipped") || strings.Contains(log, "final group sync failed") {
+		t.Fatalf("the stop waited on the stalled source's group offsets instead of skipping the final group sync:\n%s", m.logTail())
+	}
+	produceSync(t, kgoClient(t, env.dst, kgo.ProducerLinger(0), kgo.DefaultProduceTopic(topic)), []*kgo.Record{{Value: []byte("after failover")}})
+	src.Proxy(0).Stall(false)
+}

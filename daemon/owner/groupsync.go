@@ -276,6 +276,14 @@ func groupNameConflict(group string, dg kwire.GroupListing, exists bool) string 
 		"KIP-1279): kmirror leaves it alone; rename or delete one of them, or exclude the group with %s (kmirror alter)", group, kind, mirrorprops.PropGroupsExclude)
 }
 
+// SkipFinal leaves a stopped partition's groups at the last periodic sync
+// without the final one, saying why (the source does not answer: an
+// emergency or automatic failover must not wait on it).
+func (g *GroupSync) SkipFinal(k fetch.Key, why string) {
+	g.log.Warn("final group sync skipped: the destination keeps the last periodic sync", zap.Stringer("partition", k), zap.String("why", why))
+	g.freeze(k, "no final sync at the stop ("+why+"): the destination keeps the last periodic sync")
+}
+
 // finalSync syncs the groups of a partition that has just stopped (remove),
 // from the translation of its final checkpoint. It is best effort: a source
 // that is gone (emergency failover) leaves the last periodic sync.

@@ -331,9 +331,15 @@ func (o *Owner) runJob(j ownerJob) {
 			return
 		}
 		o.owner.unverifiedFor(k, false)
-		gctx, gcancel := context.WithTimeout(ctx, finalGroupSyncTimeout)
-		o.groups.FinalSync(gctx, j.spec)
-		gcancel()
+		if o.member.SourceUnreachable(k.Mirror) {
+			// A stalled source would hold the stop for the whole bound
+			// (issue 18: a stalled source failed over slower than a dead one).
+			o.groups.SkipFinal(k, "this member's probe finds the source not answering")
+		} else {
+			gctx, gcancel := context.WithTimeout(ctx, finalGroupSyncTimeout)
+			o.groups.FinalSync(gctx, j.spec)
+			gcancel()
+		}
 		rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset,
 			SourceLeaderEpoch: pos.SourceLeaderEpoch, SourceClusterID: j.clusterID, SourceTopicID: j.topicID}
 		if err := o.RecordLastMirrored(ctx, j.spec, rec, j.reason); err != nil {
