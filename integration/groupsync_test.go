@@ -406,8 +406,10 @@ func TestGroupSyncConflicts(t *testing.T) {
 	}
 	waitGroupState(t, env.dst, "gs-busy", "Stable")
 	commitOn(t, env.src, "gs-busy", topic, map[int32]int64{0: 20, 1: 15})
-	commitOn(t, env.src, "gs-ahead", topic, map[int32]int64{0: 10})
+	// The destination's commit first: a sync round between the two would
+	// otherwise commit 10 there before the test's 40 (a race of the test).
 	commitOn(t, env.dst, "gs-ahead", topic, map[int32]int64{0: 40})
+	commitOn(t, env.src, "gs-ahead", topic, map[int32]int64{0: 10})
 	commitOn(t, env.src, "ignored-group", topic, map[int32]int64{0: 5})
 
 	rows := waitGroupRows(t, m, "gs", "gs-busy", api.GroupConflict, "has members on the destination", 2)
