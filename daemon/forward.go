@@ -177,10 +177,11 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 		}
 		// A produce left unanswered counts from when it was sent, through
 		// the timeouts and resends after it.
-		if sent := st.SentAt; !sent.IsZero() || !st.DestinationUnanswered.IsZero() {
-			if u := st.DestinationUnanswered; !u.IsZero() && (sent.IsZero() || u.Before(sent)) {
-				sent = u
-			}
+		sent := st.SentAt
+		if u := st.DestinationUnanswered; !u.IsZero() {
+			sent = u // set only while no answer came since: never after SentAt
+		}
+		if !sent.IsZero() {
 			produceWait = now.Sub(sent).Milliseconds()
 		}
 		out = append(out, api.LiveStatus{

@@ -394,20 +394,6 @@ func (e *Engine) ThrottleTime() map[string]time.Duration {
 	return maps.Clone(e.throttled)
 }
 
-// DestinationUnanswered returns since when the destination has not
-// answered a produce of partition k that it should have answered (the
-// request timed out after it was written, and no produce of k was
-// answered since); zero when it answers or k is not held here. A handoff
-// does not drain such a partition: the drain would wait on the same link.
-func (e *Engine) DestinationUnanswered(k Key) time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if p := e.parts[k]; p != nil {
-		return p.dstUnanswered
-	}
-	return time.Time{}
-}
-
 // OldestUnansweredProduce is the earliest DestinationUnanswered of the
 // partitions held here, with that partition (zero: every produce was
 // answered). One scan of the held partitions.
