@@ -30,6 +30,8 @@ type metrics struct {
 	skip   *prometheus.Desc
 	ckpt   *prometheus.Desc
 	xlB    *prometheus.Desc
+	xlFlr  *prometheus.Desc
+	store  *prometheus.Desc
 	// skipped returns the skipped-record counts of the partitions this
 	// member owns (from the replicated state).
 	skipped func() map[fetch.Key]int64
@@ -113,7 +115,13 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		dups: prometheus.NewDesc("kmirror_partition_duplicate_records_total",
 			"Records of kmirror's own batches found twice on the destination since this member took the partition.", labels, nil),
 		xlB: prometheus.NewDesc("kmirror_partition_translation_bytes",
-			"Memory the partition's offset-translation breakpoints take (bounded by the source's retention).", labels, nil),
+			"Memory the partition's offset-translation breakpoints take (bounded by the source's retention and translation_max_bytes).", labels, nil),
+		xlFlr: prometheus.NewDesc("kmirror_partition_translation_floor",
+			"Source offset from which the partition's offsets translate, when translation_max_bytes dropped older breakpoints "+
+				"(absent when every offset since the start translates): groups committed below it are not synced.", labels, nil),
+		store: prometheus.NewDesc("kmirror_offsets_store_bytes",
+			"Memory this member's index of the __kmirror_offsets topic takes: a checkpoint per partition and an entry per translation segment "+
+				"(segments themselves are read when a partition is taken).", nil, nil),
 		ckpt: prometheus.NewDesc("kmirror_partition_checkpoint_failing",
 			"1 while the partition's checkpoint cannot be written to the offsets topic (describe says why), else 0.", labels, nil),
 		skip: prometheus.NewDesc("kmirror_partition_skipped_records_total",
@@ -138,6 +146,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.skip
 	ch <- m.ckpt
 	ch <- m.xlB
+	ch <- m.xlFlr
+	ch <- m.store
 	ch <- m.groupRows
 	ch <- m.groupLag
 	ch <- m.groupConfls
@@ -176,7 +186,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(m.ckpt, prometheus.GaugeValue, failing, l...)
 		ch <- prometheus.MustNewConstMetric(m.xlB, prometheus.GaugeValue, float64(st.TranslationBytes), l...)
+		if st.TranslationFloor > 0 {
+			ch <- prometheus.MustNewConstMetric(m.xlFlr, prometheus.GaugeValue, float64(st.TranslationFloor), l...)
+		}
 	}
+	ch <- prometheus.MustNewConstMetric(m.store, prometheus.GaugeValue, float64(m.engine.OffsetsStoreBytes()))
 	if m.groups != nil {
 		m.collectGroups(ch)
 	}

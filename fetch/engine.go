@@ -342,7 +342,7 @@ func (e *Engine) updateLocked(p *partition) update {
 	segs, dropped := p.xl.takeUnsaved()
 	u := update{key: p.key(), segs: segs, dropped: dropped, cp: checkpoint{
 		Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset, Seq: p.nextSeq,
-		PID: p.producer.ID, Epoch: p.producer.Epoch, LeaderEpoch: p.pos.SourceLeaderEpoch,
+		PID: p.producer.ID, Epoch: p.producer.Epoch, LeaderEpoch: p.pos.SourceLeaderEpoch, Floor: p.xl.Floor(),
 	}}
 	p.dirty = false
 	return u

@@ -261,7 +261,7 @@ func TestCheckpointWriteSplitsLargeTranslations(t *testing.T) {
 	if err := fresh.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cp, ok, back, err := fresh.load(k, Entry{})
+	cp, ok, back, err := fresh.load(ctx, k, Entry{})
 	if err != nil || !ok || cp != up.cp || back.Len() != n {
 		t.Fatalf("read back checkpoint %+v (found %t, %v) with %d breakpoints; want %+v with %d", cp, ok, err, back.Len(), up.cp, n)
 	}
@@ -274,6 +274,32 @@ func TestCheckpointWriteSplitsLargeTranslations(t *testing.T) {
 	}
 	if cp, ok := fresh.checkpointOf(other.key); !ok || cp != other.cp {
 		t.Fatalf("the other partition's checkpoint: %+v, %t", cp, ok)
+	}
+	// The reader's memory holds where the segments are, not their bytes
+	// (issue 18: every member folded every partition's translation into
+	// its heap).
+	if b := fresh.Bytes(); b > int64(size)/8 {
+		t.Fatalf("the offsets store takes %d bytes for %d bytes of segments: it holds their values", b, size)
+	}
+	// A floor written with the checkpoint comes back with the translation.
+	back.SetLimit(64 << 10)
+	segs, dropped = back.takeUnsaved()
+	up = update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: 2*n + 1, Dst: n, Seq: n, PID: 7, Floor: back.Floor()}}
+	if back.Floor() == 0 || len(dropped) == 0 {
+		t.Fatalf("SetLimit dropped %d segments, floor %d", len(dropped), back.Floor())
+	}
+	if err := x.e.store.write(ctx, []update{up}); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if err := fresh.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, _, again, err := fresh.load(ctx, k, Entry{})
+	if err != nil || again.Floor() != back.Floor() || again.Len() != back.Len() {
+		t.Fatalf("read back floor %d with %d breakpoints (%v); want floor %d with %d", again.Floor(), again.Len(), err, back.Floor(), back.Len())
+	}
+	if d, ok := again.Translate(back.Floor() - 1); ok {
+		t.Fatalf("offset %d below the floor %d translates to %d after a reload", back.Floor()-1, back.Floor(), d)
 	}
 }
 

@@ -37,7 +37,7 @@ func TranslationOf(ctx context.Context, a *kafka.Admin, topic string, k Key) (en
 	if err := s.catchUp(ctx); err != nil {
 		return nil, Entry{}, false, fmt.Errorf("read %s on %s: %w", topic, a.Cluster().Name, err)
 	}
-	cp, ok, xl, err := s.load(k, Entry{})
+	cp, ok, xl, err := s.load(ctx, k, Entry{})
 	if err != nil || !ok {
 		return nil, Entry{}, false, err
 	}

@@ -14,8 +14,9 @@ import (
 // It fails with ErrUnknownPartition when the engine does not mirror the
 // partition right now, with a *BeforeStartError for an offset below where
 // mirroring started (records the mirror never copied: a consumer moving
-// over there would skip them), and with ErrNotMirroredYet beyond the
-// mirrored position.
+// over there would skip them), with a *BelowFloorError for an offset whose
+// breakpoints were dropped to bound memory (translation_max_bytes), and
+// with ErrNotMirroredYet beyond the mirrored position.
 func (e *Engine) Translate(k Key, sourceOffset int64) (int64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -25,6 +26,9 @@ func (e *Engine) Translate(k Key, sourceOffset int64) (int64, error) {
 	}
 	if sourceOffset < p.spec.StartOffset {
 		return 0, &BeforeStartError{Key: k, Offset: sourceOffset, Start: p.spec.StartOffset}
+	}
+	if f := p.xl.Floor(); sourceOffset < f {
+		return 0, &BelowFloorError{Key: k, Offset: sourceOffset, Floor: f}
 	}
 	d, ok := p.xl.Translate(sourceOffset)
 	if !ok {
@@ -53,12 +57,19 @@ func translateCommitted(xl *Translation, k Key, start, o int64) (int64, bool, er
 	if o < start {
 		return 0, false, &BeforeStartError{Key: k, Offset: o, Start: start}
 	}
+	if f := xl.Floor(); o < f {
+		return 0, false, &BelowFloorError{Key: k, Offset: o, Floor: f}
+	}
 	if end := xl.End(); o > end.Src {
 		return end.Dst, true, nil
 	}
 	d, _ := xl.Translate(o)
 	return d, false, nil
 }
+
+// OffsetsStoreBytes is the memory the engine's index of the offsets topic
+// takes, roughly (offsetStore.Bytes).
+func (e *Engine) OffsetsStoreBytes() int64 { return e.store.Bytes() }
 
 // ErrNotMirroredYet: the source offset lies beyond what has been mirrored.
 var ErrNotMirroredYet = errors.New("offset not mirrored yet")
@@ -75,4 +86,19 @@ func (e *BeforeStartError) Error() string {
 	return fmt.Sprintf("%s offset %d is before where mirroring started (%d): source records %d..%d were never mirrored, "+
 		"so a consumer moving over from offset %d would skip them; it continues without a skip only from %d on",
 		e.Key, e.Offset, e.Start, e.Offset, e.Start-1, e.Offset, e.Start)
+}
+
+// BelowFloorError: the source offset lies below the translation floor of a
+// partition whose breakpoints outgrew translation_max_bytes (a compacted or
+// transactional topic whose log start does not move): the breakpoints
+// there were dropped, so the destination offset is not known, and kmirror
+// does not guess it.
+type BelowFloorError struct {
+	Key           Key
+	Offset, Floor int64
+}
+
+func (e *BelowFloorError) Error() string {
+	return fmt.Sprintf("%s offset %d has no translation: only offsets from %d on keep theirs (the partition's breakpoints outgrew "+
+		"translation_max_bytes and the oldest were dropped; raise it to keep more)", e.Key, e.Offset, e.Floor)
 }

@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -24,6 +25,9 @@ type checkpoint struct {
 	PID         int64 `json:"pid"`
 	Epoch       int16 `json:"epoch"`
 	LeaderEpoch int32 `json:"le"`
+	// Floor is the translation's floor (Translation.Floor): breakpoints
+	// below it were dropped to bound memory. Older builds leave it out.
+	Floor int64 `json:"floor,omitempty"`
 }
 
 // Record keys of the offsets topic (compacted; the latest value per key
@@ -58,6 +62,12 @@ func parseKey(b []byte) (kind string, k Key, extra []string, ok bool) {
 // single-partition compacted topic on the destination cluster. It reads the
 // topic up to its high watermark on demand (catchUp) and appends with
 // acks=all.
+//
+// Its memory holds every partition's checkpoint but not the translation
+// segments: only where each one's latest record sits in the topic
+// (segments), so a member's heap does not grow with every partition ever
+// mirrored into the destination (other members', deleted mirrors'). load
+// reads a partition's segments from the topic when a member takes it.
 type offsetStore struct {
 	dest  *kafka.Cluster
 	topic string
@@ -65,9 +75,11 @@ type offsetStore struct {
 	mu          sync.Mutex
 	next        int64 // next offset to read
 	checkpoints map[Key]checkpoint
-	segments    map[Key]map[int64][]byte // base -> segment record value
-	entries     map[Key]map[int64]int64  // legacy breakpoints: src -> dst
-	stopped     map[Key][]byte           // last mirrored positions (the state topic)
+	segments    map[Key]map[int64]int64 // base -> offset of its latest record
+	entries     map[Key]map[int64]int64 // legacy breakpoints: src -> dst
+	stopped     map[Key][]byte          // last mirrored positions (the state topic)
+	segCount    int                     // entries of segments, all keys
+	stoppedSize int                     // bytes of stopped's values
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
@@ -75,56 +87,89 @@ type offsetStore struct {
 
 func newOffsetStore(dest *kafka.Cluster, topic string) *offsetStore {
 	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{},
-		segments: map[Key]map[int64][]byte{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{}}
+		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{}}
+}
+
+// Bytes is the memory the store takes, roughly (kmirror_offsets_store_bytes):
+// per partition a checkpoint, per translation segment an index entry, and
+// the last mirrored positions read from the state topic.
+func (s *offsetStore) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96
+	for _, m := range s.entries {
+		n += int64(len(m)) * 48
+	}
+	return n
 }
 
 // catchUp reads everything appended since the last call.
 func (s *offsetStore) catchUp(ctx context.Context) error { return s.catchUpAged(ctx, 5*time.Second) }
+
+// leaderConn returns a pooled connection to the topic's leader (metadata
+// at most maxAge old) with its leader epoch; done gives it back, or closes
+// it when the exchange broke.
+func (s *offsetStore) leaderConn(ctx context.Context, maxAge time.Duration) (conn *kwire.Conn, epoch int32, done func(broken bool), err error) {
+	_, addr, epoch, err := s.dest.Leader(ctx, s.topic, 0, maxAge)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	// A pooled connection: every resume catches up, and a member taking
+	// over many partitions must not dial once per partition.
+	conn, err = s.dest.Borrow(ctx, addr)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return conn, epoch, func(broken bool) {
+		if broken {
+			conn.Close()
+		} else {
+			s.dest.GiveBack(addr, conn)
+		}
+	}, nil
+}
+
+// fetchAt reads the topic from offset from: the batches of one fetch
+// response (at most maxBytes) and the high watermark.
+func (s *offsetStore) fetchAt(ctx context.Context, conn *kwire.Conn, epoch int32, from int64, maxBytes int32) ([]kwire.Batch, int64, error) {
+	fctx, cancel := kafka.ExchangeCtx(ctx)
+	res, err := conn.Fetch(fctx, &kwire.FetchRequest{
+		MaxBytes:   maxBytes,
+		Partitions: []kwire.FetchPartition{{Topic: s.topic, Partition: 0, Offset: from, LeaderEpoch: epoch, MaxBytes: maxBytes}},
+	})
+	cancel()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(res) != 1 {
+		return nil, 0, fmt.Errorf("read %s: malformed fetch response", s.topic)
+	}
+	fp := res[0]
+	if fp.Err != 0 {
+		return nil, 0, &kwire.Error{Code: fp.Err, Topic: s.topic, Op: "read checkpoints"}
+	}
+	batches, _, err := kwire.SplitBatches(fp.Records)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", s.topic, err)
+	}
+	return batches, fp.HighWatermark, nil
+}
 
 // catchUpAged is catchUp with the topic's leader taken from metadata at
 // most maxAge old (0: asked afresh, after a leader change).
 func (s *offsetStore) catchUpAged(ctx context.Context, maxAge time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, addr, epoch, err := s.dest.Leader(ctx, s.topic, 0, maxAge)
-	if err != nil {
-		return err
-	}
-	// A pooled connection: every resume catches up, and a member taking
-	// over many partitions must not dial once per partition.
-	conn, err := s.dest.Borrow(ctx, addr)
+	conn, epoch, done, err := s.leaderConn(ctx, maxAge)
 	if err != nil {
 		return err
 	}
 	broken := true
-	defer func() {
-		if broken {
-			conn.Close()
-		} else {
-			s.dest.GiveBack(addr, conn)
-		}
-	}()
+	defer func() { done(broken) }()
 	for {
-		fctx, cancel := kafka.ExchangeCtx(ctx)
-		res, err := conn.Fetch(fctx, &kwire.FetchRequest{
-			MaxBytes: 8 << 20,
-			Partitions: []kwire.FetchPartition{{Topic: s.topic, Partition: 0, Offset: s.next,
-				LeaderEpoch: epoch, MaxBytes: 8 << 20}},
-		})
-		cancel()
+		batches, hw, err := s.fetchAt(ctx, conn, epoch, s.next, 8<<20)
 		if err != nil {
 			return err
-		}
-		if len(res) != 1 {
-			return fmt.Errorf("read %s: malformed fetch response", s.topic)
-		}
-		fp := res[0]
-		if fp.Err != 0 {
-			return &kwire.Error{Code: fp.Err, Topic: s.topic, Op: "read checkpoints"}
-		}
-		batches, _, err := kwire.SplitBatches(fp.Records)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", s.topic, err)
 		}
 		for _, b := range batches {
 			if b.LastOffset() < s.next {
@@ -141,9 +186,9 @@ func (s *offsetStore) catchUpAged(ctx context.Context, maxAge time.Duration) err
 			}
 			s.next = b.LastOffset() + 1
 		}
-		if s.next >= fp.HighWatermark || len(batches) == 0 {
-			if s.next < fp.HighWatermark {
-				return fmt.Errorf("read %s: no progress at offset %d below high watermark %d", s.topic, s.next, fp.HighWatermark)
+		if s.next >= hw || len(batches) == 0 {
+			if s.next < hw {
+				return fmt.Errorf("read %s: no progress at offset %d below high watermark %d", s.topic, s.next, hw)
 			}
 			broken = false
 			return nil
@@ -160,11 +205,13 @@ func (s *offsetStore) apply(r kwire.Record) {
 	}
 	switch kind {
 	case kindStopped:
+		s.stoppedSize -= len(s.stopped[k])
 		if r.Value == nil {
 			delete(s.stopped, k)
 			return
 		}
 		s.stopped[k] = append([]byte(nil), r.Value...)
+		s.stoppedSize += len(r.Value)
 	case kindCheckpoint:
 		if r.Value == nil {
 			delete(s.checkpoints, k)
@@ -184,17 +231,23 @@ func (s *offsetStore) apply(r kwire.Record) {
 		}
 		m := s.segments[k]
 		if r.Value == nil {
-			delete(m, base)
+			if _, ok := m[base]; ok {
+				delete(m, base)
+				s.segCount--
+			}
 			if len(m) == 0 {
 				delete(s.segments, k)
 			}
 			return
 		}
 		if m == nil {
-			m = map[int64][]byte{}
+			m = map[int64]int64{}
 			s.segments[k] = m
 		}
-		m[base] = append([]byte(nil), r.Value...)
+		if _, ok := m[base]; !ok {
+			s.segCount++
+		}
+		m[base] = r.Offset
 	case kindEntry:
 		if len(extra) != 1 {
 			return
@@ -220,33 +273,127 @@ func (s *offsetStore) apply(r kwire.Record) {
 	}
 }
 
-// load returns the checkpoint known for a partition and its translation
-// restored at the checkpoint (start when there is none). A segment that
-// does not decode is an error: the translation would not be exact.
-func (s *offsetStore) load(k Key, start Entry) (checkpoint, bool, Translation, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cp, ok := s.checkpoints[k]
-	end := start
-	if ok {
-		end = Entry{Src: cp.Src, Dst: cp.Dst}
+// readSegments reads the segment records of partition k at the given
+// topic offsets (offset -> base) and returns their values by base. It
+// fetches from each offset still missing, so it reads about one fetch per
+// stretch of the topic that holds k's segments, not the whole topic. A
+// record no longer at its offset (compacted after a newer write of its
+// key: catch up and read again) is errSegmentMoved.
+func (s *offsetStore) readSegments(ctx context.Context, k Key, want map[int64]int64) (map[int64][]byte, error) {
+	out := make(map[int64][]byte, len(want))
+	if len(want) == 0 {
+		return out, nil
 	}
-	var segs []xlSeg
-	for base, v := range s.segments[k] {
-		seg, err := segmentFromValue(v)
-		if err != nil || seg.base != base {
-			return cp, ok, Translation{}, fmt.Errorf("translation segment %d of %s in %s: %v", base, k, s.topic, err)
+	offs := make([]int64, 0, len(want))
+	for o := range want {
+		offs = append(offs, o)
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	conn, epoch, done, err := s.leaderConn(ctx, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	broken := true
+	defer func() { done(broken) }()
+	moved := func(o int64, why string) error {
+		return fmt.Errorf("%w: %s segment at offset %d of %s %s", errSegmentMoved, k, o, s.topic, why)
+	}
+	for i := 0; i < len(offs); {
+		batches, _, err := s.fetchAt(ctx, conn, epoch, offs[i], 1<<20)
+		if err != nil {
+			return nil, err
 		}
-		segs = append(segs, seg)
+		taken := i
+		for _, b := range batches {
+			if i == len(offs) {
+				break
+			}
+			if b.LastOffset() < offs[i] {
+				continue
+			}
+			recs, err := b.Records()
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", s.topic, err)
+			}
+			for _, r := range recs {
+				if i == len(offs) || r.Offset < offs[i] {
+					continue
+				}
+				if r.Offset > offs[i] {
+					return nil, moved(offs[i], "is gone")
+				}
+				base := want[offs[i]]
+				kind, rk, extra, ok := parseKey(r.Key)
+				if !ok || kind != kindSegment || rk != k || len(extra) != 1 || extra[0] != strconv.FormatInt(base, 10) || r.Value == nil {
+					return nil, moved(offs[i], "holds another record")
+				}
+				out[base] = append([]byte(nil), r.Value...)
+				i++
+			}
+			if i < len(offs) && offs[i] <= b.LastOffset() {
+				return nil, moved(offs[i], "is gone")
+			}
+		}
+		if i == taken {
+			return nil, moved(offs[i], "is past the end")
+		}
 	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
-	var legacy []Entry
-	for src, dst := range s.entries[k] {
-		legacy = append(legacy, Entry{Src: src, Dst: dst})
+	broken = false
+	return out, nil
+}
+
+// errSegmentMoved: a translation segment's record is not where the index
+// said (a newer record of its key was written and compaction removed the
+// older one); load catches up and reads again.
+var errSegmentMoved = errors.New("translation segment record moved")
+
+// load returns the checkpoint known for a partition and its translation
+// restored at the checkpoint (start when there is none), its segments read
+// from the topic. A segment that does not decode is an error: the
+// translation would not be exact.
+func (s *offsetStore) load(ctx context.Context, k Key, start Entry) (checkpoint, bool, Translation, error) {
+	for try := 0; ; try++ {
+		s.mu.Lock()
+		cp, ok := s.checkpoints[k]
+		want := make(map[int64]int64, len(s.segments[k]))
+		for base, off := range s.segments[k] {
+			want[off] = base
+		}
+		var legacy []Entry
+		for src, dst := range s.entries[k] {
+			legacy = append(legacy, Entry{Src: src, Dst: dst})
+		}
+		s.mu.Unlock()
+		vals, err := s.readSegments(ctx, k, want)
+		if errors.Is(err, errSegmentMoved) && try < 3 {
+			if err := s.catchUp(ctx); err != nil {
+				return cp, ok, Translation{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return cp, ok, Translation{}, fmt.Errorf("read the translation of %s: %w", k, err)
+		}
+		end := start
+		if ok {
+			end = Entry{Src: cp.Src, Dst: cp.Dst}
+		}
+		segs := make([]xlSeg, 0, len(vals))
+		for base, v := range vals {
+			seg, err := segmentFromValue(v)
+			if err != nil || seg.base != base {
+				return cp, ok, Translation{}, fmt.Errorf("translation segment %d of %s in %s: %v", base, k, s.topic, err)
+			}
+			segs = append(segs, seg)
+		}
+		sort.Slice(segs, func(i, j int) bool { return segs[i].base < segs[j].base })
+		var xl Translation
+		xl.restoreSegments(segs, legacy, end)
+		if ok {
+			xl.setFloor(cp.Floor)
+		}
+		return cp, ok, xl, nil
 	}
-	var xl Translation
-	xl.restoreSegments(segs, legacy, end)
-	return cp, ok, xl, nil
 }
 
 // segmentBases returns the bases of the translation segments kept for k.

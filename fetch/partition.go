@@ -351,7 +351,7 @@ func (p *partition) status() Status {
 		st.SentAt = p.sentAt
 	}
 	st.DestinationUnanswered = p.dstUnanswered
-	st.TranslationEntries, st.TranslationBytes = p.xl.Len(), p.xl.Bytes()
+	st.TranslationEntries, st.TranslationBytes, st.TranslationFloor = p.xl.Len(), p.xl.Bytes(), p.xl.Floor()
 	if p.mirroring() && p.srcEnd >= 0 && p.srcHW > p.srcEnd && p.pos.SourceOffset >= p.srcEnd {
 		st.Waiting = fmt.Sprintf("waiting for an open source transaction: source offsets %d..%d are not committed yet "+
 			"(read_committed mirrors up to the last stable offset %d)", p.srcEnd, p.srcHW-1, p.srcEnd)

@@ -214,10 +214,11 @@ func (e *Engine) settleStart(ctx context.Context, spec Spec) (settleFrom, error)
 	if err := e.store.catchUp(ctx); err != nil {
 		return settleFrom{}, fmt.Errorf("read checkpoints: %w", err)
 	}
-	cp, hasCP, xl, err := e.store.load(k, Entry{Src: spec.StartOffset})
+	cp, hasCP, xl, err := e.store.load(ctx, k, Entry{Src: spec.StartOffset})
 	if err != nil {
 		return settleFrom{}, err
 	}
+	xl.SetLimit(e.cfg.TranslationMaxBytes)
 	f := settleFrom{src: src, start: Entry{Src: spec.StartOffset}, startEpoch: -1, pid: kafka.ProducerID{ID: -1}, xl: xl}
 	if hasCP {
 		f.start = Entry{Src: cp.Src, Dst: cp.Dst}
@@ -245,7 +246,7 @@ func (f *settleFrom) record(ctx context.Context, e *Engine, k Key, w walkResult)
 	}
 	segs, dropped := f.xl.takeUnsaved()
 	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
-		PID: f.pid.ID, Epoch: f.pid.Epoch, LeaderEpoch: w.epoch}}
+		PID: f.pid.ID, Epoch: f.pid.Epoch, LeaderEpoch: w.epoch, Floor: f.xl.Floor()}}
 	if err := e.store.write(ctx, []update{up}); err != nil {
 		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
 	}
@@ -366,7 +367,7 @@ func (e *Engine) StoppedTranslation(ctx context.Context, spec Spec) (func(k Key,
 	if err := e.store.catchUp(ctx); err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}
-	_, hasCP, xl, err := e.store.load(spec.Key, Entry{Src: spec.StartOffset})
+	_, hasCP, xl, err := e.store.load(ctx, spec.Key, Entry{Src: spec.StartOffset})
 	if err != nil {
 		return nil, err
 	}

@@ -53,10 +53,11 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 	if err := e.store.catchUp(ctx); err != nil {
 		return fmt.Errorf("read checkpoints: %w", err)
 	}
-	cp, hasCP, xl, err := e.store.load(k, Entry{Src: spec.StartOffset})
+	cp, hasCP, xl, err := e.store.load(ctx, k, Entry{Src: spec.StartOffset})
 	if err != nil {
 		return err
 	}
+	xl.SetLimit(e.cfg.TranslationMaxBytes)
 	if h := spec.Handoff; h != nil {
 		if hasCP && cp.Src == h.Position.SourceOffset && cp.Dst == h.Position.DestinationOffset && cp.PID == h.Producer.ID && cp.Epoch == h.Producer.Epoch {
 			return e.startHandoff(p, gen, *h, xl)

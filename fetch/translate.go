@@ -56,10 +56,17 @@ func (s *xlSeg) encoded() []byte {
 // partition (design.md section 5). Entries are needed only where the
 // mapping breaks (skipped aborted or control records, compaction holes, the
 // start offset, a gap); with no gaps a partition has one entry. Its size is
-// bounded by the source's retention: Trim drops segments wholly below the
-// source's log start offset.
+// bounded by the source's retention (Trim drops segments wholly below the
+// source's log start offset) and by SetLimit: a compacted or transactional
+// topic whose log start never moves keeps only its newest breakpoints, and
+// offsets below the floor they start at have no translation.
 type Translation struct {
 	segs []xlSeg
+	// limit bounds Bytes (0: no bound); floor is the source offset from
+	// which breakpoints are kept: those below were dropped by the limit
+	// (0: none dropped).
+	limit int64
+	floor int64
 	// end is the mirrored position: every source offset below end.Src has
 	// been decided (mirrored or skipped), and end.Dst is the next
 	// destination offset.
@@ -120,7 +127,47 @@ func (t *Translation) add(e Entry) {
 	s.open = append(s.open, e)
 	s.n++
 	t.dirtyFrom = min(t.dirtyFrom, s.base)
+	if s.n == 1 && n > 1 {
+		t.bound() // a segment was sealed
+	}
 }
+
+// SetLimit bounds the memory the breakpoints take to about maxBytes (the
+// daemon's translation_max_bytes; 0: no bound) and applies it at once.
+// When a segment is sealed past the bound, the oldest segments are dropped
+// (deleted from the offsets topic with the next checkpoint) and the floor
+// moves up to the first one kept; the open segment always stays, so the
+// bound is exceeded by at most one segment (segEntries breakpoints).
+func (t *Translation) SetLimit(maxBytes int64) {
+	t.limit = maxBytes
+	t.bound()
+}
+
+func (t *Translation) bound() {
+	if t.limit <= 0 {
+		return
+	}
+	total := t.Bytes()
+	k := 0
+	for k+1 < len(t.segs) && total > t.limit {
+		total -= t.segs[k].bytes()
+		t.dropped = append(t.dropped, t.segs[k].base)
+		k++
+	}
+	if k > 0 {
+		t.floor = max(t.floor, t.segs[k].base)
+		t.segs = append([]xlSeg(nil), t.segs[k:]...)
+	}
+}
+
+// Floor returns the source offset from which the translation is kept: 0
+// unless SetLimit dropped older breakpoints. Offsets below it (and at or
+// above the source's log start) have no translation here: Translate says
+// so rather than guess.
+func (t *Translation) Floor() int64 { return t.floor }
+
+// setFloor restores a floor persisted with the checkpoint.
+func (t *Translation) setFloor(f int64) { t.floor = max(t.floor, f) }
 
 // Advance moves the mirrored position.
 func (t *Translation) Advance(srcNext, dstNext int64) { t.end = Entry{Src: srcNext, Dst: dstNext} }
@@ -263,10 +310,13 @@ func (t *Translation) Len() int {
 func (t *Translation) Bytes() int64 {
 	var n int64
 	for i := range t.segs {
-		n += int64(len(t.segs[i].enc)) + 16*int64(len(t.segs[i].open)) + 64
+		n += t.segs[i].bytes()
 	}
 	return n
 }
+
+// bytes is the memory a segment takes, roughly.
+func (s *xlSeg) bytes() int64 { return int64(len(s.enc)) + 16*int64(cap(s.open)) + 64 }
 
 // End returns the mirrored position.
 func (t *Translation) End() Entry { return t.end }
@@ -274,9 +324,10 @@ func (t *Translation) End() Entry { return t.end }
 // Translate returns the destination offset at which a consumer positioned
 // at source offset o continues: that of the first mirrored record whose
 // source offset is >= o. ok is false when o lies beyond the mirrored
-// position (the answer is not known yet).
+// position (the answer is not known yet) or below the floor (the
+// breakpoints there were dropped: see SetLimit).
 func (t *Translation) Translate(o int64) (int64, bool) {
-	if o > t.end.Src {
+	if o > t.end.Src || o < t.floor {
 		return 0, false
 	}
 	if o == t.end.Src {

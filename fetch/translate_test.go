@@ -231,3 +231,73 @@ func TestDecodeSegmentRefusesGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitDropsOldestSegments: a transactional topic's breakpoints (one per
+// commit marker) past SetLimit's bound drop the oldest segments, move the
+// floor to the first one kept, mark them for deletion from the offsets
+// topic, and keep every offset from the floor on exact; below the floor
+// Translate answers nothing rather than the first kept breakpoint's guess.
+func TestLimitDropsOldestSegments(t *testing.T) {
+	// Every third source offset is a commit marker: a breakpoint each.
+	var mirrored []int64
+	for o := int64(0); o < 3*5*segEntries; o++ {
+		if o%3 != 2 {
+			mirrored = append(mirrored, o)
+		}
+	}
+	tr, want := mirrorRun(t, 0, mirrored, 3*5*segEntries)
+	full := tr.Bytes()
+	open := tr.segs[len(tr.segs)-1].bytes() // decoded: the most of it
+	limit := open + (full-open)/2           // about half the sealed segments
+	tr.takeUnsaved()
+	tr.SetLimit(limit)
+	if tr.Floor() == 0 || tr.Bytes() > limit || len(tr.segs) < 2 {
+		t.Fatalf("after SetLimit(%d): floor %d, %d bytes in %d segments (%d before)", limit, tr.Floor(), tr.Bytes(), len(tr.segs), full)
+	}
+	if first := tr.Entries()[0].Src; first != tr.Floor() {
+		t.Fatalf("floor %d is not the first kept breakpoint %d", tr.Floor(), first)
+	}
+	_, dropped := tr.takeUnsaved()
+	if len(dropped) == 0 || dropped[len(dropped)-1] >= tr.Floor() {
+		t.Fatalf("dropped segment bases %v, floor %d", dropped, tr.Floor())
+	}
+	for o := int64(0); o <= 3*5*segEntries; o++ {
+		got, ok := tr.Translate(o)
+		if o < tr.Floor() {
+			if ok {
+				t.Fatalf("Translate(%d) below the floor %d = %d: it must not answer", o, tr.Floor(), got)
+			}
+			continue
+		}
+		if !ok || got != want[o] {
+			t.Fatalf("Translate(%d) = %d,%v want %d (floor %d)", o, got, ok, want[o], tr.Floor())
+		}
+	}
+	// Growing on: each sealed segment re-applies the bound.
+	floor, n := tr.Floor(), int64(len(mirrored))
+	end := tr.End()
+	for i := int64(0); i < 16*segEntries; i++ { // sealed, about 2 KiB each: past the limit
+		tr.Observe(end.Src+3*i, n+i)
+		tr.Advance(end.Src+3*i+1, n+i+1)
+	}
+	if tr.Floor() <= floor || tr.Bytes() > limit+2*open {
+		t.Fatalf("after more breakpoints: floor %d (was %d), %d bytes", tr.Floor(), floor, tr.Bytes())
+	}
+}
+
+// TestLimitKeepsTheOpenSegment: a bound smaller than one segment keeps the
+// segment being filled (Observe compares with its last entry).
+func TestLimitKeepsTheOpenSegment(t *testing.T) {
+	var tr Translation
+	tr.SetLimit(1)
+	for i := int64(0); i < 3*segEntries; i++ {
+		tr.Observe(2*i, i)
+	}
+	tr.Advance(6*segEntries, 3*segEntries)
+	if tr.Len() == 0 || tr.Len() > segEntries || tr.Floor() != 2*2*segEntries {
+		t.Fatalf("%d breakpoints, floor %d; want the open segment from %d", tr.Len(), tr.Floor(), 4*segEntries)
+	}
+	if d, ok := tr.Translate(tr.Floor() + 2); !ok || d != 2*segEntries+1 {
+		t.Fatalf("Translate(%d) = %d,%v", tr.Floor()+2, d, ok)
+	}
+}

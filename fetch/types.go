@@ -148,9 +148,13 @@ type Status struct {
 	Duplicate        string
 	// TranslationEntries and TranslationBytes are the breakpoints the
 	// partition's translation holds in memory and about how many bytes
-	// they take (bounded by the source's retention, see Translation.Trim).
+	// they take (bounded by the source's retention, see Translation.Trim,
+	// and by translation_max_bytes, see Translation.SetLimit);
+	// TranslationFloor is the source offset from which offsets translate
+	// (0: every offset since the start).
 	TranslationEntries int
 	TranslationBytes   int64
+	TranslationFloor   int64
 	// CheckpointFailing is set while the partition's checkpoint cannot be
 	// written to the offsets topic (Retrying says why).
 	CheckpointFailing bool
@@ -174,12 +178,22 @@ type Status struct {
 	DestinationUnanswered time.Time
 }
 
+// DefaultTranslationMaxBytes is the default bound on one partition's
+// translation breakpoints (16 MiB: about 4 million breakpoints, some five
+// days of a transactional topic committing ten times a second, whose every
+// commit marker breaks the mapping).
+const DefaultTranslationMaxBytes = 16 << 20
+
 // Config configures the engine.
 type Config struct {
 	ClientID            string
 	Destination         []string // destination bootstrap servers
 	DestinationSecurity kafka.Security
 	MemoryBudget        int64 // bytes of fetched data held at once
+	// TranslationMaxBytes bounds each held partition's translation
+	// breakpoints in memory, bytes (Translation.SetLimit); 0:
+	// DefaultTranslationMaxBytes.
+	TranslationMaxBytes int64
 	Checkpoint          time.Duration
 	FetchMaxWait        time.Duration
 	FetchMaxBytes       int32
@@ -201,6 +215,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MemoryBudget == 0 {
 		c.MemoryBudget = 256 << 20
+	}
+	if c.TranslationMaxBytes == 0 {
+		c.TranslationMaxBytes = DefaultTranslationMaxBytes
 	}
 	def(&c.Checkpoint, time.Second)
 	def(&c.FetchMaxWait, 500*time.Millisecond)

@@ -31,9 +31,15 @@ type Config struct {
 	Peers       []PeerConfig      `yaml:"peers"`
 	Destination DestinationConfig `yaml:"destination"`
 	// MemoryBudget bounds the bytes of fetched and not yet produced batches.
-	MemoryBudget       ByteSize      `yaml:"memory_budget"`
-	LogLevel           string        `yaml:"log_level"`
-	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	MemoryBudget ByteSize `yaml:"memory_budget"`
+	// TranslationMaxBytes bounds the memory of each held partition's
+	// offset-translation breakpoints (fetch.Translation.SetLimit): past
+	// it the oldest are dropped, and offsets below them are reported as
+	// not translatable (issue 18: a transactional or compacted topic's
+	// breakpoints otherwise grow without end).
+	TranslationMaxBytes ByteSize      `yaml:"translation_max_bytes"`
+	LogLevel            string        `yaml:"log_level"`
+	CheckpointInterval  time.Duration `yaml:"checkpoint_interval"`
 	// LeaseTTL is how long the leader waits before it reassigns the
 	// partitions of a member it cannot reach.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
@@ -113,6 +119,7 @@ const (
 	DefaultHTTPListen         = "127.0.0.1:8080"
 	DefaultRaftListen         = "127.0.0.1:7080"
 	DefaultMemoryBudget       = 256 * MiB
+	DefaultTranslationMax     = 16 * MiB
 	DefaultLogLevel           = "info"
 	DefaultCheckpointInterval = time.Second
 	DefaultLeaseTTL           = 10 * time.Second
@@ -132,16 +139,17 @@ var logLevels = []string{"debug", "info", "warn", "error"}
 // Destination.ClientID are derived by ApplyDefaults.
 func DefaultConfig() Config {
 	return Config{
-		HTTPListen:         DefaultHTTPListen,
-		RaftListen:         DefaultRaftListen,
-		Destination:        DestinationConfig{ReplicationFactor: -1},
-		MemoryBudget:       DefaultMemoryBudget,
-		LogLevel:           DefaultLogLevel,
-		CheckpointInterval: DefaultCheckpointInterval,
-		LeaseTTL:           DefaultLeaseTTL,
-		LeaseMargin:        DefaultLeaseMargin,
-		ProduceTimeout:     DefaultProduceTimeout,
-		API:                APIConfig{OpenRoutes: append([]string(nil), openableRoutes...)},
+		HTTPListen:          DefaultHTTPListen,
+		RaftListen:          DefaultRaftListen,
+		Destination:         DestinationConfig{ReplicationFactor: -1},
+		MemoryBudget:        DefaultMemoryBudget,
+		TranslationMaxBytes: DefaultTranslationMax,
+		LogLevel:            DefaultLogLevel,
+		CheckpointInterval:  DefaultCheckpointInterval,
+		LeaseTTL:            DefaultLeaseTTL,
+		LeaseMargin:         DefaultLeaseMargin,
+		ProduceTimeout:      DefaultProduceTimeout,
+		API:                 APIConfig{OpenRoutes: append([]string(nil), openableRoutes...)},
 	}
 }
 

@@ -39,13 +39,14 @@ func TestLoadConfigDefaults(t *testing.T) {
 			ClientID:          "kmirror-m1",
 			ReplicationFactor: -1,
 		},
-		MemoryBudget:       256 * MiB,
-		LogLevel:           "info",
-		CheckpointInterval: time.Second,
-		LeaseTTL:           10 * time.Second,
-		LeaseMargin:        4 * time.Second,
-		ProduceTimeout:     2 * time.Second,
-		API:                APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
+		MemoryBudget:        256 * MiB,
+		TranslationMaxBytes: 16 * MiB,
+		LogLevel:            "info",
+		CheckpointInterval:  time.Second,
+		LeaseTTL:            10 * time.Second,
+		LeaseMargin:         4 * time.Second,
+		ProduceTimeout:      2 * time.Second,
+		API:                 APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -68,6 +69,7 @@ destination:
   client_id: mirror-b
   replication_factor: 3
 memory_budget: 1GiB
+translation_max_bytes: 4MiB
 log_level: debug
 checkpoint_interval: 500ms
 lease_ttl: 15s
@@ -95,14 +97,15 @@ test_hooks: true
 			ClientID:          "mirror-b",
 			ReplicationFactor: 3,
 		},
-		MemoryBudget:       GiB,
-		LogLevel:           "debug",
-		CheckpointInterval: 500 * time.Millisecond,
-		LeaseTTL:           15 * time.Second,
-		LeaseMargin:        5 * time.Second,
-		ProduceTimeout:     3 * time.Second,
-		API:                APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}, Insecure: true},
-		TestHooks:          true,
+		MemoryBudget:        GiB,
+		TranslationMaxBytes: 4 * MiB,
+		LogLevel:            "debug",
+		CheckpointInterval:  500 * time.Millisecond,
+		LeaseTTL:            15 * time.Second,
+		LeaseMargin:         5 * time.Second,
+		ProduceTimeout:      3 * time.Second,
+		API:                 APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}, Insecure: true},
+		TestHooks:           true,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)

@@ -58,6 +58,9 @@ func (c *Config) Validate() error {
 	if c.MemoryBudget < MiB {
 		errs.add("memory_budget", "%s is too small: use at least 1MiB, such as 256MiB or 1GiB", c.MemoryBudget)
 	}
+	if c.TranslationMaxBytes < KiB {
+		errs.add("translation_max_bytes", "%s is too small: use at least 1KiB, such as 16MiB", c.TranslationMaxBytes)
+	}
 	if !contains(logLevels, c.LogLevel) {
 		errs.add("log_level", "%q is not one of %s", c.LogLevel, strings.Join(logLevels, ", "))
 	}

@@ -373,8 +373,9 @@ func (o *Ops) Translate(ctx context.Context, mirror, topic string, partition int
 	}
 	d, err := o.engine.Translate(k, sourceOffset)
 	var before *fetch.BeforeStartError
+	var floor *fetch.BelowFloorError
 	switch {
-	case errors.As(err, &before):
+	case errors.As(err, &before), errors.As(err, &floor):
 		return api.Translation{}, fmt.Errorf("%w: %v", api.ErrNotFound, err)
 	case errors.Is(err, fetch.ErrNotMirroredYet):
 		return api.Translation{}, fmt.Errorf("%w: no translation for %s offset %d yet: it is beyond what has been mirrored so far (%v)", api.ErrNotFound, k, sourceOffset, err)

@@ -206,10 +206,15 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		k := fetch.Key{Mirror: mirror, Topic: tp.Topic, Partition: tp.Partition}
 		d, capped, err := tr(k, r.SourceCommitted)
 		var before *fetch.BeforeStartError
+		var floor *fetch.BelowFloorError
 		switch {
 		case errors.As(err, &before):
 			r.State, r.Reason = api.GroupPending, err.Error()+"; kmirror commits nothing for it: set the destination offset yourself "+
 				"(kafka-consumer-groups.sh --reset-offsets) if skipping them is right"
+			continue
+		case errors.As(err, &floor):
+			r.State, r.Reason = api.GroupPending, err.Error()+"; kmirror commits nothing for it until the group commits at or above "+
+				fmt.Sprint(floor.Floor)+", or set the destination offset yourself (kafka-consumer-groups.sh --reset-offsets)"
 			continue
 		case err != nil:
 			r.State, r.Reason = api.GroupPending, "no translation: "+err.Error()
