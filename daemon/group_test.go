@@ -388,3 +388,48 @@ func TestGroupLeaderFailoverKeepsAssignments(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverWaitsOutTheMemberLease: during a rolling change of lease_ttl
+// the leader runs with 500 ms while a follower announced 3 s (its own file):
+// cut off, the follower keeps writing until its own lease_ttl - lease_margin,
+// so the leader must not give its partitions away before the follower's
+// lease_ttl (issue 19: it took them after its own, and both wrote).
+func TestTakeoverWaitsOutTheMemberLease(t *testing.T) {
+	g := newGroup(t, 3, 500*time.Millisecond)
+	g.addTopic("a", 12)
+	l := g.leader()
+	li, victim := 0, -1
+	for i, m := range g.members {
+		if m == l {
+			li = i
+		} else if victim < 0 {
+			victim = i
+		}
+	}
+	victimID := g.members[victim].cfg.NodeID
+	waitFor(t, 10*time.Second, "12 partitions balanced in the leader's view", func() bool {
+		return isBalanced(ownerCounts(g.partitions(li)), "n1", "n2", "n3")
+	})
+	const memberTTL = 3 * time.Second
+	var rec raftstore.Member
+	l.store.Read(func(s *raftstore.State) { rec = *s.Members[victimID] })
+	rec.LeaseTTLMs = memberTTL.Milliseconds()
+	if err := l.store.Apply(context.Background(), raftstore.UpsertMember{Member: rec}); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	g.isolate(victim)
+	var moved time.Time
+	waitFor(t, 15*time.Second, victimID+"'s partitions taken over", func() bool {
+		if ownerCounts(g.partitions(li))[victimID] == 0 {
+			moved = time.Now()
+			return true
+		}
+		return false
+	})
+	// At most one heartbeat (100 ms) before the cut was the last contact.
+	if early := memberTTL - moved.Sub(cut); early > 100*time.Millisecond {
+		t.Fatalf("partitions taken over %s after the cut: %s before the member's own lease_ttl (%s) ended", moved.Sub(cut), early, memberTTL)
+	}
+	t.Logf("taken over %s after the cut (leader lease_ttl %s, member's %s)", moved.Sub(cut).Round(10*time.Millisecond), g.ttl, memberTTL)
+}

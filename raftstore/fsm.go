@@ -393,6 +393,11 @@ func (s *State) applyUpsertMember(c UpsertMember, index uint64) error {
 		return nil
 	}
 	m := c.Member
+	if old, ok := s.Members[m.ID]; ok && m.LeaseTTLMs == 0 {
+		// An operator's repeated add, or an older build, does not know
+		// the member's lease_ttl: keep what the member announced.
+		m.LeaseTTLMs = old.LeaseTTLMs
+	}
 	s.Members[m.ID] = &m
 	return nil
 }

@@ -300,6 +300,14 @@ func TestApplyUpsertMember(t *testing.T) {
 		t.Fatalf("member n2 = %+v, want %+v", got, m)
 	}
 	x.mustFail(UpsertMember{Member: Member{RaftAddr: "h3:7000"}}, ErrInvalid)
+	// The member's announced lease_ttl survives a record that does not
+	// carry one (an operator's repeated add, an older build).
+	m.LeaseTTLMs = 30000
+	x.mustApply(UpsertMember{Member: m})
+	x.mustApply(UpsertMember{Member: Member{ID: "n2", RaftAddr: "h2:7000", HTTPAddr: "h2:8080", Voter: true, Draining: true}})
+	if got := x.state().Members["n2"]; !reflect.DeepEqual(got, &m) {
+		t.Fatalf("member n2 = %+v, want the announced lease_ttl kept: %+v", got, m)
+	}
 	// IfAbsent adds only: n2's record (Voter, Draining) stays.
 	x.mustApply(UpsertMember{Member: Member{ID: "n2", RaftAddr: "other:1"}, IfAbsent: true})
 	if got := x.state().Members["n2"]; !reflect.DeepEqual(got, &m) {

@@ -157,6 +157,13 @@ type Member struct {
 	// an empty data directory whose ID has joined is a wiped member and is
 	// refused (it could vote twice in a term).
 	Joined bool `json:"joined"`
+	// LeaseTTLMs is the member's own lease_ttl, milliseconds, as it
+	// announced it (0: not announced, an older build): the leader takes
+	// the member's partitions over only once neither its own lease_ttl nor
+	// this has passed since it last heard from the member, so members
+	// whose files disagree (a rolling change of lease_ttl) never overlap
+	// (issue 19). The member writes nothing until its record shows it.
+	LeaseTTLMs int64 `json:"lease_ttl_ms,omitempty"`
 }
 
 // State is the whole replicated control-plane state held by the FSM.

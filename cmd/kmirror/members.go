@@ -148,13 +148,16 @@ func memberResult(c *cli.Context, result, id, line string) error {
 
 // writeMemberTable prints the rows of `kmirror members`.
 func writeMemberTable(w io.Writer, members []api.MemberStatus) error {
-	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "STATE"}}
+	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "LEASE-TTL", "STATE"}}
 	for _, m := range members {
-		contact := "-"
+		contact, ttl := "-", "-"
 		if m.Role != "leader" && m.LastContactMs >= 0 {
 			contact = (time.Duration(m.LastContactMs) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
 		}
-		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, m.State})
+		if m.LeaseTTLMs > 0 {
+			ttl = (time.Duration(m.LeaseTTLMs) * time.Millisecond).String()
+		}
+		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, ttl, m.State})
 	}
 	if err := writeTable(w, rows); err != nil {
 		return err

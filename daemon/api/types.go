@@ -217,6 +217,10 @@ type MemberStatus struct {
 	// (0 for the leader itself; -1: never, for a member added that has not
 	// joined).
 	LastContactMs int64 `json:"last_contact_ms"`
+	// LeaseTTLMs is the lease_ttl the member announced, milliseconds (0:
+	// not announced yet, or an older build); the leader takes its
+	// partitions over after this or its own lease_ttl, the longer.
+	LeaseTTLMs int64 `json:"lease_ttl_ms"`
 	// State is alive, unreachable (not heard from within the lease TTL),
 	// not started (added, never joined) or draining.
 	State string `json:"state"`

@@ -127,6 +127,12 @@ const (
 	DefaultProduceTimeout     = 2 * time.Second
 )
 
+// MinLeaseWindow is the least write window (lease_ttl - lease_margin) a
+// member accepts: 2 s, twenty runs of its 100 ms lease check (issue 19:
+// lease_ttl 3.1s with lease_margin 3.0s was accepted and fenced every
+// tick).
+const MinLeaseWindow = 2 * time.Second
+
 // leaderStepDown covers raft's leader lease (500 ms): an isolated leader
 // keeps its lease until raft steps it down, then its fence clock starts.
 const leaderStepDown = time.Second

@@ -210,6 +210,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"zero durations", minimalConfig + "checkpoint_interval: 0s\nlease_ttl: -1s\n", []string{
 			"checkpoint_interval: 0s is not allowed", "lease_ttl: -1s must be longer than lease_margin",
 		}},
+		{"lease window below two seconds", minimalConfig + "lease_ttl: 3.1s\nlease_margin: 3s\n", []string{
+			"lease_ttl: 3.1s leaves a write window (lease_ttl - lease_margin) of 100ms: use at least 2s more than lease_margin (3s), such as 5s",
+		}},
 		{"two documents", minimalConfig + "---\nnode_id: m2\n", []string{"more than one YAML document"}},
 		{"syntax", "node_id: [\n", []string{"yaml:"}},
 		{"duplicate key", minimalConfig + "node_id: m2\n", []string{`"node_id" already defined`}},

@@ -75,6 +75,10 @@ func (c *Config) Validate() error {
 			c.LeaseMargin, c.ProduceTimeout, leaderStepDown)
 	case c.LeaseTTL <= c.LeaseMargin:
 		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
+	case c.LeaseTTL-c.LeaseMargin < MinLeaseWindow:
+		errs.add("lease_ttl", "%v leaves a write window (lease_ttl - lease_margin) of %v: use at least %v more than lease_margin (%v), such as %v; "+
+			"a shorter window lapses between two lease checks and the member stops writing every few ticks",
+			c.LeaseTTL, c.LeaseTTL-c.LeaseMargin, MinLeaseWindow, c.LeaseMargin, c.LeaseMargin+MinLeaseWindow)
 	}
 	c.validatePeers(&errs)
 	c.API.validate(&errs, c.apiHost())

@@ -173,7 +173,8 @@ func (l *Leader) leaderReconcile(ctx context.Context) {
 
 // Alive returns whether a member is alive as the leader sees it now:
 // in the raft configuration and heard from within the lease TTL (this
-// member, the leader, always is). A member removed from the raft
+// member, the leader, always is): the longer of the leader's lease_ttl
+// and the one the member announced (TakeoverAfter). A member removed from the raft
 // configuration is not alive, however recently it was heard from: raft no
 // longer sends it heartbeats, so their failures would never show. It also
 // returns the IDs in the raft configuration.
@@ -184,12 +185,29 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 			inConfig[srv.ID] = true
 		}
 	}
+	ttls := map[string]time.Duration{}
+	l.store.Read(func(s *raftstore.State) {
+		for id, mem := range s.Members {
+			ttls[id] = time.Duration(mem.LeaseTTLMs) * time.Millisecond
+		}
+	})
 	return func(id string) bool {
 		if id == l.cfg.NodeID {
 			return true
 		}
-		return inConfig[id] && time.Since(l.store.PeerContact(id)) < l.cfg.LeaseTTL
+		return inConfig[id] && time.Since(l.store.PeerContact(id)) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
 	}, inConfig
+}
+
+// TakeoverAfter is how long after the leader last heard from a member it
+// may give the member's partitions to another: the leader's own lease_ttl
+// or the member's announced one (memberTTL; 0: not announced), whichever
+// is longer. The member stops writing lease_margin before its own
+// lease_ttl (>= produce_timeout + 1 s, validated), so with settings that
+// differ between members during a rolling change, its last write is still
+// answered before anyone else writes (issue 19).
+func TakeoverAfter(leaderTTL, memberTTL time.Duration) time.Duration {
+	return max(leaderTTL, memberTTL)
 }
 
 // removedMembers lists members of the state that are gone from the raft

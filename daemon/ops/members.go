@@ -44,7 +44,8 @@ func (o *Ops) Members(ctx context.Context) ([]api.MemberStatus, error) {
 	var out []api.MemberStatus
 	for _, srv := range servers {
 		mem := members[srv.ID]
-		row := api.MemberStatus{ID: srv.ID, RaftAddr: srv.Addr, HTTPAddr: mem.HTTPAddr, Partitions: owned[srv.ID], State: "alive"}
+		row := api.MemberStatus{ID: srv.ID, RaftAddr: srv.Addr, HTTPAddr: mem.HTTPAddr, Partitions: owned[srv.ID], State: "alive",
+			LeaseTTLMs: mem.LeaseTTLMs}
 		switch {
 		case srv.ID == leader:
 			row.Role = "leader"

@@ -92,7 +92,8 @@ func (o *Owner) announce() {
 	marker := filepath.Join(o.cfg.DataDir, drainedOnStop)
 	_, err := os.Stat(marker)
 	undrain := err == nil
-	want := raftstore.Member{ID: o.cfg.NodeID, RaftAddr: o.cfg.RaftAdvertise, HTTPAddr: o.member.AdvertisedHTTP(), Voter: self.IsVoter(), Joined: true}
+	want := raftstore.Member{ID: o.cfg.NodeID, RaftAddr: o.cfg.RaftAdvertise, HTTPAddr: o.member.AdvertisedHTTP(), Voter: self.IsVoter(), Joined: true,
+		LeaseTTLMs: o.cfg.LeaseTTL.Milliseconds()}
 	for o.ctx.Err() == nil {
 		var cur raftstore.Member
 		found := false

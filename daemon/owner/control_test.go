@@ -118,6 +118,15 @@ func TestLeaseOutlivesMemberLoops(t *testing.T) {
 			o.leaseLoop()
 		}()
 	})
+	// Not before the state records this member's lease_ttl, which the
+	// leader's takeover waits out (issue 19).
+	time.Sleep(time.Second)
+	if dl := o.writeDeadline(); !dl.IsZero() {
+		t.Fatalf("write deadline %s before this member's lease_ttl is in the state", dl)
+	}
+	if err := store.Apply(context.Background(), raftstore.UpsertMember{Member: raftstore.Member{ID: "n1", LeaseTTLMs: 4000}}); err != nil {
+		t.Fatal(err)
+	}
 	for end := time.Now().Add(5 * time.Second); o.writeDeadline().IsZero(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("the lease was not taken within 5s")

@@ -2,10 +2,13 @@ package owner
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/raftstore"
 )
 
 // leaseState is this member's right to write its partitions (design.md
@@ -96,6 +99,13 @@ func (o *Owner) leaseLoop() {
 			ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 			err := o.member.CaughtUp(ctx)
 			cancel()
+			if err == nil && !o.leaseAnnounced() {
+				// The leader would take this member's partitions over
+				// after its own lease_ttl, not this member's: write once
+				// the state holds this member's (announce).
+				err = errLeaseNotAnnounced
+				o.log.Debug("lease: waiting for this member's lease_ttl to be recorded in the group's state")
+			}
 			if err == nil {
 				o.lease.mu.Lock()
 				was := o.lease.fenced
@@ -112,4 +122,18 @@ func (o *Owner) leaseLoop() {
 		case <-t.C:
 		}
 	}
+}
+
+var errLeaseNotAnnounced = errors.New("this member's lease_ttl is not recorded in the state yet")
+
+// leaseAnnounced reports whether the state records this member with its
+// own lease_ttl, which the leader's takeover waits out (leader.TakeoverAfter).
+func (o *Owner) leaseAnnounced() bool {
+	ok := false
+	o.store.Read(func(s *raftstore.State) {
+		if mem, found := s.Members[o.cfg.NodeID]; found {
+			ok = mem.LeaseTTLMs == o.cfg.LeaseTTL.Milliseconds()
+		}
+	})
+	return ok
 }
