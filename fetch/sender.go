@@ -30,7 +30,7 @@ func (e *Engine) produceLoop(w *worker) {
 	var conn *kwire.Conn
 	defer func() {
 		if conn != nil {
-			conn.Close()
+			conn.Abort()
 		}
 	}()
 	backoff := e.cfg.RetryBackoff
@@ -59,7 +59,14 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		var err error
 		if conn == nil {
-			conn, err = e.dest.Dial(e.ctx, w.addr)
+			if conn, err = e.dest.Dial(e.ctx, w.addr); err == nil {
+				// Unacknowledged request bytes are given up with the
+				// produce answer's bound, not retransmitted into the
+				// broker after the lease (issue 19).
+				if uerr := conn.SetUserTimeout(e.cfg.ProduceTimeout + time.Second); uerr != nil {
+					e.log.Warn("produce connection keeps the kernel's retransmission timeout", zap.String("broker", w.addr), zap.Error(uerr))
+				}
+			}
 		}
 		sent := err == nil
 		var res []kwire.ProduceResult
@@ -73,7 +80,9 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		if err != nil {
 			if conn != nil {
-				conn.Close()
+				// A reset, not a close: a request still in the send
+				// buffer is discarded, not delivered after the lease.
+				conn.Abort()
 				conn = nil
 			}
 			if e.ctx.Err() != nil {

@@ -34,8 +34,11 @@ type versionRange struct{ min, max int16 }
 // Kafka answers requests on a connection in order and kmirror keeps one
 // request in flight per connection.
 type Conn struct {
-	addr     string
-	nc       net.Conn
+	addr string
+	nc   net.Conn
+	// tcp is the TCP connection under nc (nil when the dialer gave
+	// another kind), for Abort and SetUserTimeout.
+	tcp      *net.TCPConn
 	br       *bufio.Reader
 	clientID string
 	corr     int32
@@ -75,6 +78,7 @@ func Dial(ctx context.Context, addr, clientID string, sec *Security) (*Conn, err
 		return nil, err
 	}
 	c := &Conn{addr: addr, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), clientID: clientID}
+	c.tcp, _ = raw.(*net.TCPConn)
 	if err := c.negotiate(ctx); err != nil {
 		nc.Close()
 		return nil, explainFirstExchange(addr, sec, err)
