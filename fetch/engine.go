@@ -86,7 +86,7 @@ func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 		log:       log.Named("fetch"),
 		dest:      dest,
 		destAdmin: kafka.NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity),
-		store:     newOffsetStore(dest, cfg.OffsetsTopic),
+		store:     newOffsetStore(dest, cfg.OffsetsTopic, ctl.WriteDeadline),
 		kickRt:    make(chan struct{}, 1),
 		walks:     make(chan struct{}, maxWalks),
 		kickRep:   make(chan struct{}, 1),

@@ -257,7 +257,7 @@ func TestCheckpointWriteSplitsLargeTranslations(t *testing.T) {
 	if err := x.e.store.write(ctx, []update{up, other}); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	fresh := newOffsetStore(kafka.NewCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic)
+	fresh := newOffsetStore(kafka.NewCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic, nil)
 	if err := fresh.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -583,5 +583,44 @@ func TestStartRetriesRetriableErrors(t *testing.T) {
 	defer e.Close(ctx) //nolint:errcheck // nothing held
 	if injected != 1 {
 		t.Fatalf("the injected error was answered %d times, want 1 (the test did not exercise the retry)", injected)
+	}
+}
+
+// TestCheckpointWrittenOnlyUnderTheLease: a checkpoint round after this
+// member's lease ended sends nothing (the partition is retried, as after
+// a failed write), so an owner that lost its lease cannot roll the next
+// owner's checkpoint back; under the lease again, it is written (issue 19).
+func TestCheckpointWrittenOnlyUnderTheLease(t *testing.T) {
+	x := newKfakePair(t)
+	k := Key{Mirror: "m", Topic: "lease-gate", Partition: 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	up := update{key: k, cp: checkpoint{Src: 10, Dst: 10, PID: 3}}
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Now().Add(-time.Millisecond)
+	x.ctl.mu.Unlock()
+	err := x.e.store.write(ctx, []update{up})
+	var werr *WriteError
+	if !errors.As(err, &werr) || !werr.Failed[k] || !errors.Is(err, errNoLease) {
+		t.Fatalf("write after the lease: %v; want a WriteError for %s naming the lease", err, k)
+	}
+	fresh := newOffsetStore(kafka.NewCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic, nil)
+	if err := fresh.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok := fresh.checkpointOf(k); ok {
+		t.Fatalf("checkpoint %+v was written after the lease", cp)
+	}
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{}
+	x.ctl.mu.Unlock()
+	if err := x.e.store.write(ctx, []update{up}); err != nil {
+		t.Fatalf("write under the lease: %v", err)
+	}
+	if err := fresh.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok := fresh.checkpointOf(k); !ok || cp != up.cp {
+		t.Fatalf("checkpoint under the lease: %+v, %t", cp, ok)
 	}
 }

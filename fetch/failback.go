@@ -17,7 +17,7 @@ import (
 // the cluster's state topic (the topic is kmirror's __kmirror_state), by
 // partition key; none when the topic does not exist.
 func StoppedRecords(ctx context.Context, a *kafka.Admin, topic string) (map[Key][]byte, error) {
-	s := newOffsetStore(a.Cluster(), topic)
+	s := newOffsetStore(a.Cluster(), topic, nil)
 	if err := s.catchUp(ctx); err != nil {
 		var kerr *kwire.Error
 		if errors.Is(err, kafka.ErrTopicNotFound) || (errors.As(err, &kerr) && kerr.Code == kwire.CodeUnknownTopicOrPartition) {
@@ -33,7 +33,7 @@ func StoppedRecords(ctx context.Context, a *kafka.Admin, topic string) (map[Key]
 // with the checkpoint they end at; ok is false when there is no
 // checkpoint.
 func TranslationOf(ctx context.Context, a *kafka.Admin, topic string, k Key) (entries []Entry, end Entry, ok bool, err error) {
-	s := newOffsetStore(a.Cluster(), topic)
+	s := newOffsetStore(a.Cluster(), topic, nil)
 	if err := s.catchUp(ctx); err != nil {
 		return nil, Entry{}, false, fmt.Errorf("read %s on %s: %w", topic, a.Cluster().Name, err)
 	}

@@ -83,10 +83,16 @@ type offsetStore struct {
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
+	// writeDeadline, when set (the engine's store), is the end of this
+	// member's lease: checkpoints and translation segments are written
+	// only before it, as produce requests are (issue 19: an owner that
+	// lost its lease without noticing rolled the new owner's checkpoint
+	// back).
+	writeDeadline func() time.Time
 }
 
-func newOffsetStore(dest *kafka.Cluster, topic string) *offsetStore {
-	return &offsetStore{dest: dest, topic: topic, checkpoints: map[Key]checkpoint{},
+func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time.Time) *offsetStore {
+	return &offsetStore{dest: dest, topic: topic, writeDeadline: writeDeadline, checkpoints: map[Key]checkpoint{},
 		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{}}
 }
 
@@ -439,7 +445,7 @@ func (s *offsetStore) forget(ctx context.Context, mirror, topic string) error {
 	s.mu.Unlock()
 	for len(recs) > 0 {
 		n := min(len(recs), 2000)
-		if err := s.append(ctx, s.topic, recs[:n]); err != nil {
+		if err := s.append(ctx, s.topic, recs[:n], time.Time{}); err != nil {
 			return err
 		}
 		recs = recs[n:]
@@ -531,6 +537,17 @@ func (s *offsetStore) write(ctx context.Context, ups []update) error {
 	if len(cur.recs) > 0 {
 		batches = append(batches, cur)
 	}
+	var writeBy time.Time
+	if s.writeDeadline != nil {
+		writeBy = s.writeDeadline()
+		if !time.Now().Before(writeBy) {
+			werr := &WriteError{Failed: map[Key]bool{}, Err: errNoLease}
+			for _, u := range ups {
+				werr.Failed[u.key] = true
+			}
+			return werr
+		}
+	}
 	var werr *WriteError
 	for _, b := range batches {
 		if werr != nil && ctx.Err() != nil {
@@ -539,7 +556,7 @@ func (s *offsetStore) write(ctx context.Context, ups []update) error {
 			}
 			continue
 		}
-		if err := s.append(ctx, s.topic, b.recs); err != nil {
+		if err := s.append(ctx, s.topic, b.recs, writeBy); err != nil {
 			if werr == nil {
 				werr = &WriteError{Failed: map[Key]bool{}, Err: err}
 			}
@@ -566,8 +583,14 @@ func (e *WriteError) Error() string {
 
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// append produces records to partition 0 of topic with acks=all.
-func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Record) error {
+// errNoLease: a checkpoint write was not sent because this member's lease
+// had ended; it is written in a later round, under the lease.
+var errNoLease = errors.New("not written: this member's lease has ended (it writes again once the lease is back)")
+
+// append produces records to partition 0 of topic with acks=all; with
+// writeBy set, a request not wholly written by then fails with
+// kwire.ErrNotSent (the lease, as for produce requests).
+func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Record, writeBy time.Time) error {
 	b, err := kwire.EncodeBatch(recs, 0)
 	if err != nil {
 		return err
@@ -592,7 +615,7 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 		case <-time.After(d):
 		}
 	}
-	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, time.Time{}, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
+	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, writeBy, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
 	if err == nil && (len(res) != 1 || res[0].Err != 0) {
 		if len(res) == 1 {
 			err = &kwire.Error{Code: res[0].Err, Topic: topic, Op: "write checkpoints"}
@@ -601,7 +624,7 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 		}
 	}
 	if err != nil {
-		s.wconn.Close()
+		s.wconn.Abort() // unsent bytes discarded, not delivered after the lease
 		s.wconn = nil
 		s.dest.Metadata(ctx, 0)
 		return fmt.Errorf("write %s: %w", topic, err)
@@ -616,7 +639,7 @@ func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, rec
 	if err != nil {
 		return err
 	}
-	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}})
+	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}}, time.Time{})
 }
 
 func (s *offsetStore) close() {
