@@ -79,11 +79,11 @@ func (e *Engine) Seed(ctx context.Context, k Key, at Entry, leaderEpoch int32, e
 		}
 	}
 	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: at.Src, Dst: at.Dst, PID: -1, LeaderEpoch: leaderEpoch}}
-	err := e.store.write(ctx, []update{up})
+	err := e.store.writeUnleased(ctx, []update{up})
 	if err != nil && ctx.Err() == nil {
 		// The write connection may have been broken by a broker
 		// restart: it is dialled again for the second attempt.
-		err = e.store.write(ctx, []update{up})
+		err = e.store.writeUnleased(ctx, []update{up})
 	}
 	if err != nil {
 		return fmt.Errorf("seed checkpoint of %s: %w", k, err)

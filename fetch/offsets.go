@@ -497,6 +497,18 @@ const maxWriteBatchBytes = 256 << 10
 // others are written. It returns nil, or a *WriteError naming the failed
 // partitions.
 func (s *offsetStore) write(ctx context.Context, ups []update) error {
+	return s.writeUnder(ctx, ups, s.writeDeadline)
+}
+
+// writeUnleased is write without the lease gate, for a starting checkpoint
+// written before any owner holds the partition (Engine.Seed: failback and
+// re-add, on the leader's add).
+func (s *offsetStore) writeUnleased(ctx context.Context, ups []update) error {
+	return s.writeUnder(ctx, ups, nil)
+}
+
+// writeUnder is write gated by deadline (nil: not gated).
+func (s *offsetStore) writeUnder(ctx context.Context, ups []update, deadline func() time.Time) error {
 	now := time.Now().UnixMilli()
 	type pending struct {
 		recs []kwire.Record
@@ -538,8 +550,8 @@ func (s *offsetStore) write(ctx context.Context, ups []update) error {
 		batches = append(batches, cur)
 	}
 	var writeBy time.Time
-	if s.writeDeadline != nil {
-		writeBy = s.writeDeadline()
+	if deadline != nil {
+		writeBy = deadline()
 		if !time.Now().Before(writeBy) {
 			werr := &WriteError{Failed: map[Key]bool{}, Err: errNoLease}
 			for _, u := range ups {
