@@ -1,0 +1,205 @@
+package fetch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
+)
+
+// Writing the offsets store: checkpoints and translation segments under the
+// lease, last mirrored positions to the state topic.
+
+// update is one partition's contribution to a checkpoint write: the
+// translation segments changed since the last write, the segment bases
+// trimmed, and the checkpoint.
+type update struct {
+	key     Key
+	cp      checkpoint
+	segs    []segRecord
+	dropped []int64
+}
+
+// maxWriteBatchBytes bounds one record batch written to the offsets
+// topic, well below the broker's default max.message.bytes (1 MiB), so a
+// partition with many breakpoints never makes a write too large for the
+// topic: its records are split across batches.
+const maxWriteBatchBytes = 256 << 10
+
+// write persists the updates: each partition's translation segments (and
+// tombstones of trimmed ones), then its checkpoint, so a persisted
+// checkpoint implies its breakpoints are persisted. Records go in batches of at most maxWriteBatchBytes, sent in
+// order; one partition's records may span batches (its checkpoint in the
+// last). A failed batch fails only the partitions with records in it: the
+// others are written. It returns nil, or a *WriteError naming the failed
+// partitions.
+func (s *offsetStore) write(ctx context.Context, ups []update) error {
+	return s.writeUnder(ctx, ups, s.writeDeadline)
+}
+
+// writeUnleased is write without the lease gate, for a starting checkpoint
+// written before any owner holds the partition (Engine.Seed: failback and
+// re-add, on the leader's add).
+func (s *offsetStore) writeUnleased(ctx context.Context, ups []update) error {
+	return s.writeUnder(ctx, ups, nil)
+}
+
+// writeUnder is write gated by deadline (nil: not gated).
+func (s *offsetStore) writeUnder(ctx context.Context, ups []update, deadline func() time.Time) error {
+	now := time.Now().UnixMilli()
+	type pending struct {
+		recs []kwire.Record
+		size int
+		keys map[Key]bool
+	}
+	var batches []*pending
+	cur := &pending{keys: map[Key]bool{}}
+	add := func(k Key, r kwire.Record) {
+		n := len(r.Key) + len(r.Value) + 32
+		if cur.size+n > maxWriteBatchBytes && len(cur.recs) > 0 {
+			batches = append(batches, cur)
+			cur = &pending{keys: map[Key]bool{}}
+		}
+		cur.recs = append(cur.recs, r)
+		cur.size += n
+		cur.keys[k] = true
+	}
+	for _, u := range ups {
+		for _, sr := range u.segs {
+			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(sr.base, 10)), Value: sr.value})
+		}
+		for _, base := range u.dropped {
+			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(base, 10))})
+		}
+		if len(u.segs) > 0 {
+			// Old-format breakpoints are in the segments now.
+			for _, src := range s.legacyKeys(u.key) {
+				add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindEntry, u.key, strconv.FormatInt(src, 10))})
+			}
+		}
+		v, err := json.Marshal(u.cp)
+		if err != nil {
+			return err
+		}
+		add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, u.key), Value: v})
+	}
+	if len(cur.recs) > 0 {
+		batches = append(batches, cur)
+	}
+	var writeBy time.Time
+	if deadline != nil {
+		writeBy = deadline()
+		if !time.Now().Before(writeBy) {
+			werr := &WriteError{Failed: map[Key]bool{}, Err: errNoLease}
+			for _, u := range ups {
+				werr.Failed[u.key] = true
+			}
+			return werr
+		}
+	}
+	var werr *WriteError
+	for _, b := range batches {
+		if werr != nil && ctx.Err() != nil {
+			for k := range b.keys {
+				werr.Failed[k] = true
+			}
+			continue
+		}
+		if err := s.append(ctx, s.topic, b.recs, writeBy); err != nil {
+			if werr == nil {
+				werr = &WriteError{Failed: map[Key]bool{}, Err: err}
+			}
+			for k := range b.keys {
+				werr.Failed[k] = true
+			}
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	return nil
+}
+
+// WriteError is a checkpoint write that failed for some partitions.
+type WriteError struct {
+	Failed map[Key]bool
+	Err    error
+}
+
+func (e *WriteError) Error() string {
+	return fmt.Sprintf("checkpoint of %d partitions not written: %v", len(e.Failed), e.Err)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// errNoLease: a checkpoint write was not sent because this member's lease
+// had ended; it is written in a later round, under the lease.
+var errNoLease = errors.New("not written: this member's lease has ended (it writes again once the lease is back)")
+
+// append produces records to partition 0 of topic with acks=all; with
+// writeBy set, a request not wholly written by then fails with
+// kwire.ErrNotSent (the lease, as for produce requests).
+func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Record, writeBy time.Time) error {
+	b, err := kwire.EncodeBatch(recs, 0)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wconn == nil {
+		_, addr, _, err := s.dest.Leader(ctx, topic, 0, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		if s.wconn, err = s.dest.Dial(ctx, addr); err != nil {
+			return err
+		}
+	}
+	if d := time.Until(s.wconn.ThrottledUntil()); d > 0 {
+		// A quota on kmirror's client.id: the broker reads nothing on
+		// this connection until the throttle ends (KIP-219).
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
+	res, err := s.wconn.Produce(ctx, -1, 30*time.Second, writeBy, []kwire.ProducePartition{{Topic: topic, Partition: 0, Batch: b}})
+	if err == nil && (len(res) != 1 || res[0].Err != 0) {
+		if len(res) == 1 {
+			err = &kwire.Error{Code: res[0].Err, Topic: topic, Op: "write checkpoints"}
+		} else {
+			err = fmt.Errorf("write %s: malformed produce response", topic)
+		}
+	}
+	if err != nil {
+		s.wconn.Abort() // unsent bytes discarded, not delivered after the lease
+		s.wconn = nil
+		s.dest.Metadata(ctx, 0)
+		return fmt.Errorf("write %s: %w", topic, err)
+	}
+	return nil
+}
+
+// writeStopped records a partition's last mirrored position in the state
+// topic, readable with plain Kafka by the other side at failback.
+func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, rec any) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}}, time.Time{})
+}
+
+func (s *offsetStore) close() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wconn != nil {
+		s.wconn.Close()
+		s.wconn = nil
+	}
+}
