@@ -26,7 +26,9 @@ type group struct {
 	t       testing.TB
 	members []*Member
 	trans   []*raft.InmemTransport
-	ttl     time.Duration
+	// late wraps each member's transport: its answers can be held.
+	late []*lateAnswers
+	ttl  time.Duration
 }
 
 func newGroup(t testing.TB, n int, ttl time.Duration) *group {
@@ -48,6 +50,7 @@ func newGroupWith(t testing.TB, n int, ttl time.Duration, dest *kafka.Admin) *gr
 		var tr *raft.InmemTransport
 		addrs[i], tr = raft.NewInmemTransportWithTimeout("", 50*time.Millisecond)
 		g.trans = append(g.trans, tr)
+		g.late = append(g.late, newLateAnswers(tr))
 	}
 	g.connectAll()
 	var peers []raftstore.Server
@@ -57,7 +60,7 @@ func newGroupWith(t testing.TB, n int, ttl time.Duration, dest *kafka.Admin) *gr
 	for i := range n {
 		id := peers[i].ID
 		store, err := raftstore.Open(raftstore.Config{
-			NodeID: id, InMemory: true, Transport: g.trans[i], Bootstrap: true, Peers: peers,
+			NodeID: id, InMemory: true, Transport: g.late[i], Bootstrap: true, Peers: peers,
 			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 			LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 			Logger: logger.Named(id),

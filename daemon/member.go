@@ -74,6 +74,11 @@ type Member struct {
 	sources     *sourceProbe
 	destination *destinationProbe
 
+	// leaseVia, when set, carries lease renewals to the leader in place
+	// of its internal API (in-process groups in tests, which serve no
+	// HTTP).
+	leaseVia func(ctx context.Context, leaderID string) (api.LeaseGrant, error)
+
 	readyMu  sync.Mutex
 	readyAt  time.Time
 	readyErr error

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -76,7 +77,7 @@ func TestClusterReplicates(t *testing.T) {
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("apply on a follower: %v, want ErrNotLeader", err)
 	}
-	if err := followers[0].VerifyLeader(); !errors.Is(err, ErrNotLeader) {
+	if err := followers[0].VerifyLeader(context.Background()); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("VerifyLeader on a follower: %v, want ErrNotLeader", err)
 	}
 	if err := followers[0].Barrier(ctx); !errors.Is(err, ErrNotLeader) {

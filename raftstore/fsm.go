@@ -395,8 +395,9 @@ func (s *State) applyUpsertMember(c UpsertMember, index uint64) error {
 	m := c.Member
 	if old, ok := s.Members[m.ID]; ok && m.LeaseTTLMs == 0 {
 		// An operator's repeated add, or an older build, does not know
-		// the member's lease_ttl: keep what the member announced.
+		// the member's lease settings: keep what the member announced.
 		m.LeaseTTLMs = old.LeaseTTLMs
+		m.LeaseProtocol = old.LeaseProtocol
 	}
 	s.Members[m.ID] = &m
 	return nil

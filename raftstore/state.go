@@ -164,7 +164,17 @@ type Member struct {
 	// whose files disagree (a rolling change of lease_ttl) never overlap
 	// (issue 19). The member writes nothing until its record shows it.
 	LeaseTTLMs int64 `json:"lease_ttl_ms,omitempty"`
+	// LeaseProtocol is the lease protocol the member runs, as it
+	// announced it: 0 (an older build) renews its lease by raft's
+	// heartbeats alone; LeaseProtocolGrant asks the leader for it
+	// (POST /v1/internal/lease, design.md section 3), and the leader takes
+	// its partitions over lease_ttl after it last granted one.
+	LeaseProtocol int `json:"lease_protocol,omitempty"`
 }
+
+// LeaseProtocolGrant is Member.LeaseProtocol of a member that asks the
+// leader for its lease (issue 19).
+const LeaseProtocolGrant = 1
 
 // State is the whole replicated control-plane state held by the FSM.
 type State struct {

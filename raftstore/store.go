@@ -137,7 +137,10 @@ type Store struct {
 	// failing holds, for each peer whose heartbeats fail, the last time
 	// the leader heard from it (zero: never since it became leader).
 	failing map[string]time.Time
-	closed  chan struct{}
+	// grants holds, on the leader, when it last granted each member a
+	// lease during this leadership (RecordLeaseGrant).
+	grants map[string]time.Time
+	closed chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -179,9 +182,11 @@ func (s *Store) Barrier(ctx context.Context) error {
 	return nil
 }
 
-// VerifyLeader checks with a quorum that this member is still the leader.
-func (s *Store) VerifyLeader() error {
-	return s.mapErr(s.raft.VerifyLeader().Error())
+// VerifyLeader checks with a quorum that this member is still the leader:
+// nil means no other leader was elected before the call began. It returns
+// ErrNotLeader, or ctx's error when the quorum does not answer in time.
+func (s *Store) VerifyLeader(ctx context.Context) error {
+	return s.wait(ctx, s.raft.VerifyLeader())
 }
 
 // FSM is the state machine (benchmarks snapshot and restore it directly).
@@ -216,6 +221,7 @@ func (s *Store) watch(notify <-chan bool) {
 			if leader {
 				s.leaderSince = now
 				clear(s.failing)
+				clear(s.grants)
 			} else {
 				s.leftLeadership = now
 			}
@@ -265,6 +271,34 @@ func (s *Store) PeerFailing(id string) bool {
 	defer s.mu.Unlock()
 	_, failing := s.failing[id]
 	return failing
+}
+
+// RecordLeaseGrant notes, on the leader, that it granted member id a lease
+// at the given time (after confirming its leadership with a quorum).
+func (s *Store) RecordLeaseGrant(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grants == nil {
+		s.grants = map[string]time.Time{}
+	}
+	if at.After(s.grants[id]) {
+		s.grants[id] = at
+	}
+}
+
+// LeaseGrant is, on the leader, when it last granted member id a lease
+// during this leadership, or the time it became leader when it has not
+// (granted false). A member's lease never outlives the last grant it got
+// plus lease_ttl - lease_margin, from any leader: a new leader that counts
+// from its own election waits out the old leader's grants (design.md
+// section 3).
+func (s *Store) LeaseGrant(id string) (at time.Time, granted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g, ok := s.grants[id]; ok {
+		return g, true
+	}
+	return s.leaderSince, false
 }
 
 // LeaseContact is the last moment this member is known to have been part

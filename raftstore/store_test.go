@@ -193,7 +193,7 @@ func TestStoreReopen(t *testing.T) {
 	if err := s.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.VerifyLeader(); err != nil {
+	if err := s.VerifyLeader(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if s.AppliedIndex() == 0 || s.Stats()["state"] != "Leader" {

@@ -66,6 +66,27 @@ func (c *Client) ApplyInternal(ctx context.Context, entry []byte) error {
 	return c.do(ctx, http.MethodPost, "/v1/internal/apply", nil, InternalApplyRequest{Entry: entry}, nil)
 }
 
+// LeaseGrant is the leader's answer to a member's lease renewal
+// (POST /v1/internal/lease, design.md section 3). The member's lease runs
+// lease_ttl - lease_margin from the moment it sent the renewal, and counts
+// only once its own state has applied StateIndex: a partition the leader
+// moved before granting has moved in the member's state too.
+type LeaseGrant struct {
+	// Leader is the member that granted it.
+	Leader string `json:"leader"`
+	// StateIndex is the raft index of the last command the leader's
+	// state had applied when it granted (as RaftProbe.StateIndex).
+	StateIndex uint64 `json:"state_index"`
+}
+
+// RenewLease asks the leader for a lease (member to member). A leader of
+// an older build, which has no such route, answers ErrNotFound.
+func (c *Client) RenewLease(ctx context.Context) (LeaseGrant, error) {
+	var out LeaseGrant
+	err := c.do(ctx, http.MethodPost, "/v1/internal/lease", nil, struct{}{}, &out)
+	return out, err
+}
+
 // InternalReach asks a member how long each mirror's source and the
 // destination have not answered it.
 func (c *Client) InternalReach(ctx context.Context) (Reach, error) {

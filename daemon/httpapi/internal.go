@@ -12,6 +12,9 @@ import (
 // Internal is what members serve each other under /v1/internal.
 type Internal interface {
 	ApplyInternal(ctx context.Context, entry []byte) error
+	// GrantLease answers a member's lease renewal on the leader; the
+	// caller is in ctx (api.CallerOf).
+	GrantLease(ctx context.Context) (api.LeaseGrant, error)
 	LocalStatuses() []api.LiveStatus
 	LocalGroupRows() []api.GroupStatus
 	LocalReach() api.Reach
@@ -47,6 +50,14 @@ func (h *handler) applyInternal(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, api.StatusBody{Status: "applied"}, nil
+}
+
+func (h *handler) grantLease(r *http.Request) (int, any, error) {
+	g, err := h.internal.GrantLease(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, g, nil
 }
 
 func (h *handler) localReach(*http.Request) (int, any, error) {

@@ -56,6 +56,7 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 	mux.Handle("DELETE /v1/members/{id}/drain", h.wrap(h.drainMember))
 	if h.internal != nil {
 		mux.Handle("POST /v1/internal/apply", h.wrap(h.applyInternal))
+		mux.Handle("POST /v1/internal/lease", h.wrap(h.grantLease))
 		mux.Handle("GET /v1/internal/status", h.wrap(h.localStatuses))
 		mux.Handle("GET /v1/internal/groups", h.wrap(h.localGroups))
 		mux.Handle("GET /v1/internal/reach", h.wrap(h.localReach))

@@ -36,6 +36,9 @@ type Store interface {
 	Servers() ([]raftstore.Server, error)
 	// PeerContact is when the leader last heard from member id.
 	PeerContact(id string) time.Time
+	// LeaseGrant is when the leader last granted member id a lease in
+	// this leadership (granted), else when it became leader.
+	LeaseGrant(id string) (at time.Time, granted bool)
 	IsLeader() bool
 }
 

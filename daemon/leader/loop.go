@@ -172,9 +172,10 @@ func (l *Leader) leaderReconcile(ctx context.Context) {
 }
 
 // Alive returns whether a member is alive as the leader sees it now:
-// in the raft configuration and heard from within the lease TTL (this
-// member, the leader, always is): the longer of the leader's lease_ttl
-// and the one the member announced (TakeoverAfter). A member removed from the raft
+// in the raft configuration and within its lease (this member, the
+// leader, always is): the lease runs the longer of the leader's lease_ttl
+// and the one the member announced (TakeoverAfter) from the leader's last
+// grant to it (LeaseContact). A member removed from the raft
 // configuration is not alive, however recently it was heard from: raft no
 // longer sends it heartbeats, so their failures would never show. It also
 // returns the IDs in the raft configuration.
@@ -186,17 +187,34 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 		}
 	}
 	ttls := map[string]time.Duration{}
+	grants := map[string]bool{}
 	l.store.Read(func(s *raftstore.State) {
 		for id, mem := range s.Members {
 			ttls[id] = time.Duration(mem.LeaseTTLMs) * time.Millisecond
+			grants[id] = mem.LeaseProtocol >= raftstore.LeaseProtocolGrant
 		}
 	})
 	return func(id string) bool {
 		if id == l.cfg.NodeID {
 			return true
 		}
-		return inConfig[id] && time.Since(l.store.PeerContact(id)) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
+		return inConfig[id] && time.Since(LeaseContact(l.store, id, grants[id])) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
 	}, inConfig
+}
+
+// LeaseContact is the start of member id's lease as the leader counts it:
+// its last grant in this leadership (the leader's election when none) for
+// a member that asks for grants (asksGrants: its record says so, or it
+// asked this leader), else raft's last heartbeat answer from it (an older
+// build, which renews its lease by heartbeats). A member's own window runs
+// from when it sent the renewal, before the grant, so it always ends
+// first (design.md section 3, issue 19).
+func LeaseContact(store Store, id string, asksGrants bool) time.Time {
+	at, granted := store.LeaseGrant(id)
+	if granted || asksGrants {
+		return at
+	}
+	return store.PeerContact(id)
 }
 
 // TakeoverAfter is how long after the leader last heard from a member it

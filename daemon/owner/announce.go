@@ -93,7 +93,7 @@ func (o *Owner) announce() {
 	_, err := os.Stat(marker)
 	undrain := err == nil
 	want := raftstore.Member{ID: o.cfg.NodeID, RaftAddr: o.cfg.RaftAdvertise, HTTPAddr: o.member.AdvertisedHTTP(), Voter: self.IsVoter(), Joined: true,
-		LeaseTTLMs: o.cfg.LeaseTTL.Milliseconds()}
+		LeaseTTLMs: o.cfg.LeaseTTL.Milliseconds(), LeaseProtocol: raftstore.LeaseProtocolGrant}
 	for o.ctx.Err() == nil {
 		var cur raftstore.Member
 		found := false

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
@@ -84,7 +85,15 @@ type leaderMember struct{ store *raftstore.Store }
 func (l leaderMember) Submit(ctx context.Context, cmd raftstore.Command) error {
 	return l.store.Apply(ctx, cmd)
 }
-func (leaderMember) CaughtUp(context.Context) error                       { return nil }
+func (leaderMember) CaughtUp(context.Context) error { return nil }
+func (l leaderMember) RenewLease(ctx context.Context) (api.LeaseGrant, error) {
+	if err := l.store.VerifyLeader(ctx); err != nil {
+		return api.LeaseGrant{}, err
+	}
+	var idx uint64
+	l.store.Read(func(s *raftstore.State) { idx = s.Index })
+	return api.LeaseGrant{Leader: "n1", StateIndex: idx}, nil
+}
 func (leaderMember) AdvertisedHTTP() string                               { return "127.0.0.1:1" }
 func (leaderMember) Self() config.PeerConfig                              { return config.PeerConfig{ID: "n1"} }
 func (leaderMember) Source(raftstore.Mirror) fetch.Source                 { return fetch.Source{} }
@@ -112,12 +121,7 @@ func TestLeaseOutlivesMemberLoops(t *testing.T) {
 	octx, ocancel := context.WithCancel(context.Background())
 	defer ocancel()
 	o := New(octx, Config{NodeID: "n1", LeaseTTL: 4 * time.Second, LeaseMargin: 2 * time.Second}, store, nil, leaderMember{store}, zaptest.NewLogger(t))
-	o.leaseRun.Do(func() { // the lease loop alone, as Run starts it
-		go func() {
-			defer close(o.leaseDone)
-			o.leaseLoop()
-		}()
-	})
+	o.startLease() // the lease alone, as Run starts it
 	// Not before the state records this member's lease_ttl, which the
 	// leader's takeover waits out (issue 19).
 	time.Sleep(time.Second)

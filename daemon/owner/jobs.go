@@ -230,8 +230,12 @@ func (o *Owner) ownerReconcile() {
 	}
 }
 
-// dropAll drops every partition the engine holds (lease lost).
+// dropAll drops every partition the engine holds (lease lost); without a
+// data path (RunLease alone) there is none.
 func (o *Owner) dropAll() {
+	if o.engine == nil {
+		return
+	}
 	for _, k := range o.engine.Held() {
 		o.drop(k, "drop partition after losing the lease")
 	}

@@ -12,16 +12,19 @@ import (
 )
 
 // leaseState is this member's right to write its partitions (design.md
-// section 3, self-fencing). A member may write while it has heard from the
-// leader within lease_ttl - lease_margin, and only once its replicated
-// state has caught up with the leader's since it started or was last
-// fenced: raft heartbeats alone tell a follower that is far behind that it
-// is in contact, while its state still shows partitions that have moved.
+// section 3, self-fencing). A member may write until lease_ttl -
+// lease_margin after it sent the last renewal the leader granted
+// (renew.go), and only once its replicated state has caught up with the
+// leader's since it started or was last fenced: a grant counts only once
+// the state has applied what the leader's had when it granted, and after
+// a fence only a renewal sent after it counts.
 type leaseState struct {
 	mu sync.Mutex
-	// synced: the state caught up (read index) after the last fence.
+	// synced: the state caught up after the last fence.
 	synced bool
 	fenced bool
+	// fencedAt is when the lease was last lost.
+	fencedAt time.Time
 	// checked is when leaseLoop last found the lease valid. Writes stop
 	// soon after it unless the loop runs again: a process that was paused
 	// (SIGSTOP, a VM freeze) gets heartbeats on waking before the loop sees
@@ -46,7 +49,7 @@ func (o *Owner) writeDeadline() time.Time {
 	if !synced {
 		return time.Time{}
 	}
-	dl := o.store.LeaseContact().Add(o.leaseWindow())
+	dl := o.leaseContact().Add(o.leaseWindow())
 	if bound := checked.Add(leaseCheckSlack); bound.Before(dl) {
 		dl = bound
 	}
@@ -60,9 +63,11 @@ func (o *Owner) leaseSynced() bool {
 	return o.lease.synced
 }
 
-// leaseLoop watches the lease: when the last contact is older than the
-// lease window the member is fenced (it writes nothing); to write again it
-// first syncs its state with the leader's (read index).
+// leaseLoop watches the lease: when the last grant's renewal was sent
+// longer than the lease window ago the member is fenced (it writes
+// nothing); to write again it needs a grant sent after the fence, counted
+// once its state has caught up (under a leader of an older build, a read
+// index: CaughtUp).
 func (o *Owner) leaseLoop() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -74,18 +79,18 @@ func (o *Owner) leaseLoop() {
 		// even if raft has heard from the leader since it woke.
 		paused := now.Sub(last) >= o.leaseWindow()
 		last = now
-		expired := paused || now.Sub(o.store.LeaseContact()) >= o.leaseWindow()
+		expired := paused || now.Sub(o.leaseContact()) >= o.leaseWindow()
 		o.lease.mu.Lock()
 		lost := expired && !o.lease.fenced
 		if lost {
-			o.lease.fenced, o.lease.synced = true, false
-			o.log.Warn("lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again",
+			o.lease.fenced, o.lease.synced, o.lease.fencedAt = true, false, now
+			o.log.Warn("lease lost: no lease granted by the raft leader within lease_ttl - lease_margin; writing nothing until one is and the state is synced again",
 				zap.Duration("window", o.leaseWindow()), zap.Bool("paused", paused))
 		}
 		if !expired {
 			o.lease.checked = now
 		}
-		synced := o.lease.synced
+		synced, fencedAt := o.lease.synced, o.lease.fencedAt
 		o.lease.mu.Unlock()
 		if lost && o.ctx.Err() == nil {
 			// Its partitions may move while it is cut off: drop them all,
@@ -96,9 +101,7 @@ func (o *Owner) leaseLoop() {
 			o.dropAll()
 		}
 		if !synced && !expired {
-			ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
-			err := o.member.CaughtUp(ctx)
-			cancel()
+			err := o.leaseSync(fencedAt)
 			if err == nil && !o.leaseAnnounced() {
 				// The leader would take this member's partitions over
 				// after its own lease_ttl, not this member's: write once
@@ -112,7 +115,7 @@ func (o *Owner) leaseLoop() {
 				o.lease.synced, o.lease.fenced = true, false
 				o.lease.mu.Unlock()
 				if was {
-					o.log.Info("lease regained: state synced with the raft leader")
+					o.log.Info("lease held: granted by the raft leader, and the state synced with the leader's")
 				}
 			}
 		}
@@ -123,6 +126,23 @@ func (o *Owner) leaseLoop() {
 		}
 	}
 }
+
+// leaseSync is nil once this member's state is synced with the leader's
+// after a fence at fencedAt: a grant sent after it has been counted (its
+// state index applied), or under a leader of an older build a read index.
+func (o *Owner) leaseSync(fencedAt time.Time) error {
+	if o.grantLegacy() {
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		defer cancel()
+		return o.member.CaughtUp(ctx)
+	}
+	if !o.leaseContact().After(fencedAt) {
+		return errNoGrantSinceFence
+	}
+	return nil
+}
+
+var errNoGrantSinceFence = errors.New("no lease granted since this member was fenced")
 
 var errLeaseNotAnnounced = errors.New("this member's lease_ttl is not recorded in the state yet")
 

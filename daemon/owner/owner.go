@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
@@ -18,8 +19,11 @@ type Store interface {
 	Read(func(*raftstore.State))
 	Watch() (<-chan struct{}, func())
 	// LeaseContact is when this member last heard from the raft leader:
-	// the start of its write window (lease.go).
+	// the start of its write window under a leader of an older build,
+	// which grants no leases (renew.go).
 	LeaseContact() time.Time
+	// Leader is the raft leader's address and ID ("" when none is known).
+	Leader() (addr, id string)
 }
 
 // Member is what the owner duties ask of the member they run on.
@@ -31,6 +35,9 @@ type Member interface {
 	// CaughtUp is nil once this member's state has applied what the
 	// leader had (a read index).
 	CaughtUp(ctx context.Context) error
+	// RenewLease asks the raft leader for this member's lease (renew.go);
+	// api.ErrNotFound: the leader is of an older build without grants.
+	RenewLease(ctx context.Context) (api.LeaseGrant, error)
 	// AdvertisedHTTP and Self are this member's addresses and peers
 	// entry, for its record in the replicated state.
 	AdvertisedHTTP() string
@@ -81,6 +88,7 @@ type Owner struct {
 	groups *GroupSync
 
 	lease leaseState
+	grant grantState
 	// leaseStop ends the lease loop, which outlives the member's other
 	// loops: the data path drains under the lease at shutdown (StopLease).
 	leaseStop context.CancelFunc
@@ -98,6 +106,8 @@ func New(ctx context.Context, cfg Config, store Store, dest *kafka.Admin, member
 	o := &Owner{cfg: cfg, store: store, dest: dest, member: member, log: log, ctx: ctx, leaseDone: make(chan struct{})}
 	o.leaseCtx, o.leaseStop = context.WithCancel(context.Background())
 	o.owner.init()
+	// No lease until the first grant: nothing to fence at start.
+	o.lease.fenced = true
 	o.out = newOutbox(o)
 	o.groups = newGroupSync(o)
 	return o
@@ -130,16 +140,36 @@ func (o *Owner) SetEngine(e *fetch.Engine) { o.engine = e }
 // outbox, the member's announcement and the group offset sync as member
 // loops.
 func (o *Owner) Run() {
-	o.leaseRun.Do(func() {
-		go func() {
-			defer close(o.leaseDone)
-			o.leaseLoop()
-		}()
-	})
+	o.startLease()
 	o.member.Go(o.ownerLoop)
 	o.member.Go(o.out.run)
 	o.member.Go(o.announce)
 	o.member.Go(o.groups.run)
+}
+
+// RunLease starts the lease alone: the lease loop and the renewals it
+// counts (once; Run calls it). StopLease ends them. In-process groups in
+// tests run only this.
+func (o *Owner) RunLease() { o.startLease() }
+
+// WriteDeadline is the end of this member's lease: the zero time when it
+// holds none (fetch.Control.WriteDeadline).
+func (o *Owner) WriteDeadline() time.Time { return o.writeDeadline() }
+
+// startLease starts the lease loop and the renewals it counts (once).
+func (o *Owner) startLease() {
+	o.leaseRun.Do(func() {
+		go func() {
+			defer close(o.leaseDone)
+			renewed := make(chan struct{})
+			go func() {
+				defer close(renewed)
+				o.renewLoop()
+			}()
+			o.leaseLoop()
+			<-renewed
+		}()
+	})
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

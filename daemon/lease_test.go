@@ -1,0 +1,173 @@
+package daemon
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/owner"
+	"github.com/kmirror/kmirror/raftstore"
+)
+
+// lateAnswers is a member's raft transport whose answers to the others'
+// requests can be held (a link slow in one direction): the member
+// processes each request at once, so raft stamps its contact with the
+// leader, but the leader gets the answer late or, past its transport
+// timeout, never.
+type lateAnswers struct {
+	*raft.InmemTransport
+	delay atomic.Int64 // nanoseconds
+	out   chan raft.RPC
+	done  chan struct{}
+}
+
+func newLateAnswers(tr *raft.InmemTransport) *lateAnswers {
+	l := &lateAnswers{InmemTransport: tr, out: make(chan raft.RPC), done: make(chan struct{})}
+	go l.relay()
+	return l
+}
+
+func (l *lateAnswers) Consumer() <-chan raft.RPC { return l.out }
+
+func (l *lateAnswers) Close() error {
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+	return l.InmemTransport.Close()
+}
+
+func (l *lateAnswers) relay() {
+	in := l.InmemTransport.Consumer()
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-l.done:
+			return
+		}
+		if d := time.Duration(l.delay.Load()); d > 0 {
+			orig, held := rpc.RespChan, make(chan raft.RPCResponse, 1)
+			rpc.RespChan = held
+			go func() {
+				select {
+				case r := <-held:
+					select {
+					case <-time.After(d):
+						orig <- r // buffered by the sender
+					case <-l.done:
+					}
+				case <-l.done:
+				}
+			}()
+		}
+		select {
+		case l.out <- rpc:
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// runLeases runs every member's lease (renewals and self-fencing) with
+// renewals carried in process, and records each member's lease settings
+// and protocol as its announce would.
+func (g *group) runLeases() {
+	g.t.Helper()
+	byID := map[string]*Member{}
+	for _, m := range g.members {
+		byID[m.cfg.NodeID] = m
+	}
+	for _, m := range g.members {
+		self := m.cfg.NodeID
+		m.leaseVia = func(ctx context.Context, leaderID string) (api.LeaseGrant, error) {
+			l, ok := byID[leaderID]
+			if !ok {
+				return api.LeaseGrant{}, api.ErrNotLeader
+			}
+			return l.grantLease(ctx, self)
+		}
+		m.own = owner.New(m.ctx, owner.Config{NodeID: self, LeaseTTL: m.cfg.LeaseTTL, LeaseMargin: m.cfg.LeaseMargin}, m.store, nil, m, m.log.Named("owner"))
+		m.own.RunLease()
+		g.t.Cleanup(m.own.StopLease)
+	}
+	l := g.leader()
+	for _, m := range g.members {
+		rec := raftstore.Member{ID: m.cfg.NodeID, Voter: true, Joined: true, HTTPAddr: m.Self().HTTP, RaftAddr: m.Self().Raft,
+			LeaseTTLMs: m.cfg.LeaseTTL.Milliseconds(), LeaseProtocol: raftstore.LeaseProtocolGrant}
+		if err := l.store.Apply(context.Background(), raftstore.UpsertMember{Member: rec}); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	waitFor(g.t, 10*time.Second, "every member holding its lease", func() bool {
+		for _, m := range g.members {
+			if m.own.WriteDeadline().IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestLeaseEndsBeforeTakeoverWhenRaftAnswersAreLate: a member's raft
+// answers are held past the leader's transport timeout on a live link.
+// It keeps processing the leader's heartbeats, so raft's contact stays
+// fresh on its side, while the leader's heartbeats to it fail and the
+// leader gives its partitions away lease_ttl later. The member's lease
+// must end before that (issue 19: it ran from raft's contact and never
+// ended), and come back once its answers do.
+func TestLeaseEndsBeforeTakeoverWhenRaftAnswersAreLate(t *testing.T) {
+	g := newGroup(t, 3, 2*time.Second)
+	g.addTopic("a", 6)
+	g.runLeases()
+	l := g.leader()
+	victim := -1
+	for i, m := range g.members {
+		if m != l && victim < 0 {
+			victim = i
+		}
+	}
+	v := g.members[victim]
+	vid := v.cfg.NodeID
+	held := time.Now()
+	g.late[victim].delay.Store(int64(3 * time.Second))
+
+	var takeover, fenced time.Time
+	waitFor(t, 6*g.ttl, "the leader taking "+vid+"'s partitions over and "+vid+" fenced", func() bool {
+		now := time.Now()
+		alive, _ := l.lead.Alive()
+		dl := v.own.WriteDeadline()
+		if dl.IsZero() && fenced.IsZero() {
+			fenced = now
+		}
+		if !alive(vid) {
+			if takeover.IsZero() {
+				takeover = now
+			}
+			if dl.After(now) {
+				t.Fatalf("the leader may give %s's partitions away (%s after its answers were held) while %s may write until %s later",
+					vid, now.Sub(held).Round(time.Millisecond), vid, dl.Sub(now).Round(time.Millisecond))
+			}
+		}
+		return !takeover.IsZero() && !fenced.IsZero()
+	})
+	t.Logf("%s fenced %s after its raft answers were held; the leader could take over %s after", vid,
+		fenced.Sub(held).Round(10*time.Millisecond), takeover.Sub(held).Round(10*time.Millisecond))
+	if !fenced.Before(takeover) {
+		t.Fatalf("%s fenced at %s, not before the takeover at %s", vid, fenced, takeover)
+	}
+	waitFor(t, 6*g.ttl, vid+"'s partitions moved to the others", func() bool {
+		return ownerCounts(g.partitions(0))[vid] == 0
+	})
+
+	g.late[victim].delay.Store(0)
+	waitFor(t, 6*g.ttl, vid+" holding a lease again once its answers arrive", func() bool {
+		alive, _ := l.lead.Alive()
+		return alive(vid) && !v.own.WriteDeadline().IsZero()
+	})
+}
