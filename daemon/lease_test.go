@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,4 +171,38 @@ func TestLeaseEndsBeforeTakeoverWhenRaftAnswersAreLate(t *testing.T) {
 		alive, _ := l.lead.Alive()
 		return alive(vid) && !v.own.WriteDeadline().IsZero()
 	})
+}
+
+// TestGrantLeaseRefusals: only the leader grants, only to members of the
+// raft configuration, and only while raft heartbeats to the member
+// succeed; a grant is recorded for the takeover.
+func TestGrantLeaseRefusals(t *testing.T) {
+	g := newGroup(t, 3, 2*time.Second)
+	l := g.leader()
+	ctx := context.Background()
+	var follower *Member
+	fi := -1
+	for i, m := range g.members {
+		if m != l && follower == nil {
+			follower, fi = m, i
+		}
+	}
+	if _, err := follower.grantLease(ctx, l.cfg.NodeID); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("a follower granted a lease: %v", err)
+	}
+	if _, err := l.grantLease(ctx, "n9"); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("a lease granted to a member outside the raft configuration: %v", err)
+	}
+	before := time.Now()
+	if _, err := l.grantLease(ctx, follower.cfg.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	if at, granted := l.store.LeaseGrant(follower.cfg.NodeID); !granted || at.Before(before) {
+		t.Fatalf("grant not recorded: %s %v", at, granted)
+	}
+	g.late[fi].delay.Store(int64(time.Second))
+	waitFor(t, 5*time.Second, "heartbeats to "+follower.cfg.NodeID+" failing", func() bool { return l.store.PeerFailing(follower.cfg.NodeID) })
+	if _, err := l.grantLease(ctx, follower.cfg.NodeID); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("a lease granted while heartbeats to the member fail: %v", err)
+	}
 }

@@ -202,6 +202,12 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 	}, inConfig
 }
 
+// ContactStore is what LeaseContact reads of the raft store.
+type ContactStore interface {
+	LeaseGrant(id string) (at time.Time, granted bool)
+	PeerContact(id string) time.Time
+}
+
 // LeaseContact is the start of member id's lease as the leader counts it:
 // its last grant in this leadership (the leader's election when none) for
 // a member that asks for grants (asksGrants: its record says so, or it
@@ -209,7 +215,7 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 // build, which renews its lease by heartbeats). A member's own window runs
 // from when it sent the renewal, before the grant, so it always ends
 // first (design.md section 3, issue 19).
-func LeaseContact(store Store, id string, asksGrants bool) time.Time {
+func LeaseContact(store ContactStore, id string, asksGrants bool) time.Time {
 	at, granted := store.LeaseGrant(id)
 	if granted || asksGrants {
 		return at
