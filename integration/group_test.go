@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
@@ -175,7 +176,7 @@ func TestGroupZombie(t *testing.T) {
 	dst := readAll(t, env.dst, topic, partitions, true)
 	requireSameRecords(t, src, dst)
 	requireSequencesContiguous(t, env.dst, topic, partitions)
-	if logCount(t, zombie, "lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again") == 0 {
+	if logCount(t, zombie, owner.LogLeaseLost) == 0 {
 		t.Fatalf("the stopped member never noticed it lost its lease:\n%s", zombie.logTail())
 	}
 }
@@ -213,8 +214,8 @@ func TestGroupRaftIsolation(t *testing.T) {
 	}
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	requireSequencesContiguous(t, env.dst, topic, partitions)
-	if logCount(t, cut, "lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again") == 0 ||
-		logCount(t, cut, "lease regained: state synced with the raft leader") == 0 {
+	if logCount(t, cut, owner.LogLeaseLost) == 0 ||
+		logCount(t, cut, owner.LogLeaseRegained) == 0 {
 		t.Fatalf("the cut member did not fence itself and sync again:\n%s", cut.logTail())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/owner"
 )
 
 // Issue 16: the source deletes records kmirror copied after its last
@@ -189,7 +190,7 @@ func TestSourceDeletedAfterMirrorPause(t *testing.T) {
 	m.cmd.Process.Signal(syscall.SIGSTOP)
 	time.Sleep(8 * time.Second) // past lease_ttl (6s): the pause itself is the fault
 	m.cmd.Process.Signal(syscall.SIGCONT)
-	const lost = "lease lost: no contact with the raft leader within lease_ttl - lease_margin; writing nothing until the state is synced again"
+	const lost = owner.LogLeaseLost
 	deadline := time.Now().Add(30 * time.Second)
 	for logCount(t, m, lost) == 0 {
 		if time.Now().After(deadline) {

@@ -84,7 +84,7 @@ func (o *Owner) leaseLoop() {
 		lost := expired && !o.lease.fenced
 		if lost {
 			o.lease.fenced, o.lease.synced, o.lease.fencedAt = true, false, now
-			o.log.Warn("lease lost: no lease granted by the raft leader within lease_ttl - lease_margin; writing nothing until one is and the state is synced again",
+			o.log.Warn(LogLeaseLost,
 				zap.Duration("window", o.leaseWindow()), zap.Bool("paused", paused))
 		}
 		if !expired {
@@ -114,8 +114,10 @@ func (o *Owner) leaseLoop() {
 				was := o.lease.fenced
 				o.lease.synced, o.lease.fenced = true, false
 				o.lease.mu.Unlock()
-				if was {
-					o.log.Info("lease held: granted by the raft leader, and the state synced with the leader's")
+				if was && fencedAt.IsZero() {
+					o.log.Info("lease taken: granted by the raft leader, and the state synced with the leader's")
+				} else if was {
+					o.log.Info(LogLeaseRegained)
 				}
 			}
 		}
@@ -141,6 +143,12 @@ func (o *Owner) leaseSync(fencedAt time.Time) error {
 	}
 	return nil
 }
+
+// Log lines of the lease that tests look for in a member's log.
+const (
+	LogLeaseLost     = "lease lost: no lease granted by the raft leader within lease_ttl - lease_margin; writing nothing until one is and the state is synced again"
+	LogLeaseRegained = "lease regained: granted by the raft leader, and the state synced with the leader's"
+)
 
 var errNoGrantSinceFence = errors.New("no lease granted since this member was fenced")
 
