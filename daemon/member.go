@@ -203,6 +203,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	m.wireOps()
 	mx := newMetrics(m.engine, m.skippedRecords, m.own.Groups(), m.sources, m.lead)
 	mx.auth = m.auth
+	mx.late = m.lateRecords
 	mx.conns = m.conns
 	mx.destination = m.destination
 	full := httpapi.NewHandler(m, m.log, mx.handler())
@@ -329,6 +330,25 @@ func (m *Member) Stop() error {
 	}
 	m.log.Info("kmirror member stopped")
 	return errors.Join(errs...)
+}
+
+// lateRecords returns, on the leader, the records of late batches found
+// in STOPPED partitions, for /metrics.
+func (m *Member) lateRecords() map[fetch.Key]int64 {
+	out := map[fetch.Key]int64{}
+	if !m.store.IsLeader() {
+		return out
+	}
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			for i, p := range t.Partitions {
+				if p.LateRecords > 0 {
+					out[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}] = p.LateRecords
+				}
+			}
+		}
+	})
+	return out
 }
 
 // skippedRecords returns the skipped-record counts of the partitions this

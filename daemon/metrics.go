@@ -19,22 +19,26 @@ import (
 // metrics exposes the data path's per-partition progress on /metrics from
 // the member's own registry (never the global one).
 type metrics struct {
-	engine *fetch.Engine
-	reg    *prometheus.Registry
-	lag    *prometheus.Desc
-	srcPos *prometheus.Desc
-	dstPos *prometheus.Desc
-	state  *prometheus.Desc
-	diverg *prometheus.Desc
-	dups   *prometheus.Desc
-	skip   *prometheus.Desc
-	ckpt   *prometheus.Desc
-	xlB    *prometheus.Desc
-	xlFlr  *prometheus.Desc
-	store  *prometheus.Desc
+	engine   *fetch.Engine
+	reg      *prometheus.Registry
+	lag      *prometheus.Desc
+	srcPos   *prometheus.Desc
+	dstPos   *prometheus.Desc
+	state    *prometheus.Desc
+	diverg   *prometheus.Desc
+	dups     *prometheus.Desc
+	skip     *prometheus.Desc
+	lateRecs *prometheus.Desc
+	ckpt     *prometheus.Desc
+	xlB      *prometheus.Desc
+	xlFlr    *prometheus.Desc
+	store    *prometheus.Desc
 	// skipped returns the skipped-record counts of the partitions this
 	// member owns (from the replicated state).
 	skipped func() map[fetch.Key]int64
+	// late returns, on the leader, the records of late batches found in
+	// STOPPED partitions (leader/latebatch.go).
+	late func() map[fetch.Key]int64
 	// groups is the member's group offset syncer (nil in tests).
 	groups      *owner.GroupSync
 	groupRows   *prometheus.Desc
@@ -124,6 +128,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 				"(segments themselves are read when a partition is taken).", nil, nil),
 		ckpt: prometheus.NewDesc("kmirror_partition_checkpoint_failing",
 			"1 while the partition's checkpoint cannot be written to the offsets topic (describe says why), else 0.", labels, nil),
+		lateRecs: prometheus.NewDesc("kmirror_partition_late_records_total",
+			"Records of kmirror's own producer that landed in a STOPPED partition after its recorded last mirrored position "+
+				"(a produce request the network held past its sender's lease; describe names them); exported by the leader.", labels, nil),
 		skip: prometheus.NewDesc("kmirror_partition_skipped_records_total",
 			"Source records deleted before they were mirrored that an operator accepted to skip (kmirror resume --accept-gap); "+
 				"exported by the partition's owner.", labels, nil),
@@ -138,6 +145,7 @@ func (m *metrics) handler() http.Handler {
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.lag
+	ch <- m.lateRecs
 	ch <- m.srcPos
 	ch <- m.dstPos
 	ch <- m.state
@@ -218,6 +226,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.lead != nil {
 		for mirror, n := range m.lead.AutoFailovers() {
 			ch <- prometheus.MustNewConstMetric(m.autoFailovr, prometheus.CounterValue, float64(n), mirror)
+		}
+	}
+	if m.late != nil {
+		for k, n := range m.late() {
+			ch <- prometheus.MustNewConstMetric(m.lateRecs, prometheus.CounterValue, float64(n), k.Mirror, k.Topic, itoa(k.Partition))
 		}
 	}
 	if m.skipped != nil {

@@ -10,7 +10,7 @@ import (
 // for old logs have no submitter; a lease rule sits exactly on the
 // commands that name a lease (register panics otherwise).
 func TestAuthorityTable(t *testing.T) {
-	for typ := TypeCreateMirror; typ <= TypeSettleStopped; typ++ {
+	for _, typ := range append(typesUpTo(TypeSettleStopped), TypeRecordLateBatch) {
 		e, ok := commands[typ]
 		if !ok {
 			t.Fatalf("command type %d has no row in the command table", typ)
@@ -49,6 +49,7 @@ func TestAuthorize(t *testing.T) {
 		RemoveMember{ID: "n3"},
 		Assign{Key: k, Owner: "n2"},
 		SettleStopped{Key: k},
+		RecordLateBatch{Key: k},
 	} {
 		err := Authorize(cmd, ByMember)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a member may not submit "+cmd.Type().String()) {
@@ -113,4 +114,12 @@ func TestAuthorizeMemberSpeaksForItself(t *testing.T) {
 	if err := AuthorizeMember(ResumePartition{Key: k}, "n2"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a member's ResumePartition: %v, want refused", err)
 	}
+}
+
+func typesUpTo(last CommandType) []CommandType {
+	var out []CommandType
+	for typ := TypeCreateMirror; typ <= last; typ++ {
+		out = append(out, typ)
+	}
+	return out
 }

@@ -39,6 +39,9 @@ const (
 	TypeAlterMirror      CommandType = 23
 	TypeSetWriteDenials  CommandType = 24
 	TypeSettleStopped    CommandType = 25
+	// TypeRecordLateBatch only names a batch on the partition (its
+	// reason): a member that does not know it may skip it.
+	TypeRecordLateBatch CommandType = 26 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -158,6 +161,7 @@ func init() {
 	register("AlterMirror", operator, NoLease, (*State).applyAlterMirror)
 	register("SetWriteDenials", leader|operator, NoLease, (*State).applySetWriteDenials)
 	register("SettleStopped", leader, NoLease, (*State).applySettleStopped)
+	register("RecordLateBatch", leader, NoLease, (*State).applyRecordLateBatch)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -298,6 +302,19 @@ type PartitionStopped struct {
 	// source at the stop; they are settled once the source answers
 	// (SettleStopped).
 	UnverifiedEnd int64 `json:"unverified_end,omitempty"`
+	// AtMs is when the owner stopped it (Unix ms; 0 from older builds):
+	// the leader watches the partition for a late batch of kmirror's
+	// after the stop for a while (PartitionInfo.StoppedAtMs).
+	AtMs int64 `json:"at_ms,omitempty"`
+}
+
+// RecordLateBatch names a batch of kmirror's own producer that landed in
+// a STOPPED partition after its recorded position: a member's produce
+// request that the network held past its lease and delivered after the
+// stop (issue 19). The leader submits it.
+type RecordLateBatch struct {
+	Key   PartitionKey `json:"key"`
+	Batch LateBatch    `json:"batch"`
 }
 
 // SettleStopped records the last mirrored position of a STOPPED partition
@@ -431,6 +448,7 @@ func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
 func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
 func (SetWriteDenials) Type() CommandType   { return TypeSetWriteDenials }
 func (SettleStopped) Type() CommandType     { return TypeSettleStopped }
+func (RecordLateBatch) Type() CommandType   { return TypeRecordLateBatch }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

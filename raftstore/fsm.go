@@ -327,7 +327,8 @@ func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 		return fmt.Errorf("%w: topic %q is %s, not STOPPING", ErrInvalid, TopicKey(t.Mirror, t.Topic), t.State)
 	}
 	pos := c.Position
-	p.LastMirrored, p.UnverifiedEnd = &pos, c.UnverifiedEnd
+	p.LastMirrored, p.UnverifiedEnd, p.StoppedAtMs = &pos, c.UnverifiedEnd, c.AtMs
+	p.LateBatches, p.LateRecords, p.LateEnd = nil, 0, 0
 	// The topic's reason (an automatic failover says why) stays with it.
 	p.State, p.Reason = StateStopped, t.Reason
 	if c.Reason != "" {
@@ -353,6 +354,28 @@ func (s *State) applySettleStopped(c SettleStopped, _ uint64) error {
 	}
 	pos := c.Position
 	p.LastMirrored, p.UnverifiedEnd, p.Reason = &pos, 0, c.Reason
+	return nil
+}
+
+// maxLateBatches bounds PartitionInfo.LateBatches; LateRecords counts on.
+const maxLateBatches = 16
+
+func (s *State) applyRecordLateBatch(c RecordLateBatch, _ uint64) error {
+	p, err := s.partition(c.Key)
+	if err != nil {
+		return err
+	}
+	if p.State != StateStopped {
+		return fmt.Errorf("%w: partition %s is %s, not STOPPED", ErrInvalid, c.Key, p.State)
+	}
+	if c.Batch.FirstOffset < p.LateEnd {
+		return nil // counted already (a new leader scans again)
+	}
+	if len(p.LateBatches) < maxLateBatches {
+		p.LateBatches = append(p.LateBatches, c.Batch)
+	}
+	p.LateRecords += int64(c.Batch.Records)
+	p.LateEnd = c.Batch.LastOffset + 1
 	return nil
 }
 

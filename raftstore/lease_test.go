@@ -186,3 +186,30 @@ func TestSettleStopped(t *testing.T) {
 		t.Fatalf("the other partition moved: %+v", p)
 	}
 }
+
+// TestRecordLateBatch: a late batch is named on a STOPPED partition only,
+// counted once however often a leader finds it, and the list is bounded
+// while the count goes on.
+func TestRecordLateBatch(t *testing.T) {
+	x := newFixture(t)
+	k0 := PartitionKey{Mirror: "m1", Topic: "orders", Partition: 0}
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring})
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: k0, Owner: "n1"}, {Key: p1, Owner: "n1"}}})
+	late := func(at int64) LateBatch {
+		return LateBatch{FirstOffset: at, LastOffset: at + 9, ProducerID: 7, BaseSequence: int32(at), Records: 10}
+	}
+	x.mustFail(RecordLateBatch{Key: p1, Batch: late(100)}, ErrInvalid) // MIRRORING
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateStopping})
+	x.mustApply(PartitionStopped{Key: p1, Lease: x.lease(p1), Position: Position{DestinationOffset: 100}, AtMs: 1234})
+	if p := x.part(p1); p.StoppedAtMs != 1234 {
+		t.Fatalf("stop time not kept: %+v", p)
+	}
+	x.mustApply(RecordLateBatch{Key: p1, Batch: late(100)})
+	x.mustApply(RecordLateBatch{Key: p1, Batch: late(100)}) // found again
+	for i := range 20 {
+		x.mustApply(RecordLateBatch{Key: p1, Batch: late(int64(200 + 10*i))})
+	}
+	if p := x.part(p1); len(p.LateBatches) != maxLateBatches || p.LateRecords != 210 || p.LateEnd != 400 || p.LateBatches[0] != late(100) {
+		t.Fatalf("late batches: %d listed, %d records, end %d, first %+v", len(p.LateBatches), p.LateRecords, p.LateEnd, p.LateBatches[0])
+	}
+}

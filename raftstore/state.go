@@ -100,6 +100,17 @@ type PartitionInfo struct {
 	// verified against the source at the stop (0: none); cleared when they
 	// are settled (SettleStopped).
 	UnverifiedEnd int64 `json:"unverified_end,omitempty"`
+	// StoppedAtMs is when the partition stopped (Unix ms, as its owner
+	// reported it; 0: unknown): the leader watches it for late batches
+	// of kmirror's for a while after (LateBatches).
+	StoppedAtMs int64 `json:"stopped_at_ms,omitempty"`
+	// LateBatches names the batches of kmirror's producer found in the
+	// STOPPED partition after its recorded position (at most
+	// maxLateBatches, the first ones); LateRecords counts their records
+	// and LateEnd is the destination offset after the last one counted.
+	LateBatches []LateBatch `json:"late_batches,omitempty"`
+	LateRecords int64       `json:"late_records,omitempty"`
+	LateEnd     int64       `json:"late_end,omitempty"`
 	// AcceptGap lets the next start of the partition skip source records
 	// deleted before they were mirrored (kmirror resume --accept-gap);
 	// cleared when the gap is recorded.
@@ -115,6 +126,25 @@ type PartitionInfo struct {
 	// LastGap describes the latest gap ("100..149").
 	SkippedRecords int64  `json:"skipped_records,omitempty"`
 	LastGap        string `json:"last_gap,omitempty"`
+}
+
+// LateBatch is a batch of kmirror's producer that landed in a STOPPED
+// partition after its recorded last mirrored position (RecordLateBatch).
+type LateBatch struct {
+	// FirstOffset and LastOffset are its destination offsets.
+	FirstOffset int64 `json:"first_offset"`
+	LastOffset  int64 `json:"last_offset"`
+	ProducerID  int64 `json:"producer_id"`
+	Epoch       int16 `json:"epoch"`
+	// BaseSequence is the producer sequence of its first record.
+	BaseSequence int32 `json:"base_sequence"`
+	Records      int32 `json:"records"`
+}
+
+// String describes a late batch for logs and describe's REASON.
+func (b LateBatch) String() string {
+	return fmt.Sprintf("destination offsets %d..%d (%d records, producer ID %d epoch %d, sequences %d..%d)",
+		b.FirstOffset, b.LastOffset, b.Records, b.ProducerID, b.Epoch, b.BaseSequence, b.BaseSequence+b.Records-1)
 }
 
 // MirrorTopic is one topic mirrored by a mirror.

@@ -97,6 +97,14 @@ func (l *Leader) runLeader(ctx context.Context) {
 		l.readOnlyLoop(ctx)
 	}()
 	defer func() { <-readOnlyDone }()
+	lateDone := make(chan struct{})
+	go func() {
+		defer close(lateDone)
+		if l.dest != nil {
+			l.lateBatchLoop(ctx)
+		}
+	}()
+	defer func() { <-lateDone }()
 	settleDone := make(chan struct{})
 	go func() {
 		defer close(settleDone)

@@ -315,6 +315,11 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 						"high watermark at add (here %d): records without a key written before the source became compacted "+
 						"must be accepted; then it gets cleanup.policy=%s", t.DeferUntil[i], t.DeferredConfigs["cleanup.policy"])
 				}
+				if p.LateRecords > 0 {
+					ps.Reason = strings.TrimSuffix(fmt.Sprintf("LATE BATCHES: %d records of kmirror's landed after the recorded last mirrored position, "+
+						"from a produce request the network held past its sender's lease (first: %s); they repeat source records "+
+						"after that position, written after the stop; %s", p.LateRecords, p.LateBatches[0], ps.Reason), "; ")
+				}
 				if ps.Reason == "" && p.SkippedRecords > 0 {
 					ps.Reason = fmt.Sprintf("skipped %d source records deleted before they were mirrored (latest: source offsets %s), as accepted with resume --accept-gap",
 						p.SkippedRecords, p.LastGap)

@@ -350,7 +350,7 @@ func (o *Owner) runJob(j ownerJob) {
 			o.log.Warn("record last mirrored position failed; retrying", zap.Stringer("partition", k), zap.Error(err))
 			return
 		}
-		stopped := raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec}
+		stopped := raftstore.PartitionStopped{Key: partitionKey(k), Lease: j.lease, Position: rec, AtMs: time.Now().UnixMilli()}
 		if uv != nil {
 			stopped.Reason, stopped.UnverifiedEnd = j.reason, uv.End
 		}

@@ -116,7 +116,8 @@ func (o *Owner) renewOnce() {
 		g.legacyLeader = leaderID
 	}
 	switch {
-	case err != nil && !g.failing && o.leaseCtx.Err() == nil && !errors.Is(err, api.ErrNotFound):
+	case err != nil && !g.failing && o.leaseCtx.Err() == nil && !errors.Is(err, api.ErrNotFound) && !g.start.IsZero():
+		// (Before the first grant, at start, the group may still be forming.)
 		o.log.Warn("lease renewal failed; this member stops writing lease_ttl - lease_margin after the last renewal it sent that was granted",
 			zap.Error(err))
 		g.failing = true

@@ -32,7 +32,10 @@ type Proxy struct {
 	dropped   int
 	holdTopic string
 	holdLeft  int
-	held      [][]byte
+	// holdOpen: a held request leaves the client's connection open (a
+	// link that froze with the request in it), instead of closing it.
+	holdOpen bool
+	held     [][]byte
 	conns     map[net.Conn]bool
 	accepted  int
 	closed    bool
@@ -103,7 +106,16 @@ func (p *Proxy) Dropped() int {
 func (p *Proxy) HoldProduceRequests(topic string, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.holdTopic, p.holdLeft = topic, n
+	p.holdTopic, p.holdLeft, p.holdOpen = topic, n, false
+}
+
+// FreezeProduceRequests is HoldProduceRequests that leaves the client's
+// connection open: the client waits for an answer that never comes, as
+// behind a link that froze while it held the request (issue 19).
+func (p *Proxy) FreezeProduceRequests(topic string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdTopic, p.holdLeft, p.holdOpen = topic, n, true
 }
 
 // Held counts the produce requests held and not yet released.
@@ -242,6 +254,8 @@ func (p *Proxy) serve(client net.Conn) {
 			break
 		}
 		switch p.classify(frame) {
+		case "hold-open":
+			continue
 		case "hold":
 			p.untrack(client, broker)
 		case "drop":
@@ -270,6 +284,9 @@ func (p *Proxy) classify(frame []byte) string {
 	case p.holdLeft > 0 && carriesTopic(frame, p.holdTopic):
 		p.holdLeft--
 		p.held = append(p.held, frame)
+		if p.holdOpen {
+			return "hold-open"
+		}
 		return "hold"
 	case p.dropLeft > 0 && carriesTopic(frame, p.dropTopic):
 		p.dropLeft--
