@@ -51,6 +51,7 @@ func TestSecurity(t *testing.T) {
 	t.Run("WrongHostName", r.wrongHostName)
 	t.Run("MissingACL", r.missingACL)
 	t.Run("ReadOnlyMirrorTopics", r.readOnlyMirrorTopics)
+	t.Run("StopFence", r.stopFence)
 	t.Run("SecretsNeverShown", r.secretsNeverShown)
 }
 
@@ -314,6 +315,63 @@ func (r *securityRun) readOnlyMirrorTopics(t *testing.T) {
 	if err := appWrite("sec-256"); err != nil {
 		t.Fatalf("the app cannot write sec-256 once its DENY is lifted: %v", err)
 	}
+}
+
+// stopFence: a removed (failed-over) topic gets a DENY WRITE for
+// kmirror's own principal, so a produce request of kmirror's that the
+// network delivers after the stop is refused by the broker (issue 19);
+// an add of the topic lifts it, and mirroring continues record by record.
+func (r *securityRun) stopFence(t *testing.T) {
+	s, m, ctx := r.s, r.m, r.ctx
+	const topic = "sec-fence"
+	if err := s.src.CreateTopic(ctx, topic, 3, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceTo(t, s.src, topic, 3, 90, "before")
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "mplain", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	r.recovered(t, "mplain", topic)
+	if err := m.client.RemoveTopic(ctx, "mplain", topic); err != nil {
+		t.Fatal(err)
+	}
+	own := aclSpec{kmsg.ACLResourceTypeTopic, topic, kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLOperationWrite}
+	if !hasDenyACL(t, s.dst, destPrincipal, own) {
+		t.Fatalf("remove returned without the DENY WRITE for kmirror's own principal on %s:\n%s", topic, m.logTail())
+	}
+	// A late produce request of kmirror's: its principal, refused.
+	cert, err := tls.LoadX509KeyPair(s.kmirrorKeystore, s.kmirrorKeystore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(s.ca.Cert)
+	late, err := kgo.NewClient(kgo.SeedBrokers(s.dstAddr), kgo.DialTLSConfig(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}),
+		kgo.RequestRetries(0), kgo.RecordRetries(1), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = late.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("late kmirror batch")}).FirstErr()
+	cancel()
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("a produce with kmirror's principal into the stopped topic: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	// Added again: the fence goes first, then kmirror mirrors on. (An
+	// add of a removed topic looks for a last mirrored position on the
+	// source, for failback: README, Least-privilege ACLs.)
+	setACLs(t, s.src, "User:"+plainUser, true, []aclSpec{
+		{kmsg.ACLResourceTypeTopic, "__kmirror_state", kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLOperationRead},
+		{kmsg.ACLResourceTypeTopic, "__kmirror_state", kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLOperationDescribe}})
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: "mplain", Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	if hasDenyACL(t, s.dst, destPrincipal, own) {
+		t.Fatalf("add returned with the stop fence still on %s", topic)
+	}
+	produceTo(t, s.src, topic, 3, 90, "after")
+	r.recovered(t, "mplain", topic)
 }
 
 func (r *securityRun) secretsNeverShown(t *testing.T) {

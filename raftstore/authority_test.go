@@ -10,7 +10,7 @@ import (
 // for old logs have no submitter; a lease rule sits exactly on the
 // commands that name a lease (register panics otherwise).
 func TestAuthorityTable(t *testing.T) {
-	for _, typ := range append(typesUpTo(TypeSettleStopped), TypeRecordLateBatch) {
+	for _, typ := range append(typesUpTo(TypeSettleStopped), TypeRecordLateBatch, TypeSetStopFence) {
 		e, ok := commands[typ]
 		if !ok {
 			t.Fatalf("command type %d has no row in the command table", typ)
@@ -50,6 +50,7 @@ func TestAuthorize(t *testing.T) {
 		Assign{Key: k, Owner: "n2"},
 		SettleStopped{Key: k},
 		RecordLateBatch{Key: k},
+		SetStopFence{Topic: "t", Principal: "User:kmirror"},
 	} {
 		err := Authorize(cmd, ByMember)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a member may not submit "+cmd.Type().String()) {

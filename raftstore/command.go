@@ -42,6 +42,10 @@ const (
 	// TypeRecordLateBatch only names a batch on the partition (its
 	// reason): a member that does not know it may skip it.
 	TypeRecordLateBatch CommandType = 26 | IgnorableFlag
+	// TypeSetStopFence records a fence only the leader acts on: an older
+	// member that skips it, once leader, leaves the ACL to an add's
+	// failure message (README, Security).
+	TypeSetStopFence CommandType = 27 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -162,6 +166,7 @@ func init() {
 	register("SetWriteDenials", leader|operator, NoLease, (*State).applySetWriteDenials)
 	register("SettleStopped", leader, NoLease, (*State).applySettleStopped)
 	register("RecordLateBatch", leader, NoLease, (*State).applyRecordLateBatch)
+	register("SetStopFence", leader, NoLease, (*State).applySetStopFence)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -428,6 +433,14 @@ type SetWriteDenials struct {
 	Principals []string `json:"principals,omitempty"`
 }
 
+// SetStopFence records the DENY WRITE ACL for kmirror's own principal on a
+// STOPPED destination topic (State.StopFences); an empty Principal
+// removes the record.
+type SetStopFence struct {
+	Topic     string `json:"topic"`
+	Principal string `json:"principal,omitempty"`
+}
+
 // RemoveTopic removes a mirror topic.
 type RemoveTopic struct {
 	Mirror string `json:"mirror"`
@@ -449,6 +462,7 @@ func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
 func (SetWriteDenials) Type() CommandType   { return TypeSetWriteDenials }
 func (SettleStopped) Type() CommandType     { return TypeSettleStopped }
 func (RecordLateBatch) Type() CommandType   { return TypeRecordLateBatch }
+func (SetStopFence) Type() CommandType      { return TypeSetStopFence }
 func (SetProducer) Type() CommandType       { return TypeSetProducer }
 func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
 func (UpsertMember) Type() CommandType      { return TypeUpsertMember }

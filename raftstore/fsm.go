@@ -161,6 +161,21 @@ func (s *State) applySetWriteDenials(c SetWriteDenials, _ uint64) error {
 	return nil
 }
 
+func (s *State) applySetStopFence(c SetStopFence, _ uint64) error {
+	if c.Topic == "" {
+		return fmt.Errorf("%w: a stop fence needs a topic", ErrInvalid)
+	}
+	if c.Principal == "" {
+		delete(s.StopFences, c.Topic)
+		return nil
+	}
+	if s.StopFences == nil {
+		s.StopFences = map[string]string{}
+	}
+	s.StopFences[c.Topic] = c.Principal
+	return nil
+}
+
 func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
 	if _, ok := s.Mirrors[c.Name]; !ok {
 		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)

@@ -39,6 +39,7 @@ func seedCommands() []Command {
 		AlterMirror{Name: "m1", Bootstrap: []string{"a:9092"}, Properties: map[string]string{"groups.include": "g.*"}},
 		SetWriteDenials{Topic: "t1", Principals: []string{"User:app"}},
 		SettleStopped{Key: p1, Position: Position{SourceOffset: 9, DestinationOffset: 8}, Reason: "settled"},
+		SetStopFence{Topic: "orders", Principal: "User:kmirror"},
 		RecordLateBatch{Key: p1, Batch: LateBatch{FirstOffset: 1106, LastOffset: 1205, ProducerID: 7, BaseSequence: 1006, Records: 100}},
 	}
 }

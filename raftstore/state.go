@@ -218,6 +218,13 @@ type State struct {
 	// and cleared after they are deleted, so a failover removes exactly
 	// kmirror's own ACLs, also after a leader change.
 	WriteDenials map[string][]string `json:"write_denials,omitempty"`
+	// StopFences are the DENY WRITE ACLs for kmirror's own principal on
+	// STOPPED destination topics (issue 19: a produce request the network
+	// held past its sender's lease is refused by the broker after the
+	// stop), by destination topic name: the principal denied. Recorded
+	// before the ACL is created, cleared once an add of the topic deleted
+	// it.
+	StopFences map[string]string `json:"stop_fences,omitempty"`
 	// Index is the raft index of the last command applied to this state.
 	Index uint64 `json:"index"`
 }
@@ -276,6 +283,7 @@ func (s *State) Clone() *State {
 			c.WriteDenials[k] = slices.Clone(v)
 		}
 	}
+	c.StopFences = maps.Clone(s.StopFences)
 	return c
 }
 

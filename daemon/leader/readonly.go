@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -56,6 +57,9 @@ type readOnly struct {
 	// it, so a DENY missing from the listing just after kmirror created it
 	// is created again quietly, not reported as deleted by someone.
 	created map[[2]string]time.Time
+	// adding counts the adds of each topic under way, which lifted its
+	// stop fence (stopfence.go).
+	adding map[string]int
 }
 
 // aclPropagation is how long after creating an ACL its absence from a
@@ -149,22 +153,36 @@ func (l *Leader) reconcileReadOnly(ctx context.Context) {
 	defer l.readOnly.round.Unlock()
 	active := map[string]bool{}
 	var denials map[string][]string
+	var fences map[string]string
+	var stopped []string
 	l.store.Read(func(s *raftstore.State) {
 		for _, t := range s.Topics {
 			if t.State != raftstore.StateStopped {
 				active[t.Topic] = true
 			}
 		}
-		denials = s.WriteDenials
+		for _, t := range sortedTopics(s) {
+			if t.State == raftstore.StateStopped && !active[t.Topic] {
+				stopped = append(stopped, t.Topic)
+			}
+		}
+		denials, fences = s.WriteDenials, s.StopFences
 	})
 	cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	// Lift first: a failover is waiting for it.
+	// Fence, then lift: a failover is waiting for it, and no batch of
+	// kmirror's may land once applications can write (stopfence.go).
+	hold, fenceErr := l.fenceStopped(cctx, stopped, fences)
 	var unlifted []string
 	var liftErr error
 	for _, topic := range slices.Sorted(maps.Keys(denials)) {
 		principals := denials[topic]
 		if active[topic] {
+			continue
+		}
+		if hold[topic] {
+			unlifted, liftErr = append(unlifted, topic), fmt.Errorf("the stop fence (a DENY WRITE ACL for kmirror's own principal) "+
+				"must be in place first, and creating it failed: %w", fenceErr)
 			continue
 		}
 		if err := l.dest.RemoveDenyWrite(cctx, topic, principals); err != nil {

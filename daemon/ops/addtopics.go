@@ -167,8 +167,16 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 func (o *Ops) addPlanned(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, p plannedTopic, stopped map[string]string, rf int16,
 	res *api.AddResult) (api.AddedTopic, error) {
 	r := api.AddedTopic{Topic: p.topic.Topic, Result: api.TopicAdded}
-	var err error
-	if owner, ok := stopped[p.topic.Topic]; ok && owner == mir.Name {
+	// A topic stopped before carries the stop fence (a DENY WRITE for
+	// kmirror's own principal) on the destination: lifted first.
+	lctx, lcancel := context.WithTimeout(ctx, adminTimeout)
+	lifted, err := o.lead.LiftStopFence(lctx, p.topic.Topic)
+	lcancel()
+	defer lifted()
+	if err != nil {
+		err = fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+	}
+	if owner, ok := stopped[p.topic.Topic]; err == nil && ok && owner == mir.Name {
 		// Mirrored before and removed: its old checkpoints and translation
 		// must not be taken for the new start (a continued one is seeded
 		// from what was read).

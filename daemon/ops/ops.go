@@ -61,6 +61,10 @@ type Leader interface {
 	// LiftReadOnly runs a read-only round now: it returns once the DENY
 	// WRITE ACLs of stopped topics are gone (or it gave up).
 	LiftReadOnly(ctx context.Context)
+	// LiftStopFence deletes the DENY WRITE ACL for kmirror's own
+	// principal that a stop put on topic, before an add of it.
+	// Until done is called the topic is not fenced again.
+	LiftStopFence(ctx context.Context, topic string) (done func(), err error)
 }
 
 // Member is what the verbs ask of the member they run on: reaching the
