@@ -2,7 +2,7 @@ package leader
 
 import (
 	"context"
-		"time"
+	"time"
 
 	"go.uber.org/zap"
 

@@ -36,9 +36,9 @@ type Proxy struct {
 	// link that froze with the request in it), instead of closing it.
 	holdOpen bool
 	held     [][]byte
-	conns     map[net.Conn]bool
-	accepted  int
-	closed    bool
+	conns    map[net.Conn]bool
+	accepted int
+	closed   bool
 	// stalled: nothing passes either way, the connections stay open (a
 	// link that stalls without RST or FIN).
 	stalled bool
