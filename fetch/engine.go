@@ -340,7 +340,7 @@ func (e *Engine) Held() []Key {
 // its unsaved state.
 func (e *Engine) updateLocked(p *partition) update {
 	segs, dropped := p.xl.takeUnsaved()
-	u := update{key: p.key(), segs: segs, dropped: dropped, cp: checkpoint{
+	u := update{key: p.key(), gen: p.spec.Generation, segs: segs, dropped: dropped, cp: checkpoint{
 		Src: p.pos.SourceOffset, Dst: p.pos.DestinationOffset, Seq: p.nextSeq,
 		PID: p.producer.ID, Epoch: p.producer.Epoch, LeaderEpoch: p.pos.SourceLeaderEpoch, Floor: p.xl.Floor(),
 	}}

@@ -80,6 +80,12 @@ type offsetStore struct {
 	stopped     map[Key][]byte          // last mirrored positions (the state topic)
 	segCount    int                     // entries of segments, all keys
 	stoppedSize int                     // bytes of stopped's values
+	// gens is the highest lease generation stamped on any checkpoint or
+	// segment record of each partition: a record of a lower one, written
+	// by an owner that lost its lease without noticing (or delivered late
+	// by the network), is ignored and counted in stale (issue 19).
+	gens  map[Key]uint64
+	stale map[Key]int
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
@@ -93,7 +99,8 @@ type offsetStore struct {
 
 func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time.Time) *offsetStore {
 	return &offsetStore{dest: dest, topic: topic, writeDeadline: writeDeadline, checkpoints: map[Key]checkpoint{},
-		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{}}
+		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{},
+		gens: map[Key]uint64{}, stale: map[Key]int{}}
 }
 
 // Bytes is the memory the store takes, roughly (kmirror_offsets_store_bytes):
@@ -102,7 +109,7 @@ func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time
 func (s *offsetStore) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96
+	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96 + int64(len(s.gens))*48
 	for _, m := range s.entries {
 		n += int64(len(m)) * 48
 	}
@@ -208,6 +215,15 @@ func (s *offsetStore) apply(r kwire.Record) {
 	kind, k, extra, ok := parseKey(r.Key)
 	if !ok {
 		return
+	}
+	if kind == kindCheckpoint || kind == kindSegment {
+		if g := genOf(r); g != 0 {
+			if g < s.gens[k] {
+				s.stale[k]++
+				return
+			}
+			s.gens[k] = g
+		}
 	}
 	switch kind {
 	case kindStopped:

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,10 @@ import (
 // translation segments changed since the last write, the segment bases
 // trimmed, and the checkpoint.
 type update struct {
-	key     Key
+	key Key
+	// gen is the lease generation of the writer (0: none, a seed written
+	// before any owner): every record carries it (genHeader).
+	gen     uint64
 	cp      checkpoint
 	segs    []segRecord
 	dropped []int64
@@ -69,11 +73,12 @@ func (s *offsetStore) writeUnder(ctx context.Context, ups []update, deadline fun
 		cur.keys[k] = true
 	}
 	for _, u := range ups {
+		hs := genHeaders(u.gen)
 		for _, sr := range u.segs {
-			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(sr.base, 10)), Value: sr.value})
+			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(sr.base, 10)), Value: sr.value, Headers: hs})
 		}
 		for _, base := range u.dropped {
-			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(base, 10))})
+			add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindSegment, u.key, strconv.FormatInt(base, 10)), Headers: hs})
 		}
 		if len(u.segs) > 0 {
 			// Old-format breakpoints are in the segments now.
@@ -85,7 +90,7 @@ func (s *offsetStore) writeUnder(ctx context.Context, ups []update, deadline fun
 		if err != nil {
 			return err
 		}
-		add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, u.key), Value: v})
+		add(u.key, kwire.Record{Timestamp: now, Key: recordKey(kindCheckpoint, u.key), Value: v, Headers: hs})
 	}
 	if len(cur.recs) > 0 {
 		batches = append(batches, cur)
@@ -202,4 +207,26 @@ func (s *offsetStore) close() {
 		s.wconn.Close()
 		s.wconn = nil
 	}
+}
+
+// genHeader names the record header that stamps a checkpoint or
+// translation segment record with its writer's lease generation (8 bytes,
+// big endian; issue 19). Older builds write none and ignore it.
+const genHeader = "kmirror.generation"
+
+func genHeaders(gen uint64) []kwire.Header {
+	if gen == 0 {
+		return nil
+	}
+	return []kwire.Header{{Key: genHeader, Value: binary.BigEndian.AppendUint64(nil, gen)}}
+}
+
+// genOf is the generation a record is stamped with (0: none).
+func genOf(r kwire.Record) uint64 {
+	for _, h := range r.Headers {
+		if h.Key == genHeader && len(h.Value) == 8 {
+			return binary.BigEndian.Uint64(h.Value)
+		}
+	}
+	return 0
 }

@@ -203,6 +203,9 @@ type settleFrom struct {
 	pid        kafka.ProducerID
 	seq        int32
 	xl         Translation
+	// gen is the lease generation the settling walk runs under: its
+	// checkpoint is stamped with it.
+	gen uint64
 }
 
 // settleStart reads partition spec.Key's last checkpoint.
@@ -219,7 +222,7 @@ func (e *Engine) settleStart(ctx context.Context, spec Spec) (settleFrom, error)
 		return settleFrom{}, err
 	}
 	xl.SetLimit(e.cfg.TranslationMaxBytes)
-	f := settleFrom{src: src, start: Entry{Src: spec.StartOffset}, startEpoch: -1, pid: kafka.ProducerID{ID: -1}, xl: xl}
+	f := settleFrom{src: src, start: Entry{Src: spec.StartOffset}, startEpoch: -1, pid: kafka.ProducerID{ID: -1}, xl: xl, gen: spec.Generation}
 	if hasCP {
 		f.start = Entry{Src: cp.Src, Dst: cp.Dst}
 		f.pid = kafka.ProducerID{ID: cp.PID, Epoch: cp.Epoch}
@@ -245,7 +248,7 @@ func (f *settleFrom) record(ctx context.Context, e *Engine, k Key, w walkResult)
 		e.logDuplicate(k, d)
 	}
 	segs, dropped := f.xl.takeUnsaved()
-	up := update{key: k, segs: segs, dropped: dropped, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
+	up := update{key: k, gen: f.gen, segs: segs, dropped: dropped, cp: checkpoint{Src: w.end.Src, Dst: w.end.Dst, Seq: w.nextSeq,
 		PID: f.pid.ID, Epoch: f.pid.Epoch, LeaderEpoch: w.epoch, Floor: f.xl.Floor()}}
 	if err := e.store.write(ctx, []update{up}); err != nil {
 		return Position{}, fmt.Errorf("checkpoint of %s: %w", k, err)
