@@ -89,7 +89,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.raft = r
 	s.obsCh = make(chan raft.Observation, 64)
-	s.obs = raft.NewObserver(s.obsCh, false, func(o *raft.Observation) bool {
+	s.obs = raft.NewObserver(s.obsCh, true, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
 			return true
@@ -98,6 +98,7 @@ func Open(cfg Config) (*Store, error) {
 	})
 	r.RegisterObserver(s.obs)
 	go s.watch(notify)
+	go s.watchHeartbeats()
 	s.log.Info("raft started", zap.String("addr", string(trans.LocalAddr())), zap.Bool("in_memory", cfg.InMemory))
 	return s, nil
 }

@@ -106,6 +106,14 @@ func (c Config) raftConfig() *raft.Config {
 	if c.CommitTimeout > 0 {
 		rc.CommitTimeout = c.CommitTimeout
 	}
+	// Pre-vote stays on (raft's default, pinned against a change of
+	// default): a member cut off and coming back, or one whose answers are
+	// late, asks whether it could win before it raises the term, so it does
+	// not depose a healthy leader. A needless election costs every member
+	// its lease (a new leader counts takeovers from its election, and
+	// members renew with it) and the group a pause in writes (design.md
+	// section 3).
+	rc.PreVoteDisabled = false
 	return rc
 }
 
@@ -206,8 +214,7 @@ func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 // goroutine should read it; it is closed by Close.
 func (s *Store) Leadership() <-chan bool { return s.leadership }
 
-// watch follows raft's leadership notifications and heartbeat observations
-// until Close.
+// watch follows raft's leadership notifications until Close.
 func (s *Store) watch(notify <-chan bool) {
 	defer close(s.leadership)
 	for {
@@ -231,6 +238,20 @@ func (s *Store) watch(notify <-chan bool) {
 			case <-s.closed:
 				return
 			}
+		case <-s.closed:
+			return
+		}
+	}
+}
+
+// watchHeartbeats follows raft's heartbeat observations until Close. Its
+// observer blocks raft rather than drop one (a dropped
+// ResumedHeartbeatObservation left a live peer failing for good, and with
+// it refused every lease: issue 19), so this loop does nothing but update
+// the map under s.mu.
+func (s *Store) watchHeartbeats() {
+	for {
+		select {
 		case o := <-s.obsCh:
 			s.mu.Lock()
 			switch d := o.Data.(type) {
