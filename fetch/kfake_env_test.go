@@ -40,7 +40,7 @@ func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id kafka.
 	return nil
 }
 
-func (c *fakeControl) Report(k Key, s State, reason string, _ int64) {
+func (c *fakeControl) Report(k Key, _ uint64, s State, reason string, _ int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.states[k] = append(c.states[k], s)

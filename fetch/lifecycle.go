@@ -122,13 +122,14 @@ func (e *Engine) setLifeLocked(p *partition, l life, reason string) {
 	if s == Diverged {
 		gapBelow = p.gapBelow
 	}
-	e.reports = append(e.reports, report{p.key(), s, reason, gapBelow})
+	e.reports = append(e.reports, report{p.key(), p.spec.Generation, s, reason, gapBelow})
 	kick(e.kickRep)
 }
 
 // report is a state change waiting to be told to the control plane.
 type report struct {
 	key      Key
+	gen      uint64
 	state    State
 	reason   string
 	gapBelow int64
@@ -152,7 +153,7 @@ func (e *Engine) reportLoop() {
 			r := e.reports[0]
 			e.reports = e.reports[1:]
 			e.mu.Unlock()
-			e.ctl.Report(r.key, r.state, r.reason, r.gapBelow)
+			e.ctl.Report(r.key, r.gen, r.state, r.reason, r.gapBelow)
 		}
 	}
 }

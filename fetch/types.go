@@ -101,7 +101,9 @@ type Control interface {
 	// gapBelow is set (> 0) for a partition DIVERGED because source
 	// records were deleted before they were mirrored: the source's log
 	// start it saw, the end of the gap an operator may accept.
-	Report(key Key, state State, reason string, gapBelow int64)
+	// generation is the lease generation the change was observed under:
+	// the report is refused if the partition moved on since (issue 19).
+	Report(key Key, generation uint64, state State, reason string, gapBelow int64)
 	// RenewProducer asks the control plane for a new producer epoch after
 	// the destination refused the partition's identity (out-of-order
 	// sequence, unknown producer, fenced epoch). The partition waits,

@@ -23,8 +23,11 @@ func (c *control) SaveProducer(ctx context.Context, k fetch.Key, gen uint64, id 
 }
 
 // Report records FAILED and DIVERGED (and the return to MIRRORING) in the
-// replicated state, so describe shows the reason from any member.
-func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow int64) {
+// replicated state, so describe shows the reason from any member. It names
+// the generation the engine observed the change under, so the leader
+// refuses it once the partition moved on (issue 19: it took the
+// generation current when it was sent).
+func (c *control) Report(k fetch.Key, gen uint64, state fetch.State, reason string, gapBelow int64) {
 	var s raftstore.TopicState
 	switch state {
 	case fetch.Failed:
@@ -43,7 +46,7 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow
 			cur, found = *p, true
 		}
 	})
-	if !found || cur.Owner != c.o.cfg.NodeID || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
+	if !found || cur.Owner != c.o.cfg.NodeID || cur.Generation != gen || cur.State == raftstore.StateStopping || cur.State == raftstore.StateStopped {
 		return
 	}
 	key := "state " + k.String()
@@ -57,11 +60,13 @@ func (c *control) Report(k fetch.Key, state fetch.State, reason string, gapBelow
 		return ok && l.State == s && l.Reason == reason && l.GapBelow == gapBelow
 	}
 	if cur.State == s && cur.Reason == reason && cur.GapBelow == gapBelow && c.o.out.lastIs(key, same) {
-		c.o.out.drop(key) // a newer report may be waiting: this one is the truth
+		// Told already. A command still waiting under the key is this
+		// same report (the last put): it stays, since dropping it lost a
+		// FAILED put behind an in-flight MIRRORING (issue 19).
 		return
 	}
 	c.o.out.put(key, raftstore.SetPartitionState{Key: partitionKey(k), State: s, Reason: reason, GapBelow: gapBelow,
-		Lease: raftstore.Lease{Owner: c.o.cfg.NodeID, Generation: cur.Generation}})
+		Lease: raftstore.Lease{Owner: c.o.cfg.NodeID, Generation: gen}})
 }
 
 func (c *control) RenewProducer(k fetch.Key, gen uint64, reason string) {

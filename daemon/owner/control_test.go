@@ -25,15 +25,16 @@ func TestReportAfterLateFailure(t *testing.T) {
 	o, store, key := ownedPartition(t)
 	c := &control{o: o}
 	k := fetch.Key{Mirror: "m", Topic: "t", Partition: 0}
+	gen := partitionOf(store, key).Generation
 
-	c.Report(k, fetch.Failed, "fetch from destination cluster t/0: kafka error 6", 0)
+	c.Report(k, gen, fetch.Failed, "fetch from destination cluster t/0: kafka error 6", 0)
 	o.out.mu.Lock()
 	inFlight := o.out.cmds["state "+k.String()].cmd // what flush is submitting
 	o.out.mu.Unlock()
 	if inFlight == nil {
 		t.Fatal("the FAILED report was not put in the outbox")
 	}
-	c.Report(k, fetch.Mirroring, "", 0) // the local state still shows MIRRORING
+	c.Report(k, gen, fetch.Mirroring, "", 0) // the local state still shows MIRRORING
 	if err := store.Apply(context.Background(), inFlight); err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +45,58 @@ func TestReportAfterLateFailure(t *testing.T) {
 
 	// A report that says what the replicated state and the last report say
 	// already is not sent again.
-	c.Report(k, fetch.Mirroring, "", 0)
+	c.Report(k, gen, fetch.Mirroring, "", 0)
 	o.out.mu.Lock()
 	waiting := len(o.out.cmds)
 	o.out.mu.Unlock()
 	if waiting != 0 {
 		t.Fatalf("%d commands waiting after a report of the state already told", waiting)
+	}
+}
+
+// TestFailedNotLostBehindInFlightMirroring: the partition recovers (its
+// MIRRORING report is being applied) and fails again, reported twice while
+// this member's copy of the state still shows the earlier FAILED. The
+// second FAILED report found its copy and its last report agreeing and
+// dropped the waiting FAILED; the MIRRORING then landed and the state
+// showed MIRRORING for a failed partition (issue 19).
+func TestFailedNotLostBehindInFlightMirroring(t *testing.T) {
+	o, store, key := ownedPartition(t)
+	c := &control{o: o}
+	k := fetch.Key{Mirror: "m", Topic: "t", Partition: 0}
+	gen := partitionOf(store, key).Generation
+	const reason = "produce to destination: kafka error 29"
+	c.Report(k, gen, fetch.Failed, reason, 0)
+	o.out.flush()
+	c.Report(k, gen, fetch.Mirroring, "", 0)
+	o.out.mu.Lock()
+	inFlight := o.out.cmds["state "+k.String()].cmd
+	o.out.mu.Unlock()
+	c.Report(k, gen, fetch.Failed, reason, 0)
+	c.Report(k, gen, fetch.Failed, reason, 0)
+	if err := store.Apply(context.Background(), inFlight); err != nil {
+		t.Fatal(err)
+	}
+	o.out.flush()
+	if got := partitionOf(store, key); got.State != raftstore.StateFailed || got.Reason != reason {
+		t.Fatalf("the replicated state shows %s %q; want FAILED: the last report", got.State, got.Reason)
+	}
+}
+
+// TestReportOfAnOlderGeneration: a change observed under a generation the
+// partition has left (it was assigned again meanwhile) is not reported
+// under the new one.
+func TestReportOfAnOlderGeneration(t *testing.T) {
+	o, store, key := ownedPartition(t)
+	c := &control{o: o}
+	k := fetch.Key{Mirror: "m", Topic: "t", Partition: 0}
+	gen := partitionOf(store, key).Generation
+	c.Report(k, gen-1, fetch.Failed, "observed before the reassignment", 0)
+	o.out.mu.Lock()
+	waiting := len(o.out.cmds)
+	o.out.mu.Unlock()
+	if waiting != 0 {
+		t.Fatalf("a report of generation %d was put while the partition is in %d", gen-1, gen)
 	}
 }
 
