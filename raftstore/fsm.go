@@ -236,7 +236,7 @@ func (s *State) applySetTopicState(c SetTopicState, _ uint64) error {
 	return nil
 }
 
-func (s *State) applySetPartitionState(c SetPartitionState, _ uint64) error {
+func (s *State) applySetPartitionState(c SetPartitionState, index uint64) error {
 	if !knownState(c.State) {
 		return fmt.Errorf("%w: unknown partition state %q", ErrInvalid, c.State)
 	}
@@ -250,6 +250,12 @@ func (s *State) applySetPartitionState(c SetPartitionState, _ uint64) error {
 		}
 	}
 	p.State, p.Reason, p.GapBelow = c.State, c.Reason, c.GapBelow
+	if c.Owner == "" && c.State == StateDiverged && p.Owner != "" {
+		// The leader's decision (a destination topic recreated, say): a
+		// new generation, so the owner's reports observed before it are
+		// refused instead of turning the partition back (issue 19).
+		p.Generation = index
+	}
 	return nil
 }
 

@@ -213,3 +213,22 @@ func TestRecordLateBatch(t *testing.T) {
 		t.Fatalf("late batches: %d listed, %d records, end %d, first %+v", len(p.LateBatches), p.LateRecords, p.LateEnd, p.LateBatches[0])
 	}
 }
+
+// TestLeaderDivergedBumpsGeneration: the leader's DIVERGED (a destination
+// topic recreated) gives the partition a new generation, so its owner's
+// report observed before it (MIRRORING) is refused instead of turning the
+// partition back to MIRRORING (issue 19).
+func TestLeaderDivergedBumpsGeneration(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetTopicState{Mirror: "m1", Topic: "orders", State: StateMirroring})
+	x.mustApply(AssignPartitions{Assignments: []Assignment{{Key: p1, Owner: "n1"}}})
+	before := x.lease(p1)
+	x.mustApply(SetPartitionState{Key: p1, State: StateDiverged, Reason: "destination topic recreated"})
+	if p := x.part(p1); p.Generation == before.Generation || p.Owner != "n1" {
+		t.Fatalf("leader's DIVERGED kept generation %d (owner %q)", p.Generation, p.Owner)
+	}
+	x.mustFail(SetPartitionState{Key: p1, State: StateMirroring, Lease: before}, ErrStaleGeneration)
+	if p := x.part(p1); p.State != StateDiverged {
+		t.Fatalf("state %s after a stale report", p.State)
+	}
+}
