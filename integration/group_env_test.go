@@ -57,16 +57,31 @@ func startGroupWith(t *testing.T, name string, n int, base memberOpts) *kgroup {
 // opts(i).
 func startGroupEach(t *testing.T, name string, n int, opts func(i int) memberOpts) *kgroup {
 	t.Helper()
+	return startGroupAdvertising(t, name, n, opts, nil)
+}
+
+// startGroupAdvertising is startGroupEach whose member i advertises the
+// raft address advertise(i, listen) (a proxy in front of its listener);
+// nil advertise: each its own listener.
+func startGroupAdvertising(t *testing.T, name string, n int, opts func(i int) memberOpts, advertise func(i int, listen string) string) *kgroup {
+	t.Helper()
 	g := &kgroup{t: t}
-	type addrs struct{ http, raft string }
+	type addrs struct{ http, raft, advertised string }
 	as := make([]addrs, n)
 	for i := range as {
-		as[i] = addrs{freeAddr(t), freeAddr(t)}
-		g.peers = append(g.peers, fmt.Sprintf("  - {id: %s-%d, raft: \"%s\", http: \"%s\"}\n", name, i+1, as[i].raft, as[i].http))
+		as[i] = addrs{http: freeAddr(t), raft: freeAddr(t)}
+		as[i].advertised = as[i].raft
+		if advertise != nil {
+			as[i].advertised = advertise(i, as[i].raft)
+		}
+		g.peers = append(g.peers, fmt.Sprintf("  - {id: %s-%d, raft: \"%s\", http: \"%s\"}\n", name, i+1, as[i].advertised, as[i].http))
 	}
 	for i := range n {
 		o := opts(i)
 		o.extra = "peers:\n" + strings.Join(g.peers, "") + groupLease + o.extra
+		if as[i].advertised != as[i].raft {
+			o.extra += fmt.Sprintf("raft_advertise: %q\n", as[i].advertised)
+		}
 		o.httpAddr, o.raftAddr, o.noWait = as[i].http, as[i].raft, true
 		m := startMember(t, fmt.Sprintf("%s-%d", name, i+1), o)
 		g.members = append(g.members, m)
