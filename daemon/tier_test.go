@@ -192,8 +192,9 @@ func tierSeed(t *testing.T) int64 {
 	return time.Now().UnixNano()
 }
 
-// TestTierOneWriterUnderNetworkFaults runs 3 members mirroring 12
-// partitions through a random schedule of faults on their raft links:
+// TestTierOneWriterUnderNetworkFaults runs 3 members (one with a longer
+// lease_ttl in its file) mirroring 12 partitions through a random schedule
+// of faults on their raft links:
 // answers held (late, or past the transport timeout, in one direction
 // only), a member cut off and healed. The writes recorded must keep one
 // writer per partition at any moment, and once the faults end every
@@ -206,6 +207,9 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	const ttl = time.Second
 	g := newGroup(t, 3, ttl)
 	g.addTopic("tier", 12)
+	// Per-member settings: one member's file has a longer lease (a
+	// rolling change of lease_ttl), which the leader must wait out.
+	g.members[2].cfg.LeaseTTL, g.members[2].cfg.LeaseMargin = 3*ttl/2, 3*ttl/4
 	g.runLeases()
 	h := &history{}
 	ctx, cancel := context.WithCancel(context.Background())
