@@ -209,7 +209,13 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	g.addTopic("tier", 12)
 	// Per-member settings: one member's file has a longer lease (a
 	// rolling change of lease_ttl), which the leader must wait out.
-	g.members[2].cfg.LeaseTTL, g.members[2].cfg.LeaseMargin = 3*ttl/2, 3*ttl/4
+	long := 0
+	for i, m := range g.members {
+		if m != g.leader() {
+			long = i
+		}
+	}
+	g.members[long].cfg.LeaseTTL, g.members[long].cfg.LeaseMargin = 3*ttl, ttl
 	g.runLeases()
 	h := &history{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -227,6 +233,9 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 		i := rng.Intn(len(g.members))
 		switch f := rng.Intn(4); {
 		case step == 0:
+			// At least one takeover per schedule, of the member whose
+			// lease is longer than the leader's.
+			i = long
 			g.late[i].delay.Store(int64(delays[len(delays)-1]))
 			t.Logf("step %d: %s's raft answers held %s", step, g.members[i].cfg.NodeID, delays[len(delays)-1])
 		case f == 0 && isolated < 0:
