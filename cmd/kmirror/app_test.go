@@ -203,9 +203,9 @@ func TestCommandsSucceed(t *testing.T) {
 		{"create json", []string{"--output", "json", "create", "--mirror", "east", "--mirror-config", props},
 			"{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
 		{"members", []string{"members"},
-			"ID  RAFT-ADDRESS  HTTP-ADDRESS  ROLE      PARTITIONS  LAST-CONTACT  LEASE-TTL  STATE\n" +
-				"m1  r1:7080       h1:8080       leader    4           -             10s        alive\n" +
-				"m2  r2:7080       h2:8080       follower  0           12.3s ago     -          unreachable\n" +
+			"ID  RAFT-ADDRESS  HTTP-ADDRESS  ROLE      PARTITIONS  LAST-CONTACT  LEASE-GRANTED  LEASE-TTL  STATE\n" +
+				"m1  r1:7080       h1:8080       leader    4           -             -              10s        alive\n" +
+				"m2  r2:7080       h2:8080       follower  0           12.3s ago     16.1s ago      -          unreachable\n" +
 				"m2: dial tcp r2:7080: connect: connection refused\n", "Members"},
 		{"members add, flags after the ID", []string{"members", "add", "m4", "--raft", "r4:7080", "--http=h4:8080", "--non-voter"},
 			"added member m4\n", "AddMember m4 raft=r4:7080 http=h4:8080 non-voter=true"},
@@ -224,7 +224,7 @@ func TestCommandsSucceed(t *testing.T) {
 				rows:    []api.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, State: "FAILED", Reason: "broker down"}},
 				members: []api.MemberStatus{
 					{ID: "m1", RaftAddr: "r1:7080", HTTPAddr: "h1:8080", Role: "leader", Partitions: 4, State: "alive", LeaseTTLMs: 10000},
-					{ID: "m2", RaftAddr: "r2:7080", HTTPAddr: "h2:8080", Role: "follower", LastContactMs: 12345, State: "unreachable",
+					{ID: "m2", RaftAddr: "r2:7080", HTTPAddr: "h2:8080", Role: "follower", LastContactMs: 12345, LeaseGrantedMs: 16100, State: "unreachable",
 						Error: "dial tcp r2:7080: connect: connection refused"},
 				},
 			}

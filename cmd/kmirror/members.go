@@ -148,16 +148,19 @@ func memberResult(c *cli.Context, result, id, line string) error {
 
 // writeMemberTable prints the rows of `kmirror members`.
 func writeMemberTable(w io.Writer, members []api.MemberStatus) error {
-	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "LEASE-TTL", "STATE"}}
+	rows := [][]string{{"ID", "RAFT-ADDRESS", "HTTP-ADDRESS", "ROLE", "PARTITIONS", "LAST-CONTACT", "LEASE-GRANTED", "LEASE-TTL", "STATE"}}
 	for _, m := range members {
-		contact, ttl := "-", "-"
+		contact, granted, ttl := "-", "-", "-"
 		if m.Role != "leader" && m.LastContactMs >= 0 {
 			contact = (time.Duration(m.LastContactMs) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
+		}
+		if m.Role != "leader" && m.LeaseGrantedMs >= 0 {
+			granted = (time.Duration(m.LeaseGrantedMs) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
 		}
 		if m.LeaseTTLMs > 0 {
 			ttl = (time.Duration(m.LeaseTTLMs) * time.Millisecond).String()
 		}
-		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, ttl, m.State})
+		rows = append(rows, []string{m.ID, m.RaftAddr, m.HTTPAddr, m.Role, strconv.Itoa(m.Partitions), contact, granted, ttl, m.State})
 	}
 	if err := writeTable(w, rows); err != nil {
 		return err

@@ -221,6 +221,11 @@ type MemberStatus struct {
 	// not announced yet, or an older build); the leader takes its
 	// partitions over after this or its own lease_ttl, the longer.
 	LeaseTTLMs int64 `json:"lease_ttl_ms"`
+	// LeaseGrantedMs is how long ago the leader last granted the member
+	// its lease, milliseconds (-1: not in this leadership, or an older
+	// build that renews by raft's heartbeats): its partitions move once
+	// LeaseTTLMs has passed since (issue 19).
+	LeaseGrantedMs int64 `json:"lease_granted_ms"`
 	// State is alive, unreachable (not heard from within the lease TTL),
 	// not started (added, never joined) or draining.
 	State string `json:"state"`

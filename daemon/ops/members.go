@@ -54,8 +54,12 @@ func (o *Ops) Members(ctx context.Context) ([]api.MemberStatus, error) {
 		default:
 			row.Role = "non-voter"
 		}
+		row.LeaseGrantedMs = -1
 		if srv.ID != o.cfg.NodeID {
 			row.LastContactMs = time.Since(o.store.PeerContact(srv.ID)).Milliseconds()
+			if at, granted := o.store.LeaseGrant(srv.ID); granted {
+				row.LeaseGrantedMs = time.Since(at).Milliseconds()
+			}
 		}
 		failing := srv.ID != o.cfg.NodeID && o.store.PeerFailing(srv.ID)
 		if !mem.Joined && failing {

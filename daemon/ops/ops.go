@@ -36,6 +36,9 @@ type Store interface {
 	// why a raft address cannot be dialled (nil: it can).
 	PeerContact(id string) time.Time
 	PeerFailing(id string) bool
+	// LeaseGrant is when the leader last granted member id a lease in
+	// this leadership (granted), else when it became leader.
+	LeaseGrant(id string) (at time.Time, granted bool)
 	PeerDialError(addr string) error
 }
 
