@@ -111,6 +111,7 @@ func TestGroupMemberFaults(t *testing.T) {
 		}
 		requireSameRecords(t, src, readAll(t, env.dst, topic, partitions, true))
 		requireSequencesContiguous(t, env.dst, topic, partitions)
+		requireCheckpointsForward(t, env.dst, topic)
 	}
 	takeovers, handoffs, walked := 0, 0, 0
 	for _, m := range g.members {
@@ -176,6 +177,7 @@ func TestGroupZombie(t *testing.T) {
 	dst := readAll(t, env.dst, topic, partitions, true)
 	requireSameRecords(t, src, dst)
 	requireSequencesContiguous(t, env.dst, topic, partitions)
+	requireCheckpointsForward(t, env.dst, topic)
 	if logCount(t, zombie, owner.LogLeaseLost) == 0 {
 		t.Fatalf("the stopped member never noticed it lost its lease:\n%s", zombie.logTail())
 	}
@@ -214,6 +216,7 @@ func TestGroupRaftIsolation(t *testing.T) {
 	}
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	requireSequencesContiguous(t, env.dst, topic, partitions)
+	requireCheckpointsForward(t, env.dst, topic)
 	if logCount(t, cut, owner.LogLeaseLost) == 0 ||
 		logCount(t, cut, owner.LogLeaseRegained) == 0 {
 		t.Fatalf("the cut member did not fence itself and sync again:\n%s", cut.logTail())
@@ -306,6 +309,7 @@ func TestGroupJoinDrainLeave(t *testing.T) {
 	}
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	requireSequencesContiguous(t, env.dst, topic, partitions)
+	requireCheckpointsForward(t, env.dst, topic)
 	gaps := handoffGaps(t, g.members)
 	if len(gaps) == 0 {
 		t.Fatal("no handoff found in the members' logs")
@@ -423,6 +427,7 @@ func TestGroupRollingKill(t *testing.T) {
 		}
 		requireSameRecords(t, src, readAll(t, env.dst, topic, partitions, true))
 		requireSequencesContiguous(t, env.dst, topic, partitions)
+		requireCheckpointsForward(t, env.dst, topic)
 	}
 	if total < 1_000_000 {
 		t.Fatalf("%d records mirrored, want at least a million", total)

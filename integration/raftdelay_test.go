@@ -53,6 +53,7 @@ func TestGroupLateRaftAnswers(t *testing.T) {
 	}
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
 	requireSequencesContiguous(t, env.dst, topic, partitions)
+	requireCheckpointsForward(t, env.dst, topic)
 	deadline := time.Now().Add(30 * time.Second)
 	for logCount(t, slow, owner.LogLeaseRegained) == 0 {
 		if time.Now().After(deadline) {
