@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,8 +117,11 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// playWriter is member m's data path in the tier, until ctx ends.
-func (g *group) playWriter(ctx context.Context, m *Member, h *history) {
+// playWriter is member m's data path in the tier, until ctx ends. While
+// frozen is set it stops between deciding a write and sending it, as a
+// paused process can; the send then checks the write deadline decided
+// before, as the socket's write deadline does.
+func (g *group) playWriter(ctx context.Context, m *Member, h *history, frozen *atomic.Bool) {
 	inFlight := m.cfg.ProduceTimeout
 	draining := map[raftstore.PartitionKey]time.Time{}
 	for ctx.Err() == nil {
@@ -162,8 +166,14 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history) {
 				continue
 			}
 			delete(draining, o.key)
-			if now.Before(dl) {
-				h.add(write{key: o.key, member: m.cfg.NodeID, gen: o.info.Generation, at: now})
+			if !now.Before(dl) {
+				continue
+			}
+			for frozen.Load() && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			if at := time.Now(); at.Before(dl) {
+				h.add(write{key: o.key, member: m.cfg.NodeID, gen: o.info.Generation, at: at})
 			}
 		}
 	}
@@ -194,9 +204,10 @@ func tierSeed(t *testing.T) int64 {
 
 // TestTierOneWriterUnderNetworkFaults runs 3 members (one with a longer
 // lease_ttl in its file) mirroring 12 partitions through a random schedule
-// of faults on their raft links:
+// of faults on their raft links and processes:
 // answers held (late, or past the transport timeout, in one direction
-// only), a member cut off and healed. The writes recorded must keep one
+// only), a member cut off and healed, a member frozen (its lease loops and
+// data path held; the data path wakes first). The writes recorded must keep one
 // writer per partition at any moment, and once the faults end every
 // partition is written again by a member that holds its lease. The seed is
 // printed; KMIRROR_TIER_SEED replays it.
@@ -220,18 +231,34 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	h := &history{}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, m := range g.members {
+	frozen := make([]atomic.Bool, len(g.members))
+	for i, m := range g.members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.playWriter(ctx, m, h)
+			g.playWriter(ctx, m, h, &frozen[i])
 		}()
+	}
+	// freeze pauses member i for d as SIGSTOP would (its lease loops and
+	// data path stop, raft hears nothing from it), then wakes its data
+	// path before its lease loop.
+	freeze := func(i int, d time.Duration) {
+		m := g.members[i]
+		frozen[i].Store(true)
+		m.own.Pause(true)
+		held := g.late[i].delay.Load()
+		g.late[i].delay.Store(int64(time.Minute))
+		time.Sleep(d)
+		frozen[i].Store(false)
+		time.Sleep(20 * time.Millisecond)
+		m.own.Pause(false)
+		g.late[i].delay.Store(held)
 	}
 	delays := []time.Duration{0, 20 * time.Millisecond, 200 * time.Millisecond, 3 * time.Second}
 	isolated := -1
 	for step := range 14 {
 		i := rng.Intn(len(g.members))
-		switch f := rng.Intn(4); {
+		switch f := rng.Intn(5); {
 		case step == 0:
 			// At least one takeover per schedule, of the member whose
 			// lease is longer than the leader's.
@@ -242,6 +269,10 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 			g.isolate(i)
 			isolated = i
 			t.Logf("step %d: %s cut off", step, g.members[i].cfg.NodeID)
+		case f == 4:
+			d := time.Duration(200+rng.Intn(2800)) * time.Millisecond
+			t.Logf("step %d: %s frozen %s", step, g.members[i].cfg.NodeID, d)
+			freeze(i, d)
 		case f == 1 && isolated >= 0:
 			g.connectAll()
 			t.Logf("step %d: %s reconnected", step, g.members[isolated].cfg.NodeID)

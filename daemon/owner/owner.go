@@ -3,6 +3,7 @@ package owner
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -89,6 +90,9 @@ type Owner struct {
 
 	lease leaseState
 	grant grantState
+	// paused holds the lease loop and the renewals while set: in-process
+	// tests play a process pause (SIGSTOP) with it (Pause).
+	paused atomic.Bool
 	// leaseStop ends the lease loop, which outlives the member's other
 	// loops: the data path drains under the lease at shutdown (StopLease).
 	leaseStop context.CancelFunc
@@ -145,6 +149,17 @@ func (o *Owner) Run() {
 	o.member.Go(o.out.run)
 	o.member.Go(o.announce)
 	o.member.Go(o.groups.run)
+}
+
+// Pause holds (on) or releases this member's lease loop and renewals, as
+// a process pause (SIGSTOP, a VM freeze) would: in-process tests only.
+func (o *Owner) Pause(on bool) { o.paused.Store(on) }
+
+// waitUnpaused returns once Pause(false), or the lease loop ends.
+func (o *Owner) waitUnpaused() {
+	for o.paused.Load() && o.leaseCtx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // RunLease starts the lease alone: the lease loop and the renewals it

@@ -82,6 +82,7 @@ func (o *Owner) renewLoop() {
 	t := time.NewTicker(o.renewEvery())
 	defer t.Stop()
 	for {
+		o.waitUnpaused()
 		o.renewOnce()
 		select {
 		case <-o.leaseCtx.Done():
