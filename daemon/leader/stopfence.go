@@ -41,6 +41,20 @@ func (l *Leader) fenceStopped(ctx context.Context, stopped []string, fences map[
 	if !l.fenceable() {
 		return hold, nil
 	}
+	var unfenced []string
+	for _, topic := range stopped {
+		if fences[topic] != own && !l.readOnly.isAdding(topic) {
+			unfenced = append(unfenced, topic)
+		}
+	}
+	if len(unfenced) == 0 {
+		return hold, nil
+	}
+	// Without an authorizer there is nothing to fence with: found by a
+	// read, so such a cluster costs no raft write per round.
+	if _, err := l.dest.TopicWriteACLs(ctx, unfenced[:1]); errors.Is(err, kafka.ErrNoAuthorizer) {
+		return hold, nil
+	}
 	var created []string
 	for i, topic := range stopped {
 		if fences[topic] == own || l.readOnly.isAdding(topic) {
