@@ -129,10 +129,38 @@ func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
 	if err := raftstore.AuthorizeMember(cmd, caller.Member); err != nil {
 		return ops.StoreErr(err)
 	}
+	if err := m.keepsAddresses(cmd); err != nil {
+		return err
+	}
 	if !m.store.IsLeader() {
 		return fmt.Errorf("%w: this member is not the leader", api.ErrNotLeader)
 	}
 	return ops.StoreErr(m.store.Apply(ctx, cmd))
+}
+
+// keepsAddresses refuses a member's UpsertMember that would change the
+// addresses its record holds: other members forward requests, with the
+// API token and mirror properties, to the HTTP address in the state, so a
+// caller naming a member (taken as given without api.tls) must not
+// redirect it (issue 18). A member moves by remove and add.
+func (m *Member) keepsAddresses(cmd raftstore.Command) error {
+	up, ok := cmd.(raftstore.UpsertMember)
+	if !ok {
+		return nil
+	}
+	var cur raftstore.Member
+	found := false
+	m.store.Read(func(s *raftstore.State) {
+		if mem, ok := s.Members[up.Member.ID]; ok {
+			cur, found = *mem, true
+		}
+	})
+	if !found || ((cur.HTTPAddr == "" || cur.HTTPAddr == up.Member.HTTPAddr) && (cur.RaftAddr == "" || cur.RaftAddr == up.Member.RaftAddr)) {
+		return nil
+	}
+	return fmt.Errorf("%w: member %s is recorded at raft %s, http %s; a member cannot change its addresses itself "+
+		"(requests are forwarded there): remove it (kmirror members remove %s) and add it again at the new addresses",
+		api.ErrInvalid, cur.ID, cur.RaftAddr, cur.HTTPAddr, cur.ID)
 }
 
 // checkCaller establishes that a member route's caller is the member it
@@ -167,23 +195,19 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 	sts := m.engine.Statuses()
 	out := make([]api.LiveStatus, 0, len(sts))
 	now := time.Now()
+	// The destination not answering this member (its probe, or any of its
+	// partitions' produce) makes every partition's offsets stale, also one
+	// with nothing in flight (issue 18: those showed MIRRORING with a lag).
+	memberSince := m.DestinationUnanswered()
 	for _, st := range sts {
-		age, fetchWait, produceWait := int64(-1), int64(0), int64(0)
+		age, fetchWait := int64(-1), int64(0)
 		if !st.SourceAnswered.IsZero() {
 			age = now.Sub(st.SourceAnswered).Milliseconds()
 		}
 		if !st.SourceAsked.IsZero() {
 			fetchWait = now.Sub(st.SourceAsked).Milliseconds()
 		}
-		// A produce left unanswered counts from when it was sent, through
-		// the timeouts and resends after it.
-		sent := st.SentAt
-		if u := st.DestinationUnanswered; !u.IsZero() {
-			sent = u // set only while no answer came since: never after SentAt
-		}
-		if !sent.IsZero() {
-			produceWait = now.Sub(sent).Milliseconds()
-		}
+		produceWait := produceWaitMs(now, memberSince, st.SentAt, st.DestinationUnanswered)
 		out = append(out, api.LiveStatus{
 			SourceAgeMs: age, FetchWaitMs: fetchWait, ProduceWaitMs: produceWait,
 			Mirror: st.Key.Mirror, Topic: st.Key.Topic, Partition: st.Key.Partition,
@@ -193,6 +217,27 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 		})
 	}
 	return out
+}
+
+// produceWaitMs is how long, in ms, a partition's offsets have waited on
+// the destination: since its produce left unanswered was sent (through
+// the timeouts and resends after it: unanswered is set only while no
+// answer came since, never after sentAt), or since the destination stopped
+// answering this member at all (memberSince: its probe or any produce),
+// whichever is longer; 0 when neither waits.
+func produceWaitMs(now, memberSince, sentAt, unanswered time.Time) int64 {
+	wait := int64(0)
+	if !memberSince.IsZero() {
+		wait = now.Sub(memberSince).Milliseconds()
+	}
+	sent := sentAt
+	if !unanswered.IsZero() {
+		sent = unanswered
+	}
+	if !sent.IsZero() {
+		wait = max(wait, now.Sub(sent).Milliseconds())
+	}
+	return wait
 }
 
 // LiveStatuses collects what every member's data path reports right now,

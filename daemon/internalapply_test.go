@@ -131,3 +131,36 @@ func TestCheckCallerCertificate(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyInternalKeepsMemberAddresses: a caller naming a member (taken
+// as given without api.tls) cannot rewrite that member's recorded
+// addresses, to which the others forward requests with the API token and
+// mirror properties; the same record with its own addresses is taken
+// (issue 18: the leader's HTTP address was redirected this way).
+func TestApplyInternalKeepsMemberAddresses(t *testing.T) {
+	_, m, _ := ownedPartition(t)
+	ctx := api.WithCaller(context.Background(), api.Caller{Member: m.cfg.NodeID})
+	var rec raftstore.Member
+	m.store.Read(func(s *raftstore.State) { rec = *s.Members[m.cfg.NodeID] })
+	moved := rec
+	moved.HTTPAddr = "127.0.0.1:9999"
+	entry, err := raftstore.Encode(raftstore.UpsertMember{Member: moved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ApplyInternal(ctx, entry); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("a member record moved to another HTTP address through /v1/internal/apply: %v, want refused", err)
+	}
+	m.store.Read(func(s *raftstore.State) { rec = *s.Members[m.cfg.NodeID] })
+	if rec.HTTPAddr == "127.0.0.1:9999" {
+		t.Fatal("the recorded HTTP address was rewritten")
+	}
+	rec.Draining = false
+	rec.LeaseTTLMs = 2000
+	if entry, err = raftstore.Encode(raftstore.UpsertMember{Member: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ApplyInternal(ctx, entry); err != nil {
+		t.Fatalf("the member's own record with its own addresses: %v", err)
+	}
+}
