@@ -155,7 +155,9 @@ func (m *Member) keepsAddresses(cmd raftstore.Command) error {
 			cur, found = *mem, true
 		}
 	})
-	if !found || ((cur.HTTPAddr == "" || cur.HTTPAddr == up.Member.HTTPAddr) && (cur.RaftAddr == "" || cur.RaftAddr == up.Member.RaftAddr)) {
+	// A record an operator added that never joined takes the member's
+	// own addresses at its first announce (they may be spelled otherwise).
+	if !found || !cur.Joined || ((cur.HTTPAddr == "" || cur.HTTPAddr == up.Member.HTTPAddr) && (cur.RaftAddr == "" || cur.RaftAddr == up.Member.RaftAddr)) {
 		return nil
 	}
 	return fmt.Errorf("%w: member %s is recorded at raft %s, http %s; a member cannot change its addresses itself "+

@@ -228,6 +228,19 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	}
 	g.members[long].cfg.LeaseTTL, g.members[long].cfg.LeaseMargin = 3*ttl, ttl
 	g.runLeases()
+	// Every member owns partitions before the faults begin, so they move.
+	waitFor(t, 20*ttl, "12 partitions balanced over the 3 members", func() bool {
+		l := g.currentLeader()
+		if l == nil {
+			return false
+		}
+		for i, m := range g.members {
+			if m == l {
+				return isBalanced(ownerCounts(g.partitions(i)), "n1", "n2", "n3")
+			}
+		}
+		return false
+	})
 	h := &history{}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -2,12 +2,14 @@ package owner
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -115,7 +117,10 @@ func (o *Owner) announce() {
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		err := o.member.Submit(ctx, raftstore.UpsertMember{Member: want})
 		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, api.ErrInvalid):
+			o.log.Warn("the leader refused this member's record", zap.Error(err))
+		case err != nil:
 			o.log.Debug("announce this member to the leader", zap.Error(err))
 		}
 		// Check again once this member's state has caught up: the record
