@@ -436,3 +436,28 @@ func TestTakeoverWaitsOutTheMemberLease(t *testing.T) {
 	}
 	t.Logf("taken over %s after the cut (leader lease_ttl %s, member's %s)", moved.Sub(cut).Round(10*time.Millisecond), g.ttl, memberTTL)
 }
+
+// A leader that stops hands raft leadership to another voter before it
+// closes its API: without it the group has no leader (and no lease
+// renewals) until an election by timeout.
+func TestStoppingLeaderHandsOverLeadership(t *testing.T) {
+	g := newGroup(t, 3, 2*time.Second)
+	old := g.leader()
+	old.leaveLeadership(context.Background())
+	if old.store.IsLeader() {
+		t.Fatalf("%s is still the raft leader after leaveLeadership", old.cfg.NodeID)
+	}
+	// The new leader is one of the others while the old member still runs.
+	idx := slices.Index(g.members, old)
+	next := g.leader(idx)
+	if next == old {
+		t.Fatalf("leadership did not move off %s", old.cfg.NodeID)
+	}
+	// A single-voter group keeps its leader and does not fail.
+	solo := newGroup(t, 1, 2*time.Second)
+	l := solo.leader()
+	l.leaveLeadership(context.Background())
+	if !l.store.IsLeader() {
+		t.Fatal("a single voter gave up leadership with no one to take it")
+	}
+}

@@ -301,8 +301,9 @@ func (m *Member) listen() error {
 }
 
 // Stop shuts down in order: hand this member's partitions to the others
-// (when there are others), stop serving the API, stop the loops, drain the
-// data path (final checkpoints), close raft.
+// (when there are others), hand raft leadership to another voter (when
+// this member leads), stop serving the API, stop the loops, drain the data
+// path (final checkpoints), close raft.
 func (m *Member) Stop() error {
 	m.log.Info("stopping kmirror member: handing off or draining partitions")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
@@ -310,6 +311,7 @@ func (m *Member) Stop() error {
 	if m.own != nil { // nil when Start failed before the data path ran
 		m.own.HandOffAll(ctx)
 	}
+	m.leaveLeadership(ctx)
 	var errs []error
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := m.srv.Shutdown(sctx); err != nil {
@@ -330,6 +332,41 @@ func (m *Member) Stop() error {
 	}
 	m.log.Info("kmirror member stopped")
 	return errors.Join(errs...)
+}
+
+// leaveLeadership hands raft leadership to another voter when this member
+// leads, before Stop closes the API: the other members renew their leases
+// through the leader's API (daemon/leasegrant.go), so a leader that drains
+// without a successor fences every member until an election by timeout.
+// A group without another voter keeps its single leader (nothing to do).
+func (m *Member) leaveLeadership(ctx context.Context) {
+	if !m.store.IsLeader() || !m.otherVoter() {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.store.TransferLeadership(tctx); err != nil {
+		m.log.Warn("could not hand raft leadership to another voter before stopping; the group elects a leader when this one is gone",
+			zap.Error(err))
+		return
+	}
+	_, id := m.store.Leader()
+	m.log.Info("handed raft leadership to another voter before stopping", zap.String("leader", id))
+}
+
+// otherVoter reports whether the raft configuration has a voter besides
+// this member (false when it cannot be read).
+func (m *Member) otherVoter() bool {
+	servers, err := m.store.Servers()
+	if err != nil {
+		return false
+	}
+	for _, srv := range servers {
+		if srv.Voter && srv.ID != m.cfg.NodeID {
+			return true
+		}
+	}
+	return false
 }
 
 // lateRecords returns, on the leader, the records of late batches found

@@ -274,7 +274,10 @@ func (e *Engine) Assign(specs []Spec) {
 			continue
 		}
 		if ok {
-			p.spec.Generation = s.Generation
+			if p.spec.Generation != s.Generation {
+				p.spec.Generation = s.Generation
+				e.queueReportLocked(p)
+			}
 			continue
 		}
 		p = &partition{spec: s, life: lifeStarting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
@@ -288,9 +291,12 @@ func (e *Engine) Assign(specs []Spec) {
 // its last checkpoint.
 func (e *Engine) parkDivergedLocked(k Key, p *partition, s Spec) {
 	if p != nil {
+		moved := p.spec.Generation != s.Generation
 		p.spec.Generation = s.Generation
 		if p.life != lifeDiverged && !p.releasing() {
 			e.divergeLocked(p, s.Diverged)
+		} else if moved {
+			e.queueReportLocked(p)
 		}
 		return
 	}

@@ -624,3 +624,41 @@ func TestCheckpointWrittenOnlyUnderTheLease(t *testing.T) {
 		t.Fatalf("checkpoint under the lease: %+v, %t", cp, ok)
 	}
 }
+
+// TestNewGenerationReReportsState: the control plane refuses a report
+// under an older generation, so when the generation moves under a held
+// partition the engine tells its state again under the new one (else a
+// FAILED told just before the move stays shown while it mirrors).
+func TestNewGenerationReReportsState(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("g", 1)
+	x.produce(x.src, "g", 0, 50)
+	sp := specs("g", 1)
+	sp[0].Generation = 1
+	x.e.Assign(sp)
+	x.waitCaughtUp("g", 1)
+	k := sp[0].Key
+	x.ctl.mu.Lock()
+	pid := x.ctl.saved[k]
+	sp[0].Producer = &pid // the same producer identity: no resume
+	x.ctl.mu.Unlock()
+	sp[0].Generation = 2
+	x.e.Assign(sp)
+	waitUntil(t, 10*time.Second, "a MIRRORING report under generation 2", func() bool {
+		x.ctl.mu.Lock()
+		defer x.ctl.mu.Unlock()
+		st, gens := x.ctl.states[k], x.ctl.gens[k]
+		return len(st) > 0 && st[len(st)-1] == Mirroring && gens[len(gens)-1] == 2
+	})
+	// The same generation again tells nothing new.
+	x.ctl.mu.Lock()
+	n := len(x.ctl.states[k])
+	x.ctl.mu.Unlock()
+	x.e.Assign(sp)
+	time.Sleep(200 * time.Millisecond)
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	if got := len(x.ctl.states[k]); got != n {
+		t.Fatalf("an Assign with an unchanged generation queued %d reports", got-n)
+	}
+}

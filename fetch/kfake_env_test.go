@@ -22,6 +22,7 @@ import (
 type fakeControl struct {
 	mu       sync.Mutex
 	states   map[Key][]State
+	gens     map[Key][]uint64 // the generation of each report in states
 	reasons  map[Key]string
 	renewals []Key
 	saved    map[Key]kafka.ProducerID
@@ -30,7 +31,7 @@ type fakeControl struct {
 }
 
 func newFakeControl() *fakeControl {
-	return &fakeControl{states: map[Key][]State{}, reasons: map[Key]string{}, saved: map[Key]kafka.ProducerID{}}
+	return &fakeControl{states: map[Key][]State{}, gens: map[Key][]uint64{}, reasons: map[Key]string{}, saved: map[Key]kafka.ProducerID{}}
 }
 
 func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id kafka.ProducerID) error {
@@ -40,10 +41,11 @@ func (c *fakeControl) SaveProducer(_ context.Context, k Key, _ uint64, id kafka.
 	return nil
 }
 
-func (c *fakeControl) Report(k Key, _ uint64, s State, reason string, _ int64) {
+func (c *fakeControl) Report(k Key, gen uint64, s State, reason string, _ int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.states[k] = append(c.states[k], s)
+	c.gens[k] = append(c.gens[k], gen)
 	c.reasons[k] = reason
 }
 
@@ -224,4 +226,16 @@ func specs(topic string, partitions int32) []Spec {
 		out = append(out, Spec{Key: Key{Mirror: "m", Topic: topic, Partition: p}})
 	}
 	return out
+}
+
+// waitUntil polls cond every 10 ms until it holds, or fails the test after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -118,11 +118,22 @@ func (e *Engine) setLifeLocked(p *partition, l life, reason string) {
 	if s == before && reason == beforeReason {
 		return
 	}
+	e.queueReportLocked(p)
+}
+
+// queueReportLocked queues the State p shows, under p's generation, for
+// the control plane. Assign calls it when the generation moves under a
+// held partition: the control plane refuses a report under an older
+// generation (issue 19), so a change reported just before the move would
+// otherwise never be told (a FAILED left shown for a partition that
+// mirrors). The control plane drops a report that tells nothing new.
+func (e *Engine) queueReportLocked(p *partition) {
+	s := p.reported()
 	gapBelow := int64(0)
 	if s == Diverged {
 		gapBelow = p.gapBelow
 	}
-	e.reports = append(e.reports, report{p.key(), p.spec.Generation, s, reason, gapBelow})
+	e.reports = append(e.reports, report{p.key(), p.spec.Generation, s, p.reason, gapBelow})
 	kick(e.kickRep)
 }
 

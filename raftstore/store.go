@@ -197,6 +197,21 @@ func (s *Store) VerifyLeader(ctx context.Context) error {
 	return s.wait(ctx, s.raft.VerifyLeader())
 }
 
+// TransferLeadership hands raft leadership to the most up-to-date other
+// voter (raft's LeadershipTransfer, the leadership transfer extension of
+// the raft thesis §3.10) and waits until that voter took over or ctx ends.
+// A member that stops while it is leader calls it so the group elects no
+// one by timeout: followers renew their leases through the leader's API,
+// and a leader that stops serving it would let every lease run out.
+// It returns ErrNotLeader when this member is not the leader, raft's error
+// when there is no other voter, or ctx's error.
+func (s *Store) TransferLeadership(ctx context.Context) error {
+	if s.raft.State() != raft.Leader {
+		return s.mapErr(raft.ErrNotLeader)
+	}
+	return s.wait(ctx, s.raft.LeadershipTransfer())
+}
+
 // FSM is the state machine (benchmarks snapshot and restore it directly).
 func (s *Store) FSM() *FSM { return s.fsm }
 
