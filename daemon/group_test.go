@@ -461,3 +461,15 @@ func TestStoppingLeaderHandsOverLeadership(t *testing.T) {
 		t.Fatal("a single voter gave up leadership with no one to take it")
 	}
 }
+
+// A member whose data path cannot start yet does not keep the group's
+// leadership: the leader grants leases and runs the leader loop.
+func TestStartingMemberYieldsLeadership(t *testing.T) {
+	g := newGroup(t, 3, 2*time.Second)
+	old := g.leader()
+	stop := old.yieldLeadership()
+	defer stop()
+	waitFor(t, 15*time.Second, "leadership to leave the member that cannot start", func() bool {
+		return !old.store.IsLeader() && g.leader() != old
+	})
+}

@@ -192,10 +192,15 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		InternalRF:          cfg.Destination.ReplicationFactor,
 		ProduceTimeout:      cfg.ProduceTimeout,
 	}, m.own.Control(), log)
-	ectx, ecancel := context.WithTimeout(ctx, 60*time.Second)
-	defer ecancel()
 	m.own.SetEngine(m.engine)
-	if err := m.engine.Start(ectx); err != nil {
+	// The data path starts once the destination answers, however long
+	// that takes (the engine retries what is retriable; ctx ends it on
+	// SIGTERM). Meanwhile this member must not lead: the leader grants
+	// the leases and runs the leader loop, which wait for the start.
+	yielded := m.yieldLeadership()
+	err = m.engine.Start(ctx)
+	yielded()
+	if err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
 	m.lead = leader.New(m.ctx, leader.Config{NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Peers: cfg.Peers, DestPrincipal: m.destPrincipal},
@@ -283,7 +288,8 @@ func (m *Member) listen() error {
 	m.handler.Store(&boot)
 	m.srv = httpapi.NewServer(m.auth.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*m.handler.Load()).ServeHTTP(w, r) })),
 		m.log.Named("http"))
-	m.conns = httpapi.Limit(ln, httpapi.MaxConnsPerClient, m.log.Named("http"))
+	m.conns = httpapi.Limit(ln, httpapi.MaxConnsPerClient, httpapi.MaxConns, m.log.Named("http"))
+	m.srv.ConnState = m.conns.Track
 	ln = m.conns
 	if cfg := m.auth.ServerTLS(); cfg != nil {
 		ln = tls.NewListener(ln, cfg)
@@ -352,6 +358,29 @@ func (m *Member) leaveLeadership(ctx context.Context) {
 	}
 	_, id := m.store.Leader()
 	m.log.Info("handed raft leadership to another voter before stopping", zap.String("leader", id))
+}
+
+// yieldLeadership hands raft leadership on whenever this member wins it
+// (checked every 5 s) until the returned func is called: a member that
+// cannot start its data path yet (its destination link is down, say) must
+// not keep the group without a working leader.
+func (m *Member) yieldLeadership() (stop func()) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.leaveLeadership(ctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // otherVoter reports whether the raft configuration has a voter besides

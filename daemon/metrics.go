@@ -68,6 +68,7 @@ type metrics struct {
 	conns        *httpapi.ConnLimiter
 	connsOpen    *prometheus.Desc
 	connsRefused *prometheus.Desc
+	connsEvicted *prometheus.Desc
 }
 
 func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups *owner.GroupSync, probe *sourceProbe, lead *leader.Leader) *metrics {
@@ -81,7 +82,10 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		connsOpen: prometheus.NewDesc("kmirror_api_connections",
 			"Connections to this member's API open now.", nil, nil),
 		connsRefused: prometheus.NewDesc("kmirror_api_connections_refused_total",
-			fmt.Sprintf("API connections closed at accept because their client IP already held the most allowed (%d).", httpapi.MaxConnsPerClient), nil, nil),
+			fmt.Sprintf("API connections closed at accept because their client IP held the most allowed (%d) or the member did (%d), all busy.",
+				httpapi.MaxConnsPerClient, httpapi.MaxConns), nil, nil),
+		connsEvicted: prometheus.NewDesc("kmirror_api_connections_evicted_total",
+			"Idle keep-alive API connections closed to make room for a new connection beyond a bound (per client IP or in all).", nil, nil),
 		unauthorized: prometheus.NewDesc("kmirror_api_unauthorized_total",
 			"API requests this member refused for a missing or wrong bearer token (api.token_file).", nil, nil),
 		roUnprotected: prometheus.NewDesc("kmirror_read_only_unprotected_topics",
@@ -166,6 +170,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.unauthorized
 	ch <- m.connsOpen
 	ch <- m.connsRefused
+	ch <- m.connsEvicted
 	ch <- m.autoFailovr
 	ch <- m.fetched
 	ch <- m.throttled
@@ -205,6 +210,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.conns != nil {
 		ch <- prometheus.MustNewConstMetric(m.connsOpen, prometheus.GaugeValue, float64(m.conns.Open()))
 		ch <- prometheus.MustNewConstMetric(m.connsRefused, prometheus.CounterValue, float64(m.conns.Refused()))
+		ch <- prometheus.MustNewConstMetric(m.connsEvicted, prometheus.CounterValue, float64(m.conns.Evicted()))
 	}
 	if m.auth.TokenRequired() {
 		ch <- prometheus.MustNewConstMetric(m.unauthorized, prometheus.CounterValue, float64(m.auth.UnauthorizedTotal()))

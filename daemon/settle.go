@@ -38,7 +38,7 @@ func (m *Member) SettleUnverified(ctx context.Context, mir raftstore.Mirror, t r
 	}
 	rec := raftstore.Position{SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset, SourceLeaderEpoch: pos.SourceLeaderEpoch,
 		SourceClusterID: p.LastMirrored.SourceClusterID, SourceTopicID: p.LastMirrored.SourceTopicID}
-	if err := m.own.RecordLastMirrored(ctx, spec, rec, t.Reason); err != nil {
+	if err := m.own.RecordLastMirrored(ctx, spec, rec, reason); err != nil {
 		return raftstore.Position{}, "", fmt.Errorf("record the settled position of %s: %w", spec.Key, err)
 	}
 	return rec, reason, nil

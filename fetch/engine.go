@@ -100,7 +100,7 @@ func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 // the background loops. The loops stop when ctx is cancelled or on Close.
 func (e *Engine) Start(ctx context.Context) error {
 	for _, t := range []string{e.cfg.OffsetsTopic, e.cfg.StateTopic} {
-		if err := e.ensureInternalTopic(ctx, t); err != nil {
+		if err := e.retryStart(ctx, func(ctx context.Context) error { return e.ensureInternalTopic(ctx, t) }); err != nil {
 			return err
 		}
 	}
@@ -115,23 +115,41 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// loadCheckpoints reads the offsets topic at start, retrying what a
-// broker may answer for a while (a just-created partition's UNKNOWN_LEADER_EPOCH,
-// a leader change, a broker restarting) until ctx ends (issue 18: a new
-// member exited on one). A Kafka error that no retry fixes fails at once.
+// loadCheckpoints reads the offsets topic at start (retryStart). The first
+// read accepts a high watermark up to 5 s old; a retry asks afresh.
 func (e *Engine) loadCheckpoints(ctx context.Context) error {
-	backoff := 200 * time.Millisecond
-	for maxAge := 5 * time.Second; ; maxAge = 0 {
+	maxAge := 5 * time.Second
+	return e.retryStart(ctx, func(ctx context.Context) error {
 		err := e.store.catchUpAged(ctx, maxAge)
+		maxAge = 0
+		if err != nil {
+			return fmt.Errorf("load checkpoints from %s: %w", e.cfg.OffsetsTopic, err)
+		}
+		return nil
+	})
+}
+
+// retryStart runs a start-up step until it succeeds, retrying what a
+// broker may answer for a while (a just-created partition's
+// UNKNOWN_LEADER_EPOCH, a leader change, a controller moving, a broker
+// restarting or not up yet) with a backoff from 200 ms to 5 s, until ctx
+// ends: a member never exits for a retriable error (issue 18). A Kafka
+// error that no retry fixes (an authorization failure, say) fails at once.
+func (e *Engine) retryStart(ctx context.Context, step func(context.Context) error) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := step(ctx)
 		if err == nil {
 			return nil
 		}
-		err = fmt.Errorf("load checkpoints from %s: %w", e.cfg.OffsetsTopic, err)
 		var kerr *kwire.Error
 		if errors.As(err, &kerr) && kerr.Action() == kwire.Fatal {
 			return err
 		}
-		e.log.Warn("loading checkpoints failed; retrying", zap.Duration("backoff", backoff), zap.Error(err))
+		if ctx.Err() != nil {
+			return err
+		}
+		e.log.Warn("starting the data path failed on the destination cluster; retrying", zap.Duration("backoff", backoff), zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return err

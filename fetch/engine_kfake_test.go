@@ -3,6 +3,8 @@ package fetch
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -660,5 +662,52 @@ func TestNewGenerationReReportsState(t *testing.T) {
 	defer x.ctl.mu.Unlock()
 	if got := len(x.ctl.states[k]); got != n {
 		t.Fatalf("an Assign with an unchanged generation queued %d reports", got-n)
+	}
+}
+
+// TestStartWaitsForTheDestination: a destination that is not up yet (or
+// answers NOT_CONTROLLER while creating the internal topics) is retried
+// until it answers; the member does not exit (issue 18).
+func TestStartWaitsForTheDestination(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // nothing listens there until the cluster starts
+	e := New(Config{Destination: []string{fmt.Sprintf("127.0.0.1:%d", port)}, Checkpoint: 100 * time.Millisecond}, newFakeControl(), zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- e.Start(ctx) }()
+	time.Sleep(1500 * time.Millisecond) // several refused dials
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned before the destination was up: %v", err)
+	default:
+	}
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	refused := 0
+	dst.ControlKey(int16(kmsg.CreateTopics), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.CreateTopicsRequest)
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, kerr.NotController.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		refused++
+		return resp, nil, true
+	})
+	if err := <-started; err != nil {
+		t.Fatalf("start once the destination is up: %v", err)
+	}
+	defer e.Close(ctx) //nolint:errcheck // nothing held
+	if refused != 1 {
+		t.Fatalf("NOT_CONTROLLER was answered %d times, want 1 (the test did not exercise the retry)", refused)
 	}
 }

@@ -20,15 +20,21 @@ const (
 	// readTimeout bounds reading a whole request (bodies are small JSON).
 	readTimeout = 30 * time.Second
 	// MaxConnsPerClient bounds the connections one client address (IP)
-	// holds open at once; a connection beyond it is closed at accept.
-	// Members use at most MaxConnsPerMember each.
+	// holds open at once. A new connection beyond it closes that client's
+	// longest-idle keep-alive connection, or, when none is idle, is
+	// closed at accept. Members use at most MaxConnsPerMember each.
 	MaxConnsPerClient = 128
+	// MaxConns bounds the connections open at once from all clients
+	// (far below deploy/kmirror.service's LimitNOFILE=65536); beyond it
+	// the longest-idle connection of any client is closed, or the new one.
+	MaxConns = 4096
 	// maxHeaderBytes bounds a request's headers.
 	maxHeaderBytes = 64 << 10
 )
 
 // NewServer is the member's HTTP server for handler, with the bounds
-// above. Serve it on Limit(listener).
+// above. Serve it on Limit(listener) and set its ConnState to the
+// limiter's Track, so idle connections can be told from busy ones.
 func NewServer(handler http.Handler, log *zap.Logger) *http.Server {
 	return &http.Server{
 		Handler:           handler,
@@ -43,27 +49,35 @@ func NewServer(handler http.Handler, log *zap.Logger) *http.Server {
 }
 
 // ConnLimiter is a listener that holds at most perClient connections open
-// per client IP: a connection beyond it is closed as soon as it is
-// accepted and counted (kmirror_api_connections_refused_total).
+// per client IP and maxTotal in all. A connection beyond a bound takes the
+// place of the longest-idle keep-alive connection within it (closed; an
+// HTTP client retries a request it had not sent on it), so one client
+// holding idle connections never locks out another request, a probe from
+// the same address included (issue 18). When every connection within the
+// bound is busy, the new one is closed at accept and counted
+// (kmirror_api_connections_refused_total).
 type ConnLimiter struct {
 	net.Listener
-	perClient int
-	log       *zap.Logger
+	perClient, maxTotal int
+	log                 *zap.Logger
 
 	mu      sync.Mutex
-	open    map[string]int
+	conns   map[string]map[*limitedConn]struct{} // open connections by client IP
 	total   atomic.Int64
 	refused atomic.Int64
+	evicted atomic.Int64
 	warned  atomic.Int64 // unix seconds of the last warning
 }
 
-// Limit wraps ln with a bound of perClient open connections per client IP.
-func Limit(ln net.Listener, perClient int, log *zap.Logger) *ConnLimiter {
-	return &ConnLimiter{Listener: ln, perClient: perClient, log: log, open: map[string]int{}}
+// Limit wraps ln with a bound of perClient open connections per client IP
+// and maxTotal in all (the member: MaxConnsPerClient, MaxConns).
+func Limit(ln net.Listener, perClient, maxTotal int, log *zap.Logger) *ConnLimiter {
+	return &ConnLimiter{Listener: ln, perClient: perClient, maxTotal: maxTotal, log: log, conns: map[string]map[*limitedConn]struct{}{}}
 }
 
-// Accept returns the next connection within the bound; those beyond it
-// are closed here.
+// Accept returns the next connection within the bounds, closing a
+// longest-idle one to make room; a connection no room can be made for is
+// closed here.
 func (l *ConnLimiter) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -71,51 +85,118 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		ip := clientIP(c.RemoteAddr())
+		lc := &limitedConn{Conn: c, l: l, ip: ip}
 		l.mu.Lock()
-		ok := l.open[ip] < l.perClient
+		var victim *limitedConn
+		ok := true
+		switch {
+		case len(l.conns[ip]) >= l.perClient:
+			victim = oldestIdle(l.conns[ip])
+			ok = victim != nil
+		case int(l.total.Load()) >= l.maxTotal:
+			for _, cs := range l.conns {
+				if v := oldestIdle(cs); v != nil && (victim == nil || v.idleSince.Before(victim.idleSince)) {
+					victim = v
+				}
+			}
+			ok = victim != nil
+		}
+		if victim != nil {
+			l.forgetLocked(victim) // its slot is the new connection's now
+		}
 		if ok {
-			l.open[ip]++
+			if l.conns[ip] == nil {
+				l.conns[ip] = map[*limitedConn]struct{}{}
+			}
+			l.conns[ip][lc] = struct{}{}
+			l.total.Add(1)
 		}
 		l.mu.Unlock()
+		if victim != nil {
+			victim.Conn.Close()
+			l.evicted.Add(1)
+		}
 		if ok {
-			l.total.Add(1)
-			return &limitedConn{Conn: c, l: l, ip: ip}, nil
+			return lc, nil
 		}
 		c.Close()
 		l.refused.Add(1)
 		if now := time.Now().Unix(); l.warned.Swap(now) < now-60 {
-			l.log.Warn("API connection refused: this client already holds the most connections allowed; "+
-				"it opens connections and does not close them (or shares one address with many clients)",
-				zap.String("client", ip), zap.Int("max_connections_per_client", l.perClient))
+			l.log.Warn("API connection refused: the most connections allowed are open and all are busy; "+
+				"a client opens connections and does not close them (or many clients share one address)",
+				zap.String("client", ip), zap.Int("max_connections_per_client", l.perClient), zap.Int("max_connections", l.maxTotal))
 		}
+	}
+}
+
+// oldestIdle returns the connection of cs idle the longest, nil when none
+// is idle.
+func oldestIdle(cs map[*limitedConn]struct{}) *limitedConn {
+	var v *limitedConn
+	for c := range cs {
+		if !c.idleSince.IsZero() && (v == nil || c.idleSince.Before(v.idleSince)) {
+			v = c
+		}
+	}
+	return v
+}
+
+// Track is the http.Server's ConnState hook: it marks a connection idle
+// (between requests of a keep-alive connection) or busy, for the choice of
+// the connection to close when a bound is reached.
+func (l *ConnLimiter) Track(c net.Conn, state http.ConnState) {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // a TLS connection over the limiter's
+		c = nc.NetConn()
+	}
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if state == http.StateIdle {
+		lc.idleSince = time.Now()
+	} else {
+		lc.idleSince = time.Time{}
 	}
 }
 
 // Open is the number of connections open now.
 func (l *ConnLimiter) Open() int64 { return l.total.Load() }
 
-// Refused counts the connections closed at accept for the bound.
+// Refused counts the connections closed at accept for a bound.
 func (l *ConnLimiter) Refused() int64 { return l.refused.Load() }
 
-func (l *ConnLimiter) release(ip string) {
-	l.total.Add(-1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[ip]--; l.open[ip] <= 0 {
-		delete(l.open, ip)
+// Evicted counts the idle connections closed to make room for a new one.
+func (l *ConnLimiter) Evicted() int64 { return l.evicted.Load() }
+
+// forgetLocked takes c out of the count once (Close or eviction).
+func (l *ConnLimiter) forgetLocked(c *limitedConn) {
+	cs := l.conns[c.ip]
+	if _, ok := cs[c]; !ok {
+		return
 	}
+	delete(cs, c)
+	if len(cs) == 0 {
+		delete(l.conns, c.ip)
+	}
+	l.total.Add(-1)
 }
 
 type limitedConn struct {
 	net.Conn
-	l    *ConnLimiter
-	ip   string
-	once sync.Once
+	l  *ConnLimiter
+	ip string
+	// idleSince is when the server last found the connection idle
+	// between requests; zero while it is new or serving one (l.mu).
+	idleSince time.Time
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.ip) })
+	c.l.mu.Lock()
+	c.l.forgetLocked(c)
+	c.l.mu.Unlock()
 	return err
 }
 

@@ -21,7 +21,7 @@ import (
 
 // serveTLS serves the fake API over TLS as the member does (NewServer on
 // Limit on a TLS listener) and counts the TCP connections accepted.
-func serveTLS(t *testing.T, perClient int, idle time.Duration) (auth *Auth, addr string, limiter *ConnLimiter, accepted *atomic.Int64) {
+func serveTLS(t *testing.T, perClient, maxTotal int, idle time.Duration) (auth *Auth, addr string, limiter *ConnLimiter, accepted *atomic.Int64) {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := harness.NewCA("api-ca")
@@ -49,12 +49,13 @@ func serveTLS(t *testing.T, perClient int, idle time.Duration) (auth *Auth, addr
 		hs.IdleTimeout = idle
 	}
 	accepted = &atomic.Int64{}
-	hs.ConnState = func(_ net.Conn, s http.ConnState) {
+	limiter = Limit(ln, perClient, maxTotal, zaptest.NewLogger(t))
+	hs.ConnState = func(c net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			accepted.Add(1)
 		}
+		limiter.Track(c, s)
 	}
-	limiter = Limit(ln, perClient, zaptest.NewLogger(t))
 	go hs.Serve(tls.NewListener(limiter, auth.ServerTLS()))
 	t.Cleanup(func() { hs.Close() })
 	return auth, ln.Addr().String(), limiter, accepted
@@ -65,7 +66,7 @@ func serveTLS(t *testing.T, perClient int, idle time.Duration) (auth *Auth, addr
 // Auth.HTTPClient), reuse a few pooled connections instead of leaking one
 // per call (issue 18: 1.98 fds/s on a leader).
 func TestMemberCallsShareConnections(t *testing.T) {
-	auth, addr, limiter, accepted := serveTLS(t, MaxConnsPerClient, 0)
+	auth, addr, limiter, accepted := serveTLS(t, MaxConnsPerClient, MaxConns, 0)
 	ctx := context.Background()
 	for i := range 1000 {
 		if i%2 == 0 {
@@ -92,11 +93,14 @@ func TestMemberCallsShareConnections(t *testing.T) {
 
 // TestIdleConnectionFlood: a client that opens connection after connection,
 // makes one request on each and goes silent holds at most the per-client
-// bound; the others are closed at accept, another client is still served,
-// and idle connections are closed after the server's idle timeout.
+// bound: each new connection takes the place of its longest-idle one, so a
+// probe from the same address is still served, as is another client; only
+// connections that are all busy (here: never finishing a TLS handshake)
+// make a new one beyond the bound close at accept; idle connections are
+// closed after the server's idle timeout.
 func TestIdleConnectionFlood(t *testing.T) {
 	const perClient = 50
-	auth, addr, limiter, _ := serveTLS(t, perClient, 3*time.Second)
+	auth, addr, limiter, _ := serveTLS(t, perClient, MaxConns, 3*time.Second)
 	srvTLS := auth.clientTLS.Clone()
 	srvTLS.ServerName = "127.0.0.1"
 	var held []net.Conn
@@ -105,47 +109,84 @@ func TestIdleConnectionFlood(t *testing.T) {
 			c.Close()
 		}
 	})
-	// The flood comes from 127.0.0.2 (all of 127/8 is loopback on Linux),
-	// so 127.0.0.1 stays another client.
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
-	served := 0
-	for range 1000 {
+	// request makes one request on a new connection from ip and keeps the
+	// connection open; false when the connection was closed at accept.
+	request := func(ip string) bool {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
 		raw, err := d.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, raw)
-		if open := limiter.Open(); open > perClient {
-			t.Fatalf("%d connections open under the flood, want at most %d", open, perClient)
-		}
 		c := tls.Client(raw, srvTLS)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
-			continue // closed at accept
+			return false
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			continue // closed at accept
+			return false
 		}
 		resp.Body.Close()
-		served++
+		return resp.StatusCode == http.StatusOK
 	}
-	// Connections idle for the idle timeout (3s) during a slow flood free
-	// their slots: allow one more round of them.
-	if served > 2*perClient || served == 0 {
-		t.Fatalf("the flooding client was served on %d connections, want at most about the bound %d (and some)", served, perClient)
+	// The flood comes from 127.0.0.2 (all of 127/8 is loopback on Linux),
+	// so 127.0.0.1 stays another client.
+	served := 0
+	for range 1000 {
+		if request("127.0.0.2") {
+			served++
+		}
+		if open := limiter.Open(); open > perClient {
+			t.Fatalf("%d connections open under the flood, want at most %d", open, perClient)
+		}
 	}
-	if limiter.Refused() < 1000-2*perClient {
-		t.Fatalf("refused %d connections, want at least %d", limiter.Refused(), 1000-2*perClient)
+	// A connection is marked idle just after its response is written: the
+	// next dial may come first and find none idle yet.
+	if served < 500 || limiter.Evicted() < 500-perClient {
+		t.Fatalf("the flooding client was served on %d of 1000 connections (%d idle ones closed for new ones), want most",
+			served, limiter.Evicted())
+	}
+	// A probe from the flooding address while it holds the bound.
+	time.Sleep(100 * time.Millisecond)
+	if !request("127.0.0.2") {
+		t.Fatal("a probe from the address holding the most idle connections allowed was not served")
 	}
 	resp, err := auth.HTTPClient(5 * time.Second).Get("https://" + addr + "/healthz")
 	if err != nil {
 		t.Fatalf("another client is not served under the flood: %v", err)
 	}
 	resp.Body.Close()
-	for end := time.Now().Add(10 * time.Second); limiter.Open() > 1; time.Sleep(50 * time.Millisecond) {
+
+	// Busy connections are not closed for a new one: 127.0.0.3 opens the
+	// bound's worth and never starts the TLS handshake.
+	refused := limiter.Refused()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}, Timeout: 5 * time.Second}
+	for range perClient {
+		raw, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, raw)
+	}
+	for end := time.Now().Add(5 * time.Second); limiter.Open() < 2*perClient; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("%d connections still open 10s after going idle (idle timeout 3s)", limiter.Open())
+			t.Fatalf("%d connections open, want %d (the busy ones accepted)", limiter.Open(), 2*perClient)
+		}
+	}
+	if request("127.0.0.3") {
+		t.Fatal("a connection beyond the bound of busy connections was served")
+	}
+	if limiter.Refused() != refused+1 {
+		t.Fatalf("refused %d connections beyond the bound of busy ones, want 1", limiter.Refused()-refused)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	for end := time.Now().Add(15 * time.Second); limiter.Open() > 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d connections still open 15s after the clients closed or went idle (idle timeout 3s)", limiter.Open())
 		}
 	}
 	srv := NewServer(nil, zaptest.NewLogger(t))
@@ -154,11 +195,41 @@ func TestIdleConnectionFlood(t *testing.T) {
 	}
 }
 
+// TestGlobalConnectionBound: beyond MaxConns in all, a new connection
+// takes the place of the longest-idle one of any client.
+func TestGlobalConnectionBound(t *testing.T) {
+	auth, addr, limiter, _ := serveTLS(t, MaxConnsPerClient, 20, 0)
+	var clients []*http.Client
+	for i := range 30 {
+		tr := &http.Transport{TLSClientConfig: auth.clientTLS.Clone(), DialContext: (&net.Dialer{
+			LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i+1))}}).DialContext}
+		tr.TLSClientConfig.ServerName = "127.0.0.1"
+		c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		clients = append(clients, c)
+		resp, err := c.Get("https://" + addr + "/healthz")
+		if err != nil {
+			t.Fatalf("client %d not served: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		time.Sleep(5 * time.Millisecond) // the server marks it idle
+		if open := limiter.Open(); open > 20 {
+			t.Fatalf("%d connections open, want at most the bound 20", open)
+		}
+	}
+	if limiter.Evicted() < 10 {
+		t.Fatalf("%d idle connections closed for new ones, want at least 10", limiter.Evicted())
+	}
+	for _, c := range clients {
+		c.CloseIdleConnections()
+	}
+}
+
 // TestIdentifyMembers: over TLS a member's calls carry its name and its API
 // certificate, which the server verifies against api.tls.ca_file; a client
 // without one, or with one from another CA, is named but not proven.
 func TestIdentifyMembers(t *testing.T) {
-	auth, _, _, _ := serveTLS(t, MaxConnsPerClient, 0)
+	auth, _, _, _ := serveTLS(t, MaxConnsPerClient, MaxConns, 0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

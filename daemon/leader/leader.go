@@ -100,6 +100,10 @@ type Leader struct {
 	stuckMu   sync.Mutex
 	stuck     map[[2]string]string
 	destStuck map[string]string
+
+	// settleWarned is when settleUnverified last warned about each mirror
+	// (settleLoop's goroutine only).
+	settleWarned map[string]time.Time
 }
 
 // New returns the leader duties of a member; Run starts them.

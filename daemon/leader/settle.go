@@ -25,7 +25,26 @@ import (
 const (
 	settleInterval = 10 * time.Second
 	settleTimeout  = 30 * time.Second
+	// settleWarnEvery is how often a mirror that cannot be settled is
+	// logged at warn (at debug in between).
+	settleWarnEvery = 5 * time.Minute
 )
+
+// warnUnsettled logs why a mirror's unverified records cannot be settled:
+// at warn on the first failure and every settleWarnEvery after, so an
+// operator sees a source that stays unreadable, without a line per round.
+func (l *Leader) warnUnsettled(mirror string, key raftstore.PartitionKey, err error) {
+	log := l.log.Debug
+	if now := time.Now(); now.Sub(l.settleWarned[mirror]) >= settleWarnEvery {
+		if l.settleWarned == nil {
+			l.settleWarned = map[string]time.Time{}
+		}
+		l.settleWarned[mirror] = now
+		log = l.log.Warn
+	}
+	log("unverified records of a stopped partition cannot be settled yet; retried every 10s while this member leads",
+		zap.String("mirror", mirror), zap.Stringer("partition", key), zap.Error(err))
+}
 
 // settleLoop runs settleUnverified every settleInterval until ctx ends.
 func (l *Leader) settleLoop(ctx context.Context) {
@@ -71,7 +90,7 @@ func (l *Leader) settleUnverified(ctx context.Context) {
 		cancel()
 		if err != nil {
 			failing[u.mir.Name] = true
-			l.log.Debug("unverified records of a stopped partition cannot be settled yet", zap.Stringer("partition", key), zap.Error(err))
+			l.warnUnsettled(u.mir.Name, key, err)
 			continue
 		}
 		if err := l.store.Apply(ctx, raftstore.SettleStopped{Key: key, Position: pos, Reason: reason}); err != nil && !errors.Is(err, raftstore.ErrInvalid) {

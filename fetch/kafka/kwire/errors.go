@@ -37,6 +37,7 @@ const (
 	CodeNotEnoughReplicasAfter  int16 = 20
 	CodeInvalidTimestamp        int16 = 32
 	CodeTopicAlreadyExists      int16 = 36
+	CodeNotController           int16 = 41
 	CodeDuplicateSequence       int16 = 46
 	CodeOutOfOrderSequence      int16 = 45
 	CodeInvalidProducerEpoch    int16 = 47
@@ -58,6 +59,7 @@ var actions = map[int16]Action{
 	CodeCoordinatorLoading:      Retry,
 	CodeCoordinatorNotAvailable: Retry,
 	CodeNotCoordinator:          Retry,
+	CodeNotController:           Retry,
 	CodeNotEnoughReplicas:       Retry,
 	CodeNotEnoughReplicasAfter:  Retry,
 	CodeKafkaStorageError:       RefreshMetadata,
