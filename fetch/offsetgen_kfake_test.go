@@ -61,4 +61,20 @@ func TestStaleGenerationWritesIgnored(t *testing.T) {
 	if cp, _ := fresh.checkpointOf(k); cp != old.cp {
 		t.Fatalf("an unstamped checkpoint was not taken: %+v", cp)
 	}
+	// Forgetting the topic drops everything kept for the partition, its
+	// generation and stale count included, and Bytes shrinks with it.
+	before := fresh.Bytes()
+	if err := fresh.forget(ctx, k.Mirror, k.Topic); err != nil {
+		t.Fatal(err)
+	}
+	fresh.mu.Lock()
+	_, hasGen := fresh.gens[k]
+	_, hasStale := fresh.stale[k]
+	fresh.mu.Unlock()
+	if hasGen || hasStale {
+		t.Fatalf("after forget the partition's generation (%t) or stale count (%t) is still kept", hasGen, hasStale)
+	}
+	if after := fresh.Bytes(); after >= before {
+		t.Fatalf("store bytes %d after forget, %d before: want fewer", after, before)
+	}
 }

@@ -109,7 +109,7 @@ func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time
 func (s *offsetStore) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96 + int64(len(s.gens))*48
+	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96 + int64(len(s.gens))*48 + int64(len(s.stale))*48
 	for _, m := range s.entries {
 		n += int64(len(m)) * 48
 	}
@@ -237,6 +237,7 @@ func (s *offsetStore) apply(r kwire.Record) {
 	case kindCheckpoint:
 		if r.Value == nil {
 			delete(s.checkpoints, k)
+			s.pruneLocked(k)
 			return
 		}
 		var cp checkpoint
@@ -259,6 +260,7 @@ func (s *offsetStore) apply(r kwire.Record) {
 			}
 			if len(m) == 0 {
 				delete(s.segments, k)
+				s.pruneLocked(k)
 			}
 			return
 		}
@@ -280,6 +282,10 @@ func (s *offsetStore) apply(r kwire.Record) {
 		}
 		if r.Value == nil {
 			delete(s.entries[k], src)
+			if len(s.entries[k]) == 0 {
+				delete(s.entries, k)
+				s.pruneLocked(k)
+			}
 			return
 		}
 		dst, err2 := strconv.ParseInt(string(r.Value), 10, 64)
@@ -293,6 +299,19 @@ func (s *offsetStore) apply(r kwire.Record) {
 		}
 		m[src] = dst
 	}
+}
+
+// pruneLocked drops k's generation and stale count once nothing of k is
+// left (forget tombstoned its checkpoint, segments and breakpoints), so
+// the maps do not grow with every partition ever mirrored. A record
+// written later under k is judged afresh: generations are raft indexes,
+// so a re-added topic's are above any of its earlier life's.
+func (s *offsetStore) pruneLocked(k Key) {
+	if _, ok := s.checkpoints[k]; ok || len(s.segments[k]) > 0 || len(s.entries[k]) > 0 {
+		return
+	}
+	delete(s.gens, k)
+	delete(s.stale, k)
 }
 
 // readSegments reads the segment records of partition k at the given
