@@ -147,7 +147,8 @@ func (l *Leader) noteStuck(views map[string]api.Reach) {
 	}
 	for k := range l.stuck {
 		if _, still := stuck[k]; !still {
-			l.log.Info("member reaches the mirror's source again", zap.String("member", k[0]), zap.String("mirror", k[1]))
+			l.log.Info("member reaches the mirror's source again; it gets partitions of the mirror once its cooldown ends",
+				zap.String("member", k[0]), zap.String("mirror", k[1]), zap.Duration("cooldown", l.cool(k)))
 		}
 	}
 	for id, why := range destStuck {
@@ -158,26 +159,77 @@ func (l *Leader) noteStuck(views map[string]api.Reach) {
 	}
 	for id := range l.destStuck {
 		if _, still := destStuck[id]; !still {
-			l.log.Info("the destination answers the member again", zap.String("member", id))
+			l.log.Info("the destination answers the member again; it gets partitions once its cooldown ends",
+				zap.String("member", id), zap.Duration("cooldown", l.cool([2]string{id, ""})))
+		}
+	}
+	for k, c := range l.cooling {
+		if l.clock().Sub(c.until) > maxCooldown {
+			delete(l.cooling, k) // healthy long enough: the next stall starts over
 		}
 	}
 	l.stuck, l.destStuck = stuck, destStuck
 }
 
+// A member that stops being stuck gets no partitions for a cooldown, 1 min
+// at first, doubled (up to maxCooldown) each time it is stuck again before
+// it has been well for maxCooldown past the last one. Its link may stall
+// only under load (one broker of many, a congested path): without the
+// cooldown, its partitions came back at the next round once it had none,
+// stalled again and moved again, every lease_ttl or so (issue 18).
+const (
+	minCooldown = time.Minute
+	maxCooldown = 30 * time.Minute
+)
+
+// cooldown is one (member, mirror) pair's: no partitions before until;
+// next is the cooldown of its next recovery.
+type cooldown struct {
+	until time.Time
+	next  time.Duration
+}
+
+// cool starts k's cooldown (stuckMu held) and returns its length.
+func (l *Leader) cool(k [2]string) time.Duration {
+	if l.cooling == nil {
+		l.cooling = map[[2]string]cooldown{}
+	}
+	d := l.cooling[k].next
+	if d == 0 {
+		d = minCooldown
+	}
+	l.cooling[k] = cooldown{until: l.clock().Add(d), next: min(2*d, maxCooldown)}
+	return d
+}
+
+func (l *Leader) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
 // stuckNow is PlanAssignments' stuck for this round (source or
-// destination): a copy of noteStuck's
-// findings, or nil when no member is stuck (placement then checks nothing
+// destination): a copy of noteStuck's findings, members in their cooldown
+// included, or nil when no member is stuck (placement then checks nothing
 // per partition).
 func (l *Leader) stuckNow() func(member, mirror string) bool {
 	l.stuckMu.Lock()
 	defer l.stuckMu.Unlock()
-	if len(l.stuck) == 0 && len(l.destStuck) == 0 {
+	now := l.clock()
+	cooling := map[[2]string]bool{}
+	for k, c := range l.cooling {
+		if now.Before(c.until) {
+			cooling[k] = true
+		}
+	}
+	if len(l.stuck) == 0 && len(l.destStuck) == 0 && len(cooling) == 0 {
 		return nil
 	}
 	stuck, destStuck := maps.Clone(l.stuck), maps.Clone(l.destStuck)
 	return func(member, mirror string) bool {
 		_, ok := stuck[[2]string{member, mirror}]
 		_, dest := destStuck[member]
-		return ok || dest
+		return ok || dest || cooling[[2]string{member, mirror}] || cooling[[2]string{member, ""}]
 	}
 }

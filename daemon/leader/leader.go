@@ -100,6 +100,12 @@ type Leader struct {
 	stuckMu   sync.Mutex
 	stuck     map[[2]string]string
 	destStuck map[string]string
+	// cooling holds the (member, mirror) pairs (mirror "" for the
+	// destination) that stopped being stuck recently: they get no
+	// partitions until the cooldown ends (noteStuck).
+	cooling map[[2]string]cooldown
+	// now is the clock of the cooldowns (nil: time.Now; tests set it).
+	now func() time.Time
 
 	// settleWarned is when settleUnverified last warned about each mirror
 	// (settleLoop's goroutine only).
