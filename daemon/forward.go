@@ -35,6 +35,20 @@ func (m *Member) memberHTTP(id string) string {
 	return addr
 }
 
+// isMemberID reports whether id names a member of the group (its state or
+// this member's configured peers).
+func (m *Member) isMemberID(id string) bool {
+	if id == "" {
+		return false
+	}
+	found := false
+	m.store.Read(func(s *raftstore.State) { _, found = s.Members[id] })
+	for _, p := range m.cfg.Peers {
+		found = found || p.ID == id
+	}
+	return found
+}
+
 // MemberClient is a client of member id for forwarded requests.
 func (m *Member) MemberClient(id string) (*api.Client, error) {
 	addr := m.memberHTTP(id)
@@ -179,6 +193,12 @@ func (m *Member) checkCaller(c api.Caller) error {
 	}
 	if c.Cert == nil {
 		return fmt.Errorf("%w: member %s presented no API certificate signed by api.tls.ca_file: members prove who they are with it", api.ErrInvalid, c.Member)
+	}
+	// A certificate whose common name is a member's ID speaks for that
+	// member only, whatever hosts it holds: the way to tell members that
+	// share a host, or a shared (wildcard) certificate, apart.
+	if cn := c.Cert.Subject.CommonName; cn != c.Member && m.isMemberID(cn) {
+		return fmt.Errorf("%w: the certificate presented is member %s's (its common name), not %s's", api.ErrInvalid, cn, c.Member)
 	}
 	addr := m.memberHTTP(c.Member)
 	host, _, err := net.SplitHostPort(addr)

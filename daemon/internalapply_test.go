@@ -76,18 +76,19 @@ func ownedPartition(t *testing.T) (*group, *Member, raftstore.PartitionKey) {
 
 // TestCheckCallerCertificate: with api.tls a member route's caller proves
 // the member it names with its API certificate, which must verify and hold
-// the host of that member's HTTP address.
+// the host of that member's HTTP address; one whose common name is
+// another member's ID speaks for that member only.
 func TestCheckCallerCertificate(t *testing.T) {
-	g := newGroup(t, 1, 2*time.Second)
+	g := newGroup(t, 2, 2*time.Second)
 	l := g.leader()
 	dir := t.TempDir()
 	ca, err := harness.NewCA("api-ca")
 	if err != nil {
 		t.Fatal(err)
 	}
-	issue := func(ip string) *x509.Certificate {
+	issueAs := func(cn, ip string) *x509.Certificate {
 		t.Helper()
-		iss, err := ca.Issue(harness.CertOptions{CommonName: "member", IPs: []net.IP{net.ParseIP(ip)}})
+		iss, err := ca.Issue(harness.CertOptions{CommonName: cn, IPs: []net.IP{net.ParseIP(ip)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,6 +102,7 @@ func TestCheckCallerCertificate(t *testing.T) {
 		}
 		return leaf
 	}
+	issue := func(ip string) *x509.Certificate { return issueAs("member", ip) }
 	own, err := ca.Issue(harness.CertOptions{CommonName: "member", IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	if err != nil {
 		t.Fatal(err)
@@ -120,11 +122,15 @@ func TestCheckCallerCertificate(t *testing.T) {
 	if err := l.checkCaller(api.Caller{Member: "n1", Cert: issue("127.0.0.1"), TLS: true}); err != nil {
 		t.Fatalf("n1 with a certificate for its HTTP host: %v", err)
 	}
+	if err := l.checkCaller(api.Caller{Member: "n1", Cert: issueAs("n1", "127.0.0.1"), TLS: true}); err != nil {
+		t.Fatalf("n1 with a certificate naming it: %v", err)
+	}
 	for name, c := range map[string]api.Caller{
 		"no certificate":                   {Member: "n1", TLS: true},
 		"another host's certificate":       {Member: "n1", Cert: issue("10.1.1.1"), TLS: true},
 		"a member the group does not know": {Member: "n7", Cert: issue("127.0.0.1"), TLS: true},
 		"no member named":                  {Cert: issue("127.0.0.1"), TLS: true},
+		"another member's certificate":     {Member: "n1", Cert: issueAs("n2", "127.0.0.1"), TLS: true},
 	} {
 		if err := l.checkCaller(c); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("%s: %v, want refused", name, err)

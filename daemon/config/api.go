@@ -76,6 +76,11 @@ func (a APIConfig) validate(errs *problems, host string) {
 			errs.add("api.tls.cert_file", "%v: other members and the CLI reach this member's API at %s", err, host)
 		}
 	}
+	if t.CertFile != "" && t.CAFile == "" {
+		errs.add("api.tls.ca_file", "required with cert_file: members prove who they are to each other with API certificates "+
+			"signed by this CA (with the system's CAs, any certificate a public CA issued for a member's host would speak for "+
+			"that member); set it to the CA that signs the members' API certificates")
+	}
 	if t.CAFile != "" && t.CertFile == "" {
 		errs.add("api.tls", "ca_file is set but cert_file and key_file are not, so the API would be plain HTTP: set them too, or remove ca_file")
 	}

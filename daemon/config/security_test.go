@@ -31,6 +31,7 @@ func TestAPIConfigErrors(t *testing.T) {
 		{APIConfig{TokenFile: writeTemp(t, dir, "short", "abc\n")}, "each of at least 16 characters"},
 		{APIConfig{TLS: APITLSConfig{CertFile: "/x.pem"}}, "api.tls: set both cert_file and key_file"},
 		{APIConfig{TLS: APITLSConfig{CAFile: writeTemp(t, dir, "ca.pem", "x")}}, "api.tls: ca_file is set but cert_file and key_file are not"},
+		{APIConfig{TLS: APITLSConfig{CertFile: "/x.pem", KeyFile: "/x-key.pem"}}, "api.tls.ca_file: required with cert_file"},
 	}
 	for _, c := range cases {
 		var errs problems

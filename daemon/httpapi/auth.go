@@ -100,6 +100,15 @@ func NewAuth(cfg config.APIConfig, self string, log *zap.Logger) (*Auth, error) 
 		}
 	}
 	a.transport = memberTransport(a.clientTLS)
+	if a.cert != nil && self != "" {
+		if c, err := a.cert.get(); err == nil && len(c.Certificate) > 0 {
+			if leaf, err := x509.ParseCertificate(c.Certificate[0]); err == nil && leaf.Subject.CommonName != self {
+				log.Warn("the API certificate's common name is not this member's node_id: on member routes it speaks for any member "+
+					"whose HTTP host it holds; give each member a certificate with CN=<node_id> to tell members apart (README, Security)",
+					zap.String("common_name", leaf.Subject.CommonName), zap.String("node_id", self))
+			}
+		}
+	}
 	if a.cert != nil {
 		// A member presents its API certificate to the others: its
 		// identity on member routes (Identify).
