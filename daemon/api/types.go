@@ -67,9 +67,23 @@ const (
 	TopicNotAdded = "not added"
 )
 
-// AddTimeout is how long a client waits for an add of n topics: the
-// server bounds each topic's checks and creation on its own.
-func AddTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*2*15*time.Second }
+// AdminStepTimeout bounds each call to a Kafka cluster a member makes for
+// an API request (daemon/ops).
+const AdminStepTimeout = 15 * time.Second
+
+// addStepsPerTopic is how many AdminStepTimeout-bounded steps an add runs
+// one after the other for each topic: its check, lifting an earlier stop
+// fence, clearing an earlier mirroring's checkpoints, creating (or
+// continuing) it; one more for its raft writes.
+const addStepsPerTopic = 5
+
+// AddTimeout is how long a client waits for an add of n topics: the sum of
+// the server's bounds of each topic's steps, and a minute for the rest
+// (issue 18: an add of one topic could take 60 s while a client waited
+// 30 s per topic).
+func AddTimeout(n int) time.Duration {
+	return time.Minute + time.Duration(n)*addStepsPerTopic*AdminStepTimeout
+}
 
 // PlanResult answers an add with dry_run.
 type PlanResult struct {

@@ -15,8 +15,9 @@ import (
 	"github.com/kmirror/kmirror/raftstore"
 )
 
-// adminTimeout bounds each call to a Kafka cluster made for an API request.
-const adminTimeout = 15 * time.Second
+// adminTimeout bounds each call to a Kafka cluster made for an API
+// request; api.AddTimeout counts on it.
+const adminTimeout = api.AdminStepTimeout
 
 // Store is the raft store as the operator verbs use it (*raftstore.Store).
 // Errors wrap raftstore's sentinels (StoreErr maps them to the API's).
