@@ -11,6 +11,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -238,4 +239,33 @@ func openLeaderStore(t *testing.T) *raftstore.Store {
 		t.Fatal(err)
 	}
 	return store
+}
+
+// TestHandoffReleaseOnItsOwnBound: a handoff's release (which takes no
+// context: it runs on a bound of its own, since the release once went out
+// with a timed-out drain's expired context, never applied, and the handoff
+// started over; issue 18) gives the next owner the drain's exact position
+// and finishes the job.
+func TestHandoffReleaseOnItsOwnBound(t *testing.T) {
+	o, store, key := ownedPartition(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := store.Apply(ctx, raftstore.UpsertMember{Member: raftstore.Member{ID: "n2", Voter: true, Joined: true}}); err != nil {
+		t.Fatal(err)
+	}
+	gen := partitionOf(store, key).Generation
+	if err := store.Apply(ctx, raftstore.RequestMove{Key: key, Generation: gen, To: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	k := fetch.Key{Mirror: key.Mirror, Topic: key.Topic, Partition: key.Partition}
+	j := ownerJob{kind: "handoff", spec: fetch.Spec{Key: k, Generation: gen}, lease: raftstore.Lease{Owner: "n1", Generation: gen}, moveTo: "n2"}
+	o.release(j, &fetch.Handoff{Position: fetch.Position{SourceOffset: 40, DestinationOffset: 42}, Sequence: 40,
+		Producer: kafka.ProducerID{ID: 1000, Epoch: 3}})
+	p := partitionOf(store, key)
+	if p.Owner != "n2" || p.Handoff == nil || p.Handoff.SourceOffset != 40 || p.Handoff.DestinationOffset != 42 {
+		t.Fatalf("after the release: owner %q, handoff %+v; want n2 with the drain's position 40 -> 42", p.Owner, p.Handoff)
+	}
+	if !o.owner.isFinished(k, "handoff", gen) {
+		t.Fatal("the applied release did not finish the handoff job")
+	}
 }

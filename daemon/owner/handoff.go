@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -74,6 +75,16 @@ func (o *Owner) handOff(j ownerJob) {
 			return
 		}
 	}
+	o.release(j, h)
+}
+
+// release gives partition j.spec.Key up to its next owner, with h's exact
+// position when the drain gave one (nil: the next owner walks). It runs on
+// a bound of its own, never the drain's: a drain that timed out sent the
+// release with its expired context, which never applied, and the handoff
+// started over (issue 18).
+func (o *Owner) release(j ownerJob, h *fetch.Handoff) {
+	k := j.spec.Key
 	cmd := raftstore.ReleasePartition{Key: partitionKey(k), Lease: j.lease}
 	if h != nil {
 		cmd.Checkpoint = &raftstore.Checkpoint{
@@ -82,12 +93,9 @@ func (o *Owner) handOff(j ownerJob) {
 			Producer: raftstore.ProducerIdentity{ProducerID: h.Producer.ID, Epoch: h.Producer.Epoch, Allocated: true},
 		}
 	}
-	// Released on a fresh bound: the drain may have used up its own
-	// (issue 18: a timed-out drain sent the release with the expired
-	// context, it never applied, and the handoff started again).
-	rctx, rcancel := context.WithTimeout(o.ctx, handoffDrainWait)
-	defer rcancel()
-	if o.submitRetry(rctx, cmd) {
+	ctx, cancel := context.WithTimeout(o.ctx, handoffDrainWait)
+	defer cancel()
+	if o.submitRetry(ctx, cmd) {
 		o.owner.finish(k, j.kind, j.lease.Generation)
 	}
 	o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
