@@ -21,11 +21,11 @@ import (
 // api.ErrUnavailable (heartbeats failing), api.ErrInvalid (caller not
 // proven, or not a member).
 func (m *Member) GrantLease(ctx context.Context) (api.LeaseGrant, error) {
-	caller := api.CallerOf(ctx).Member
-	if err := m.checkCaller(api.CallerOf(ctx)); err != nil {
+	caller := api.CallerOf(ctx)
+	if err := m.checkCaller(caller); err != nil {
 		return api.LeaseGrant{}, err
 	}
-	return m.grantLease(ctx, caller)
+	return m.grantLease(ctx, caller.Member)
 }
 
 func (m *Member) grantLease(ctx context.Context, id string) (api.LeaseGrant, error) {

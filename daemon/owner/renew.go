@@ -42,11 +42,20 @@ func (o *Owner) renewEvery() time.Duration {
 
 // leaseContact is the start of this member's current write window.
 func (o *Owner) leaseContact() time.Time {
-	idx := o.stateIndex()
 	g := &o.grant
 	g.mu.Lock()
+	pending := g.pendingStart.After(g.start)
+	g.mu.Unlock()
+	// The state's index is read only while a grant waits for it: the data
+	// path asks for the lease on every produce and checkpoint, and the
+	// state's read lock is the control plane's.
+	var idx uint64
+	if pending {
+		idx = o.stateIndex()
+	}
+	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pendingStart.After(g.start) && idx >= g.pendingIndex {
+	if pending && g.pendingStart.After(g.start) && idx >= g.pendingIndex {
 		g.start = g.pendingStart
 	}
 	if g.legacyLeader != "" {
