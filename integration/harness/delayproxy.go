@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,13 +14,8 @@ import (
 // arrives late or, once the client gave up on the connection, never. It
 // knows no protocol (raft's transport, for one).
 type DelayProxy struct {
-	ln     net.Listener
-	target string
-	delay  atomic.Int64 // nanoseconds
-
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-	closed bool
+	relays
+	delay atomic.Int64 // nanoseconds
 }
 
 // NewDelayProxy starts a DelayProxy on a free loopback port in front of
@@ -31,8 +25,8 @@ func NewDelayProxy(target string) (*DelayProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("harness: delay proxy listener: %w", err)
 	}
-	p := &DelayProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go p.accept()
+	p := &DelayProxy{relays: newRelays(ln, target)}
+	go p.acceptEach(nil, p.serve)
 	return p, nil
 }
 
@@ -44,46 +38,7 @@ func (p *DelayProxy) Addr() string { return p.ln.Addr().String() }
 func (p *DelayProxy) SetReplyDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Close stops the proxy and closes every connection through it.
-func (p *DelayProxy) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	return p.ln.Close()
-}
-
-func (p *DelayProxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-	return true
-}
-
-func (p *DelayProxy) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *DelayProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.serve(c)
-	}
-}
+func (p *DelayProxy) Close() error { return p.close() }
 
 // chunk is what the target sent, and when it may go on.
 type chunk struct {
@@ -91,18 +46,7 @@ type chunk struct {
 	due  time.Time
 }
 
-func (p *DelayProxy) serve(client net.Conn) {
-	target, err := net.DialTimeout("tcp", p.target, 10*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	if !p.track(client, target) {
-		client.Close()
-		target.Close()
-		return
-	}
-	defer p.untrack(client, target)
+func (p *DelayProxy) serve(client, target net.Conn) {
 	go func() {
 		io.Copy(target, client) //nolint:errcheck // either side closing ends the relay
 		p.untrack(client, target)

@@ -22,8 +22,7 @@ const apiProduce = 0
 // the client's connection at that moment, so the client sees a produce
 // whose outcome it cannot know.
 type Proxy struct {
-	ln     net.Listener
-	target string // the broker's own listener
+	relays // to the broker's own listener
 
 	mu        sync.Mutex
 	dropTopic string
@@ -36,9 +35,7 @@ type Proxy struct {
 	// link that froze with the request in it), instead of closing it.
 	holdOpen bool
 	held     [][]byte
-	conns    map[net.Conn]bool
 	accepted int
-	closed   bool
 	// stalled: nothing passes either way, the connections stay open (a
 	// link that stalls without RST or FIN).
 	stalled bool
@@ -56,9 +53,9 @@ func (p *Proxy) Stall(on bool) {
 func (p *Proxy) waitUnstalled() {
 	for {
 		p.mu.Lock()
-		stalled, closed := p.stalled, p.closed
+		stalled := p.stalled
 		p.mu.Unlock()
-		if !stalled || closed {
+		if !stalled || p.isClosed() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -74,8 +71,12 @@ func newProxy(listen, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("harness: proxy listener %s: %w", listen, err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go p.accept()
+	p := &Proxy{relays: newRelays(ln, target)}
+	go p.acceptEach(func() {
+		p.mu.Lock()
+		p.accepted++
+		p.mu.Unlock()
+	}, p.serve)
 	return p, nil
 }
 
@@ -152,49 +153,7 @@ func (p *Proxy) ReleaseHeld() error {
 }
 
 // Close stops the proxy and closes every connection through it.
-func (p *Proxy) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	return p.ln.Close()
-}
-
-func (p *Proxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-	return true
-}
-
-func (p *Proxy) untrack(cs ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-func (p *Proxy) accept() {
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.accepted++
-		p.mu.Unlock()
-		go p.serve(client)
-	}
-}
+func (p *Proxy) Close() error { return p.close() }
 
 // Accepted counts the client connections the proxy has accepted.
 func (p *Proxy) Accepted() int {
@@ -206,18 +165,7 @@ func (p *Proxy) Accepted() int {
 // serve relays one client connection. Requests are read frame by frame so
 // that produce requests can be recognised (API key, correlation ID) and
 // their answers matched.
-func (p *Proxy) serve(client net.Conn) {
-	broker, err := net.DialTimeout("tcp", p.target, 10*time.Second)
-	if err != nil {
-		client.Close()
-		return
-	}
-	if !p.track(client, broker) {
-		client.Close()
-		broker.Close()
-		return
-	}
-	defer p.untrack(client, broker)
+func (p *Proxy) serve(client, broker net.Conn) {
 	var mu sync.Mutex
 	drop := map[int32]bool{} // correlation IDs whose answers are swallowed
 	done := make(chan struct{})
