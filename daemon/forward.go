@@ -117,11 +117,15 @@ func (m *Member) Submit(ctx context.Context, cmd raftstore.Command) error {
 	if m.store.IsLeader() {
 		return ops.StoreErr(m.store.Apply(ctx, cmd))
 	}
-	c, err := m.leaderClient()
+	entry, err := raftstore.Encode(cmd)
 	if err != nil {
 		return err
 	}
-	entry, err := raftstore.Encode(cmd)
+	if m.applyVia != nil {
+		_, id := m.store.Leader()
+		return m.applyVia(ctx, id, entry)
+	}
+	c, err := m.leaderClient()
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,9 @@ type Member struct {
 	// of its internal API (in-process groups in tests, which serve no
 	// HTTP).
 	leaseVia func(ctx context.Context, leaderID string) (api.LeaseGrant, error)
+	// applyVia, when set, carries this member's commands (Submit) to the
+	// leader in place of its internal API, as leaseVia does.
+	applyVia func(ctx context.Context, leaderID string, entry []byte) error
 
 	readyMu  sync.Mutex
 	readyAt  time.Time

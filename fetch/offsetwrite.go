@@ -230,3 +230,39 @@ func genOf(r kwire.Record) uint64 {
 	}
 	return 0
 }
+
+// GenerationHeader is the record header that stamps each checkpoint and
+// translation segment of the offsets topic with its writer's lease
+// generation (8 bytes, big-endian; issue 19).
+const GenerationHeader = genHeader
+
+// CheckpointRecord is a partition's checkpoint as one record of the offsets
+// topic holds it: the source offset mirrored up to, the destination offset
+// it maps to, and the lease generation it was written under (0: a build
+// before the stamp).
+type CheckpointRecord struct {
+	Key               Key
+	SourceOffset      int64
+	DestinationOffset int64
+	Generation        uint64
+}
+
+// DecodeCheckpoint decodes a record of the offsets topic from its key,
+// value and GenerationHeader value (nil: none); ok is false for a record
+// of another kind (translation, last mirrored position), a tombstone, or
+// one that does not parse. For tools and tests that read the topic.
+func DecodeCheckpoint(key, value, generation []byte) (CheckpointRecord, bool) {
+	kind, k, _, ok := parseKey(key)
+	if !ok || kind != kindCheckpoint || value == nil {
+		return CheckpointRecord{}, false
+	}
+	var cp checkpoint
+	if json.Unmarshal(value, &cp) != nil {
+		return CheckpointRecord{}, false
+	}
+	rec := CheckpointRecord{Key: k, SourceOffset: cp.Src, DestinationOffset: cp.Dst}
+	if len(generation) == 8 {
+		rec.Generation = binary.BigEndian.Uint64(generation)
+	}
+	return rec, true
+}

@@ -18,8 +18,12 @@ const maxProduceBytes = 32 << 20
 
 // sent is one partition's batch in a produce request.
 type sent struct {
-	p  *partition
-	it *item
+	p   *partition
+	it  *item
+	// key and gen are the partition's and its lease generation when it
+	// was collected (read under the engine's lock).
+	key Key
+	gen uint64
 }
 
 // produceLoop is the produce loop for one destination broker: each request
@@ -71,12 +75,16 @@ func (e *Engine) produceLoop(w *worker) {
 		sent := err == nil
 		var res []kwire.ProduceResult
 		if sent {
+			sentAt := time.Now()
 			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
 			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, writeBy, parts)
 			cancel()
 			// A request the broker never wholly received (the lease ran out
 			// while writing it, or the connection broke) was not appended.
 			sent = !errors.Is(err, kwire.ErrNotSent)
+			if sent && e.cfg.ProduceObserver != nil {
+				e.observeProduce(batch, res, err, sentAt, writeBy)
+			}
 		}
 		if err != nil {
 			if conn != nil {
@@ -110,6 +118,27 @@ func (e *Engine) produceLoop(w *worker) {
 			// unread and count against produce_timeout.
 			sleepCtx(e.ctx, throttle)
 		}
+	}
+}
+
+// observeProduce tells Config.ProduceObserver about each batch of a
+// request the broker may have received.
+func (e *Engine) observeProduce(batch []sent, res []kwire.ProduceResult, err error, sentAt, writeBy time.Time) {
+	endedAt := time.Now()
+	for _, s := range batch {
+		k := s.key
+		ev := ProduceEvent{Key: k, Generation: s.gen, ProducerID: s.it.batch.ProducerID(), ProducerEpoch: s.it.batch.ProducerEpoch(),
+			BaseSequence: s.it.batch.BaseSequence(), Records: s.it.batch.RecordCount(), SentAt: sentAt, WriteBy: writeBy,
+			EndedAt: endedAt, Answered: err == nil, BaseOffset: -1}
+		for _, r := range res {
+			if r.Topic == k.Topic && r.Partition == k.Partition {
+				ev.ErrorCode = r.Err
+				if r.Err == 0 {
+					ev.BaseOffset = r.BaseOffset
+				}
+			}
+		}
+		e.cfg.ProduceObserver(ev)
 	}
 }
 
@@ -169,7 +198,7 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 		}
 		p.moveSend(sendInflight)
 		size += len(it.batch)
-		batch = append(batch, sent{p, it})
+		batch = append(batch, sent{p: p, it: it, key: p.spec.Key, gen: p.spec.Generation})
 	}
 	if len(verify) > 0 {
 		// Verify first; nothing collected is sent in this round.

@@ -206,6 +206,38 @@ type Config struct {
 	InternalRF          int16  // replication factor of internal topics (-1: broker default)
 	RetryBackoff        time.Duration
 	MaxRetryBackoff     time.Duration
+	// ProduceObserver, when set, is told of every batch this engine sent
+	// in a produce request the broker may have received, once the request
+	// ended (answered, failed or timed out). It runs on the produce loop:
+	// keep it short. The in-process tier records the history of writes
+	// with it (issue 19); nil in a member.
+	ProduceObserver func(ProduceEvent)
+}
+
+// ProduceEvent is one batch of one produce request (Config.ProduceObserver).
+type ProduceEvent struct {
+	Key Key
+	// Generation is the partition's lease generation the batch was sent
+	// under.
+	Generation uint64
+	// ProducerID, ProducerEpoch and BaseSequence are the batch's producer
+	// identity and first sequence number; Records its record count.
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+	Records       int32
+	// SentAt is when the request began to be written; WriteBy the end of
+	// this member's lease it had to be written by.
+	SentAt, WriteBy time.Time
+	// EndedAt is when the request ended: its answer arrived (Answered),
+	// or it failed or timed out and its connection was reset, so nothing
+	// more of it is sent. BaseOffset is where the batch was appended (-1
+	// unless answered without error); ErrorCode the partition's Kafka
+	// error.
+	EndedAt    time.Time
+	Answered   bool
+	BaseOffset int64
+	ErrorCode  int16
 }
 
 // Defaults fills zero fields.
