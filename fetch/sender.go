@@ -18,8 +18,8 @@ const maxProduceBytes = 32 << 20
 
 // sent is one partition's batch in a produce request.
 type sent struct {
-	p   *partition
-	it  *item
+	p  *partition
+	it *item
 	// key and gen are the partition's and its lease generation when it
 	// was collected (read under the engine's lock).
 	key Key
