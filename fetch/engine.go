@@ -110,6 +110,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.goLoop(e.routeLoop)
 	e.goLoop(func() { e.tick(e.cfg.Checkpoint, e.checkpoint) })
+	e.goLoop(func() { e.tick(restampCheck, e.restampStale) })
 	e.goLoop(e.reportLoop)
 	e.goLoop(func() { e.tick(idleCheck, e.checkIdle) })
 	return nil

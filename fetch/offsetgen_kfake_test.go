@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"encoding/binary"
 	"slices"
 	"testing"
 	"time"
@@ -76,5 +77,77 @@ func TestStaleGenerationWritesIgnored(t *testing.T) {
 	}
 	if after := fresh.Bytes(); after >= before {
 		t.Fatalf("store bytes %d after forget, %d before: want fewer", after, before)
+	}
+}
+
+// TestStaleRecordWrittenAgain: an owner that lost its lease writes a
+// checkpoint and a translation segment late, after the current owner's.
+// Readers leave them aside by generation, but the offsets topic is
+// compacted: once the cleaner ran only the latest record of each key is
+// left, and that is the stale one. The current owner finds it and writes
+// its own again, so the latest record of every key is its generation's
+// (issue 19).
+func TestStaleRecordWrittenAgain(t *testing.T) {
+	defer func(d time.Duration) { restampCheck = d }(restampCheck)
+	restampCheck = 100 * time.Millisecond
+	x := newKfakePair(t)
+	x.createTopic("restamp", 1)
+	x.produce(x.src, "restamp", 0, 50)
+	sp := specs("restamp", 1)
+	sp[0].Generation = 20
+	x.e.Assign(sp)
+	x.waitCaughtUp("restamp", 1)
+	k := sp[0].Key
+	waitUntil(t, 10*time.Second, "the owner's checkpoint at 50", func() bool {
+		cp, ok := x.e.store.checkpointOf(k)
+		return ok && cp.Src == 50
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stale := update{key: k, gen: 12, cp: checkpoint{Src: 10, Dst: 10, Seq: 10, PID: 3},
+		segs: []segRecord{{base: 0, value: encodeSegment([]Entry{{Src: 0, Dst: 0}})}}}
+	if err := x.e.store.writeUnleased(ctx, []update{stale}); err != nil {
+		t.Fatal(err)
+	}
+	// The latest record of the checkpoint's key and of segment 0's key,
+	// read as the cleaner would leave them.
+	latest := func() (ckpt, seg uint64) {
+		for _, r := range x.records(x.dst, x.e.cfg.OffsetsTopic, 1)[0] {
+			var gen []byte
+			for _, h := range r.Headers {
+				if h.Key == GenerationHeader {
+					gen = h.Value
+				}
+			}
+			g := uint64(0)
+			if len(gen) == 8 {
+				g = binary.BigEndian.Uint64(gen)
+			}
+			kind, rk, extra, ok := parseKey(r.Key)
+			if !ok || rk != k {
+				continue
+			}
+			switch {
+			case kind == kindCheckpoint:
+				ckpt = g
+			case kind == kindSegment && len(extra) == 1 && extra[0] == "0":
+				seg = g
+			}
+		}
+		return ckpt, seg
+	}
+	if c, s := latest(); c != 12 || s != 12 {
+		t.Fatalf("right after the stale write the latest records are of generations %d and %d, want 12: the test wrote nothing stale", c, s)
+	}
+	waitUntil(t, 10*time.Second, "the owner's checkpoint and segment written again under generation 20", func() bool {
+		c, s := latest()
+		return c == 20 && s == 20
+	})
+	fresh := newOffsetStore(kafka.NewCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.OffsetsTopic, nil)
+	if err := fresh.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cp, _ := fresh.checkpointOf(k); cp.Src != 50 {
+		t.Fatalf("a reader takes checkpoint %+v, want the owner's at 50", cp)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +87,13 @@ type offsetStore struct {
 	// by the network), is ignored and counted in stale (issue 19).
 	gens  map[Key]uint64
 	stale map[Key]int
+	// restamp holds the partitions whose latest record of some key is such
+	// a stale one, with the lowest segment base among those (MaxInt64: the
+	// checkpoint only). The offsets topic is compacted: once the cleaner
+	// ran, only the latest record of a key is left, and the stale one
+	// would be read as the partition's state. Its owner writes its own
+	// again (Engine.restampStale).
+	restamp map[Key]int64
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
@@ -100,7 +108,7 @@ type offsetStore struct {
 func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time.Time) *offsetStore {
 	return &offsetStore{dest: dest, topic: topic, writeDeadline: writeDeadline, checkpoints: map[Key]checkpoint{},
 		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{},
-		gens: map[Key]uint64{}, stale: map[Key]int{}}
+		gens: map[Key]uint64{}, stale: map[Key]int{}, restamp: map[Key]int64{}}
 }
 
 // Bytes is the memory the store takes, roughly (kmirror_offsets_store_bytes):
@@ -109,7 +117,7 @@ func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time
 func (s *offsetStore) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96 + int64(len(s.gens))*48 + int64(len(s.stale))*48
+	n := int64(len(s.checkpoints))*160 + int64(s.segCount)*48 + int64(s.stoppedSize) + int64(len(s.stopped))*96 + int64(len(s.gens))*48 + int64(len(s.stale))*48 + int64(len(s.restamp))*48
 	for _, m := range s.entries {
 		n += int64(len(m)) * 48
 	}
@@ -220,6 +228,7 @@ func (s *offsetStore) apply(r kwire.Record) {
 		if g := genOf(r); g != 0 {
 			if g < s.gens[k] {
 				s.stale[k]++
+				s.noteRestampLocked(k, kind, extra)
 				return
 			}
 			s.gens[k] = g
@@ -301,6 +310,34 @@ func (s *offsetStore) apply(r kwire.Record) {
 	}
 }
 
+// noteRestampLocked records that the latest record of one of k's keys is a
+// stale generation's (restamp).
+func (s *offsetStore) noteRestampLocked(k Key, kind string, extra []string) {
+	from, ok := s.restamp[k]
+	if !ok {
+		from = math.MaxInt64
+	}
+	if kind == kindSegment && len(extra) == 1 {
+		if base, err := strconv.ParseInt(extra[0], 10, 64); err == nil {
+			from = min(from, base)
+		}
+	}
+	s.restamp[k] = from
+}
+
+// takeRestamps returns the partitions to write again (restamp) and
+// forgets them.
+func (s *offsetStore) takeRestamps() map[Key]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.restamp) == 0 {
+		return nil
+	}
+	out := s.restamp
+	s.restamp = map[Key]int64{}
+	return out
+}
+
 // pruneLocked drops k's generation and stale count once nothing of k is
 // left (forget tombstoned its checkpoint, segments and breakpoints), so
 // the maps do not grow with every partition ever mirrored. A record
@@ -312,6 +349,7 @@ func (s *offsetStore) pruneLocked(k Key) {
 	}
 	delete(s.gens, k)
 	delete(s.stale, k)
+	delete(s.restamp, k)
 }
 
 // readSegments reads the segment records of partition k at the given
