@@ -118,28 +118,27 @@ func (g *group) stop(m *Member) {
 	m.cancel = nil
 }
 
-// leader waits for a leader among the running members.
+// leader waits for a leader among the running members but those at the
+// indexes skip.
 func (g *group) leader(skip ...int) *Member {
 	g.t.Helper()
 	var l *Member
 	waitFor(g.t, 10*time.Second, "a leader", func() bool {
-		for i, m := range g.members {
-			if m.cancel != nil && !slices.Contains(intsToStrings(skip), fmt.Sprint(i)) && m.store.IsLeader() {
-				l = m
-				return true
-			}
-		}
-		return false
+		l = g.currentLeader(skip...)
+		return l != nil
 	})
 	return l
 }
 
-func intsToStrings(xs []int) []string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = fmt.Sprint(x)
+// currentLeader is the running member that leads now, but those at the
+// indexes skip; nil when none does.
+func (g *group) currentLeader(skip ...int) *Member {
+	for i, m := range g.members {
+		if m.cancel != nil && !slices.Contains(skip, i) && m.store.IsLeader() {
+			return m
+		}
 	}
-	return out
+	return nil
 }
 
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {

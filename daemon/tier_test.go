@@ -179,16 +179,6 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history, frozen *a
 	}
 }
 
-// currentLeader is the member that leads now, if any.
-func (g *group) currentLeader() *Member {
-	for _, m := range g.members {
-		if m.cancel != nil && m.store.IsLeader() {
-			return m
-		}
-	}
-	return nil
-}
-
 // tierSeed is KMIRROR_TIER_SEED when set (to replay a failing schedule),
 // else a fresh one.
 func tierSeed(t *testing.T) int64 {
