@@ -56,25 +56,23 @@ func (l *Leader) fenceStopped(ctx context.Context, stopped []string, fences map[
 		return hold, nil
 	}
 	var created []string
-	for i, topic := range stopped {
-		if fences[topic] == own || l.readOnly.isAdding(topic) {
-			continue
-		}
+	for _, topic := range unfenced {
 		// Record, then create: a new leader lifts a recorded fence on add
 		// even if this one crashed before creating it.
 		if err = l.store.Apply(ctx, raftstore.SetStopFence{Topic: topic, Principal: own}); err == nil {
 			err = l.dest.DenyWrite(ctx, topic, []string{own})
 		}
 		if errors.Is(err, kafka.ErrNoAuthorizer) {
-			// Nothing to fence with; nothing to lift either.
+			// The read above failed otherwise and left this to find out:
+			// nothing to fence with, nothing to lift either.
 			if cerr := l.store.Apply(ctx, raftstore.SetStopFence{Topic: topic}); cerr != nil {
 				l.log.Debug("clear a stop fence record", zap.String("topic", topic), zap.Error(cerr))
 			}
 			return hold, nil
 		}
 		if err != nil {
-			for _, t := range stopped[i:] {
-				if fences[t] != own {
+			for _, t := range stopped {
+				if fences[t] != own && !slices.Contains(created, t) {
 					hold[t] = true
 				}
 			}
