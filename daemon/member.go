@@ -360,8 +360,12 @@ func (m *Member) leaveLeadership(ctx context.Context) {
 		return
 	}
 	_, id := m.store.Leader()
-	m.log.Info("handed raft leadership to another voter before stopping", zap.String("leader", id))
+	m.log.Info(LogLeadershipHandedOn, zap.String("leader", id))
 }
+
+// LogLeadershipHandedOn is logged when a member hands raft leadership on
+// (tests look for it).
+const LogLeadershipHandedOn = "handed raft leadership to another voter"
 
 // yieldLeadership hands raft leadership on whenever this member wins it
 // (checked every 5 s) until the returned func is called: a member that

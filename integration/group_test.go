@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon"
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/integration/harness"
@@ -93,6 +94,27 @@ func TestGroupMemberFaults(t *testing.T) {
 	calm.stop()
 	time.Sleep(2 * time.Second)
 	calm.start()
+
+	// 4. SIGTERM the raft leader: it hands leadership on before it closes
+	// its API, through which the others renew their leases, so none of
+	// them loses its lease (issue 18: it shut its API first and left the
+	// group without a leader until an election by timeout).
+	waitBalanced(t, other, "grp", ids...)
+	lead := g.byID(g.leaderID(other))
+	lost := map[*member]int{}
+	for _, m := range g.members {
+		lost[m] = logCount(t, m, owner.LogLeaseLost)
+	}
+	lead.stop()
+	if logCount(t, lead, daemon.LogLeadershipHandedOn) == 0 {
+		t.Fatalf("the leader stopped without handing raft leadership on; log:\n%s", lead.logTail())
+	}
+	for _, m := range g.members {
+		if m != lead && logCount(t, m, owner.LogLeaseLost) != lost[m] {
+			t.Fatalf("%s lost its lease while the leader stopped", memberID(m))
+		}
+	}
+	lead.start()
 
 	wait()
 	waitBalanced(t, m0, "grp", ids...)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/kmirror/kmirror/daemon/api"
 	leaderpkg "github.com/kmirror/kmirror/daemon/leader"
 	"github.com/kmirror/kmirror/integration/harness"
@@ -106,15 +108,32 @@ func TestLateBatchAfterStopNamed(t *testing.T) {
 	// What the destination holds past each recorded position that the
 	// application did not write: kmirror's late records.
 	var late map[int32]int64
+	// firstLate describes each partition's first late batch as the
+	// destination holds it: the run of kmirror's records from the first
+	// one, under one producer identity.
+	var firstLate map[int32]string
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		late = map[int32]int64{}
+		late, firstLate = map[int32]int64{}, map[int32]string{}
 		total := int64(0)
 		for p, recs := range readAll(t, dst, topic, partitions, false) {
+			var first, last *kgo.Record
+			n := 0
 			for _, r := range recs {
 				if r.Offset >= recorded[int32(p)] && !strings.HasPrefix(string(r.Value), "app-") {
 					late[int32(p)]++
 					total++
+					if first == nil {
+						first = r
+					}
+					if first.ProducerID == r.ProducerID && first.ProducerEpoch == r.ProducerEpoch && (last == nil || r.Offset == last.Offset+1) {
+						last = r
+						n++
+					}
 				}
+			}
+			if first != nil {
+				firstLate[int32(p)] = fmt.Sprintf("first: destination offsets %d..%d (%d records, producer ID %d epoch %d",
+					first.Offset, last.Offset, n, first.ProducerID, first.ProducerEpoch)
 			}
 		}
 		if total > 0 {
@@ -134,6 +153,10 @@ func TestLateBatchAfterStopNamed(t *testing.T) {
 		for _, r := range rows {
 			want := fmt.Sprintf("LATE BATCHES: %d records of kmirror's", late[r.Partition])
 			if late[r.Partition] > 0 && strings.Contains(r.Reason, want) {
+				// The batch named first is the one the destination holds.
+				if !strings.Contains(r.Reason, firstLate[r.Partition]) {
+					t.Fatalf("partition %d: describe names %q; the destination's first late batch is %q", r.Partition, r.Reason, firstLate[r.Partition])
+				}
 				named++
 			}
 			if late[r.Partition] == 0 && strings.Contains(r.Reason, "LATE BATCHES") {
