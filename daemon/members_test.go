@@ -14,7 +14,8 @@ import (
 // TestAddMemberRefusesExistingID: members add of an ID the group has
 // refuses other addresses (a token holder rewrote the leader's HTTP
 // address that way, and forwarded requests followed it: issue 18), and
-// accepts the same addresses again (a retried add).
+// accepts the same addresses again (a retried add); it refuses to change
+// whether a member votes, and a new ID at another member's address.
 func TestAddMemberRefusesExistingID(t *testing.T) {
 	g := newGroup(t, 3, 2*time.Second)
 	g.addTopic("t", 1) // records every member
@@ -42,5 +43,15 @@ func TestAddMemberRefusesExistingID(t *testing.T) {
 	}
 	if err := add("127.0.0.1:1", "127.0.0.1:2"); err != nil {
 		t.Fatalf("add of n9 again with its own addresses (a retried add): %v", err)
+	}
+	// The same addresses as a voter: it stays a non-voter, so say so.
+	err = l.AddMember(ctx, api.AddMemberRequest{ID: "n9", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"})
+	if !errors.Is(err, api.ErrExists) || !strings.Contains(err.Error(), "does not change whether a member votes") {
+		t.Fatalf("add of non-voter n9 again as a voter: %v, want ErrExists", err)
+	}
+	// A new ID at another member's HTTP address.
+	err = l.AddMember(ctx, api.AddMemberRequest{ID: "n10", RaftAddr: "127.0.0.1:5", HTTPAddr: "127.0.0.1:9000", NonVoter: true})
+	if !errors.Is(err, api.ErrExists) || !strings.Contains(err.Error(), "is an address of member n1") {
+		t.Fatalf("add of n10 at n1's HTTP address: %v, want ErrExists", err)
 	}
 }

@@ -135,23 +135,40 @@ func (o *Ops) checkNewMember(req api.AddMemberRequest) error {
 	if err != nil {
 		return StoreErr(err)
 	}
-	raftAddr, inConfig := "", false
+	raftAddr, inConfig, voter := "", false, false
 	for _, srv := range servers {
-		if srv.ID == req.ID {
-			raftAddr, inConfig = srv.Addr, true
+		switch {
+		case srv.ID == req.ID:
+			raftAddr, inConfig, voter = srv.Addr, true, srv.Voter
+		case srv.Addr == req.RaftAddr:
+			return fmt.Errorf("%w: raft address %s is member %s's: give each member its own", api.ErrExists, req.RaftAddr, srv.ID)
 		}
 	}
 	var rec *raftstore.Member
+	var other string
 	o.store.Read(func(s *raftstore.State) {
-		if m, ok := s.Members[req.ID]; ok {
-			c := *m
-			rec = &c
+		for id, m := range s.Members {
+			switch {
+			case id == req.ID:
+				c := *m
+				rec = &c
+			case m.HTTPAddr == req.HTTPAddr || m.RaftAddr == req.RaftAddr:
+				other = id
+			}
 		}
 	})
+	if other != "" {
+		return fmt.Errorf("%w: --raft %s or --http %s is an address of member %s: give each member its own (the others forward "+
+			"requests, with the API token, to a member's http address)", api.ErrExists, req.RaftAddr, req.HTTPAddr, other)
+	}
 	if !inConfig && rec == nil {
 		return nil
 	}
 	same := (!inConfig || raftAddr == req.RaftAddr) && (rec == nil || (rec.RaftAddr == req.RaftAddr && rec.HTTPAddr == req.HTTPAddr))
+	if same && inConfig && voter == req.NonVoter {
+		return fmt.Errorf("%w: member %s is in the group already as a %s: members add does not change whether a member votes; "+
+			"remove it (kmirror members remove %s) and add it again", api.ErrExists, req.ID, map[bool]string{true: "voter", false: "non-voter"}[voter], req.ID)
+	}
 	if same {
 		return nil
 	}
