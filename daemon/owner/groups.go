@@ -169,7 +169,7 @@ func (g *GroupSync) LiveRows() []api.GroupStatus {
 	now := time.Now()
 	out := make([]api.GroupStatus, 0, len(g.rows))
 	for k, r := range g.rows {
-		if s, ok := g.since[k]; ok && r.State != api.GroupSynced {
+		if s, ok := g.since[k]; ok && r.State != api.GroupSynced && !r.Ahead {
 			r.SyncLagMs = now.Sub(s.at).Milliseconds()
 		}
 		out = append(out, r)

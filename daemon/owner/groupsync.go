@@ -82,7 +82,9 @@ func (g *GroupSync) replaceRows(mirror string, rows []api.GroupStatus, final boo
 		if r.State == api.GroupConflict && (!had || old.State != api.GroupConflict) {
 			g.conflicts[mirror]++
 		}
-		if r.State == api.GroupSynced {
+		if r.State == api.GroupSynced || r.Ahead {
+			// Ahead: the destination holds more than the source
+			// committed; nothing is waiting to be synced.
 			delete(g.since, k)
 		} else if s, ok := g.since[k]; !ok || s.offset != r.SourceCommitted {
 			g.since[k] = seenCommit{offset: r.SourceCommitted, at: now}

@@ -3,7 +3,9 @@ package owner
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
@@ -27,6 +29,32 @@ func TestGroupNameConflict(t *testing.T) {
 		}
 		if tc.conflict && !strings.Contains(reason, "group-name conflict") {
 			t.Errorf("reason %q does not name the group-name conflict", reason)
+		}
+	}
+}
+
+// TestGroupAheadHasNoSyncLag: a group whose destination commit is ahead of
+// the source's (left alone, as a conflict) waits for nothing, so its sync
+// lag stays 0 instead of growing until an alert fires; a pending one's
+// grows.
+func TestGroupAheadHasNoSyncLag(t *testing.T) {
+	g := &GroupSync{rows: map[groupRowKey]api.GroupStatus{}, final: map[groupRowKey]api.GroupStatus{},
+		since: map[groupRowKey]seenCommit{}, conflicts: map[string]int64{}}
+	ahead := api.GroupStatus{Mirror: "m", Group: "g", Topic: "t", Partition: 0, SourceCommitted: 1000, State: api.GroupConflict, Ahead: true}
+	pending := api.GroupStatus{Mirror: "m", Group: "p", Topic: "t", Partition: 0, SourceCommitted: 1000, State: api.GroupPending}
+	g.replaceRows("m", []api.GroupStatus{ahead, pending}, false)
+	time.Sleep(20 * time.Millisecond)
+	g.replaceRows("m", []api.GroupStatus{ahead, pending}, false)
+	for _, r := range g.LiveRows() {
+		switch r.Group {
+		case "g":
+			if r.SyncLagMs != 0 {
+				t.Errorf("the group ahead on the destination shows a sync lag of %d ms", r.SyncLagMs)
+			}
+		case "p":
+			if r.SyncLagMs < 20 {
+				t.Errorf("the pending group shows a sync lag of %d ms, want at least 20", r.SyncLagMs)
+			}
 		}
 	}
 }
