@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/daemon/ops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/raftstore"
@@ -156,7 +157,8 @@ func (m *Member) ApplyInternal(ctx context.Context, entry []byte) error {
 	return ops.StoreErr(m.store.Apply(ctx, cmd))
 }
 
-// keepsAddresses refuses a member's UpsertMember that would change the
+// keepsAddresses refuses a member's UpsertMember that is not an announce
+// (joined, a lease_ttl within config.MaxLeaseTTL) or would change the
 // addresses its record holds: other members forward requests, with the
 // API token and mirror properties, to the HTTP address in the state, so a
 // caller naming a member (taken as given without api.tls) must not
@@ -173,6 +175,15 @@ func (m *Member) keepsAddresses(cmd raftstore.Command) error {
 			cur, found = *mem, true
 		}
 	})
+	// A member announces itself joined, every time: a record that says
+	// otherwise is not a member's own (it would reopen the addresses
+	// below), nor is a lease_ttl beyond what any member accepts.
+	if !up.Member.Joined {
+		return fmt.Errorf("%w: a member's own record says it joined: this one does not", api.ErrInvalid)
+	}
+	if ttl := time.Duration(up.Member.LeaseTTLMs) * time.Millisecond; ttl > config.MaxLeaseTTL {
+		return fmt.Errorf("%w: lease_ttl %v is longer than any member accepts (%v)", api.ErrInvalid, ttl, config.MaxLeaseTTL)
+	}
 	// A record an operator added that never joined takes the member's
 	// own addresses at its first announce (they may be spelled otherwise).
 	if !found || !cur.Joined || ((cur.HTTPAddr == "" || cur.HTTPAddr == up.Member.HTTPAddr) && (cur.RaftAddr == "" || cur.RaftAddr == up.Member.RaftAddr)) {

@@ -169,4 +169,24 @@ func TestApplyInternalKeepsMemberAddresses(t *testing.T) {
 	if err := m.ApplyInternal(ctx, entry); err != nil {
 		t.Fatalf("the member's own record with its own addresses: %v", err)
 	}
+	// The two-step redirect a trial found: first the same record marked
+	// not joined (which let the next one move the addresses), and a lease
+	// that never ends (a killed member's partitions never moved).
+	for name, mod := range map[string]func(*raftstore.Member){
+		"not joined":       func(r *raftstore.Member) { r.Joined = false },
+		"a 24,000 h lease": func(r *raftstore.Member) { r.LeaseTTLMs = 86_400_000_000 },
+	} {
+		bad := rec
+		mod(&bad)
+		if entry, err = raftstore.Encode(raftstore.UpsertMember{Member: bad}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.ApplyInternal(ctx, entry); !errors.Is(err, api.ErrInvalid) {
+			t.Fatalf("%s: %v, want refused", name, err)
+		}
+	}
+	m.store.Read(func(s *raftstore.State) { rec = *s.Members[m.cfg.NodeID] })
+	if !rec.Joined || rec.LeaseTTLMs != 2000 {
+		t.Fatalf("a refused record changed the member's: %+v", rec)
+	}
 }

@@ -133,6 +133,13 @@ const (
 // tick).
 const MinLeaseWindow = 2 * time.Second
 
+// MaxLeaseTTL is the longest lease_ttl accepted: a member's partitions
+// stand still that long after it dies, so anything longer is a mistake;
+// the leader counts no announced lease_ttl beyond it (issue 18: a caller
+// naming a member announced 24,000 h, and the member's partitions never
+// moved after it was killed).
+const MaxLeaseTTL = 5 * time.Minute
+
 // leaderStepDown covers raft's leader lease (500 ms): an isolated leader
 // keeps its lease until raft steps it down, then its fence clock starts.
 const leaderStepDown = time.Second

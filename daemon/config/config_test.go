@@ -213,6 +213,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"lease window below two seconds", minimalConfig + "lease_ttl: 3.1s\nlease_margin: 3s\n", []string{
 			"lease_ttl: 3.1s leaves a write window (lease_ttl - lease_margin) of 100ms: use at least 2s more than lease_margin (3s), such as 5s",
 		}},
+		{"lease beyond five minutes", minimalConfig + "lease_ttl: 24000h\n", []string{
+			"lease_ttl: 24000h0m0s is longer than 5m0s: a dead member's partitions would stand still that long",
+		}},
 		{"two documents", minimalConfig + "---\nnode_id: m2\n", []string{"more than one YAML document"}},
 		{"syntax", "node_id: [\n", []string{"yaml:"}},
 		{"duplicate key", minimalConfig + "node_id: m2\n", []string{`"node_id" already defined`}},

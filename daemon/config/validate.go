@@ -73,6 +73,9 @@ func (c *Config) Validate() error {
 	case c.LeaseMargin < c.ProduceTimeout+leaderStepDown:
 		errs.add("lease_margin", "%v must be at least produce_timeout (%v) + %v, so a member that stops writing (a leader only once raft steps it down) has no request in flight when its lease ends",
 			c.LeaseMargin, c.ProduceTimeout, leaderStepDown)
+	case c.LeaseTTL > MaxLeaseTTL:
+		errs.add("lease_ttl", "%v is longer than %v: a dead member's partitions would stand still that long; use %v (the default) or less",
+			c.LeaseTTL, MaxLeaseTTL, DefaultLeaseTTL)
 	case c.LeaseTTL <= c.LeaseMargin:
 		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
 	case c.LeaseTTL-c.LeaseMargin < MinLeaseWindow:

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -198,7 +199,7 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 	grants := map[string]bool{}
 	l.store.Read(func(s *raftstore.State) {
 		for id, mem := range s.Members {
-			ttls[id] = time.Duration(mem.LeaseTTLMs) * time.Millisecond
+			ttls[id] = min(time.Duration(mem.LeaseTTLMs)*time.Millisecond, config.MaxLeaseTTL)
 			grants[id] = mem.LeaseProtocol >= raftstore.LeaseProtocolGrant
 		}
 	})
