@@ -50,16 +50,18 @@ func NewServer(handler http.Handler, log *zap.Logger) *http.Server {
 
 // ConnLimiter is a listener that holds at most perClient connections open
 // per client IP and maxTotal in all. A connection beyond a bound takes the
-// place of the longest-idle keep-alive connection within it (closed; an
-// HTTP client retries a request it had not sent on it), so one client
-// holding idle connections never locks out another request, a probe from
-// the same address included (issue 18). When every connection within the
-// bound is busy, the new one is closed at accept and counted
-// (kmirror_api_connections_refused_total).
+// place of the longest-idle keep-alive connection within it, or of one
+// that has not sent its request headers NewConnGrace after it was accepted
+// (closed; an HTTP client retries a request it had not sent on it), so one
+// client holding idle or slow connections never locks out another
+// request, a probe from the same address included (issue 18). When every
+// connection within the bound is busy serving a request, the new one is
+// closed at accept and counted (kmirror_api_connections_refused_total).
 type ConnLimiter struct {
 	net.Listener
 	perClient, maxTotal int
 	log                 *zap.Logger
+	grace               atomic.Int64 // NewConnGrace, ns (tests change it)
 
 	mu      sync.Mutex
 	conns   map[string]map[*limitedConn]struct{} // open connections by client IP
@@ -72,7 +74,9 @@ type ConnLimiter struct {
 // Limit wraps ln with a bound of perClient open connections per client IP
 // and maxTotal in all (the member: MaxConnsPerClient, MaxConns).
 func Limit(ln net.Listener, perClient, maxTotal int, log *zap.Logger) *ConnLimiter {
-	return &ConnLimiter{Listener: ln, perClient: perClient, maxTotal: maxTotal, log: log, conns: map[string]map[*limitedConn]struct{}{}}
+	l := &ConnLimiter{Listener: ln, perClient: perClient, maxTotal: maxTotal, log: log, conns: map[string]map[*limitedConn]struct{}{}}
+	l.grace.Store(int64(NewConnGrace))
+	return l
 }
 
 // Accept returns the next connection within the bounds, closing a
@@ -85,17 +89,17 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		ip := clientIP(c.RemoteAddr())
-		lc := &limitedConn{Conn: c, l: l, ip: ip}
+		lc := &limitedConn{Conn: c, l: l, ip: ip, fresh: true, acceptedAt: time.Now()}
 		l.mu.Lock()
 		var victim *limitedConn
 		ok := true
 		switch {
 		case len(l.conns[ip]) >= l.perClient:
-			victim = oldestIdle(l.conns[ip])
+			victim = oldestIdle(l.conns[ip], time.Duration(l.grace.Load()))
 			ok = victim != nil
 		case int(l.total.Load()) >= l.maxTotal:
 			for _, cs := range l.conns {
-				if v := oldestIdle(cs); v != nil && (victim == nil || v.idleSince.Before(victim.idleSince)) {
+				if v := oldestIdle(cs, time.Duration(l.grace.Load())); v != nil && (victim == nil || v.idleSince.Before(victim.idleSince)) {
 					victim = v
 				}
 			}
@@ -129,13 +133,28 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 	}
 }
 
-// oldestIdle returns the connection of cs idle the longest, nil when none
-// is idle.
-func oldestIdle(cs map[*limitedConn]struct{}) *limitedConn {
+// NewConnGrace is how long a new connection may take to complete its TLS
+// handshake and request headers before a connection beyond a bound may
+// take its place: a real client takes milliseconds; one that sends a
+// header line a second (slowloris) holds its slot up to ReadHeaderTimeout
+// otherwise, and a few hundred of them locked probes and the members'
+// lease renewals out (issue 18).
+const NewConnGrace = time.Second
+
+// oldestIdle returns the connection of cs that may give its place the
+// longest: idle between requests, or new and still not past its headers
+// grace after it was accepted; nil when none may.
+func oldestIdle(cs map[*limitedConn]struct{}, grace time.Duration) *limitedConn {
 	var v *limitedConn
+	var vSince time.Time
+	now := time.Now()
 	for c := range cs {
-		if !c.idleSince.IsZero() && (v == nil || c.idleSince.Before(v.idleSince)) {
-			v = c
+		since := c.idleSince
+		if since.IsZero() && c.fresh && now.Sub(c.acceptedAt) >= grace {
+			since = c.acceptedAt
+		}
+		if !since.IsZero() && (v == nil || since.Before(vSince)) {
+			v, vSince = c, since
 		}
 	}
 	return v
@@ -154,6 +173,7 @@ func (l *ConnLimiter) Track(c net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	lc.fresh = state == http.StateNew
 	if state == http.StateIdle {
 		lc.idleSince = time.Now()
 	} else {
@@ -188,8 +208,12 @@ type limitedConn struct {
 	l  *ConnLimiter
 	ip string
 	// idleSince is when the server last found the connection idle
-	// between requests; zero while it is new or serving one (l.mu).
-	idleSince time.Time
+	// between requests; zero while it is new or serving one. fresh: it
+	// has not completed its first request's headers yet (accepted at
+	// acceptedAt). Under l.mu.
+	idleSince  time.Time
+	fresh      bool
+	acceptedAt time.Time
 }
 
 func (c *limitedConn) Close() error {

@@ -94,10 +94,10 @@ func TestMemberCallsShareConnections(t *testing.T) {
 // TestIdleConnectionFlood: a client that opens connection after connection,
 // makes one request on each and goes silent holds at most the per-client
 // bound: each new connection takes the place of its longest-idle one, so a
-// probe from the same address is still served, as is another client; only
-// connections that are all busy (here: never finishing a TLS handshake)
-// make a new one beyond the bound close at accept; idle connections are
-// closed after the server's idle timeout.
+// probe from the same address is still served, as is another client;
+// connections that never finish their TLS handshake give their place only
+// after a grace (before it a new one beyond the bound closes at accept);
+// idle connections are closed after the server's idle timeout.
 func TestIdleConnectionFlood(t *testing.T) {
 	const perClient = 50
 	auth, addr, limiter, _ := serveTLS(t, perClient, MaxConns, 3*time.Second)
@@ -158,8 +158,10 @@ func TestIdleConnectionFlood(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	// Busy connections are not closed for a new one: 127.0.0.3 opens the
-	// bound's worth and never starts the TLS handshake.
+	// New connections are not closed for another within their grace:
+	// 127.0.0.3 opens the bound's worth and never starts the TLS
+	// handshake.
+	limiter.grace.Store(int64(time.Minute))
 	refused := limiter.Refused()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}, Timeout: 5 * time.Second}
 	for range perClient {
@@ -179,6 +181,17 @@ func TestIdleConnectionFlood(t *testing.T) {
 	}
 	if limiter.Refused() != refused+1 {
 		t.Fatalf("refused %d connections beyond the bound of busy ones, want 1", limiter.Refused()-refused)
+	}
+	// Past their grace, connections that never sent their headers
+	// (slowloris) give their place to a request from the same address.
+	limiter.grace.Store(int64(100 * time.Millisecond))
+	time.Sleep(200 * time.Millisecond)
+	evicted := limiter.Evicted()
+	if !request("127.0.0.3") {
+		t.Fatal("a request beyond the bound of connections that never sent their headers was not served")
+	}
+	if limiter.Evicted() != evicted+1 {
+		t.Fatalf("closed %d slow connections for the request, want 1", limiter.Evicted()-evicted)
 	}
 	for _, c := range held {
 		c.Close()
