@@ -359,6 +359,10 @@ func (m *Member) leaveLeadership(ctx context.Context) {
 			zap.Error(err))
 		return
 	}
+	// The new leader is known here once its first heartbeat arrives.
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = m.store.WaitForLeader(wctx) // the log line only: it names "" if none came
+	wcancel()
 	_, id := m.store.Leader()
 	m.log.Info(LogLeadershipHandedOn, zap.String("leader", id))
 }

@@ -95,8 +95,10 @@ func (o *Owner) release(j ownerJob, h *fetch.Handoff) {
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, handoffDrainWait)
 	defer cancel()
-	if o.submitRetry(ctx, cmd) {
-		o.owner.finish(k, j.kind, j.lease.Generation)
+	if !o.submitRetry(ctx, cmd) {
+		o.log.Warn("handoff: the release was not applied; the next round hands the partition off again", zap.Stringer("partition", k))
+		return
 	}
+	o.owner.finish(k, j.kind, j.lease.Generation)
 	o.log.Info("partition handed off", zap.Stringer("partition", k), zap.Bool("exact", h != nil))
 }
