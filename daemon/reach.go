@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/fetch"
 )
 
 // What a member reaches: every mirror's source (sourceProbe) and the
@@ -26,6 +27,18 @@ type destinationProbe struct {
 	// answering (zero: it answers); why is the failure.
 	down time.Time
 	why  string
+	// answered is when the probe last succeeded.
+	answered time.Time
+	// produceDown is since when a produce of this member's went
+	// unanswered, kept after the partition moved away (its produce was
+	// dropped, not answered) until the probe succeeds after it: else the
+	// member looked answered again a second after its partitions left a
+	// stalled link, and got them back (issue 18); produceWhy says which.
+	produceDown time.Time
+	produceWhy  string
+	// unansweredProduce is the engine's OldestUnansweredProduce (a field
+	// for tests).
+	unansweredProduce func() (time.Time, fetch.Key)
 }
 
 // loop asks the destination for its metadata each sourceProbeInterval,
@@ -43,6 +56,9 @@ func (p *destinationProbe) loop() {
 		_, err := p.m.dest.ClusterID(ctx)
 		cancel()
 		p.mu.Lock()
+		if err == nil {
+			p.answered = time.Now()
+		}
 		switch {
 		case err == nil && !p.down.IsZero():
 			p.m.log.Info("destination cluster answers again", zap.Duration("after", time.Since(p.down)))
@@ -67,11 +83,23 @@ func (p *destinationProbe) unanswered() (time.Time, string) {
 	if p == nil {
 		return time.Time{}, ""
 	}
+	oldest := p.unansweredProduce
+	if oldest == nil {
+		oldest = p.m.engine.OldestUnansweredProduce
+	}
+	first, k := oldest()
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !first.IsZero() && (p.produceDown.IsZero() || first.Before(p.produceDown)):
+		p.produceDown = first
+		p.produceWhy = fmt.Sprintf("the destination has not answered a produce to %s since %s", k, first.UTC().Format(time.RFC3339))
+	case first.IsZero() && !p.produceDown.IsZero() && p.answered.After(p.produceDown):
+		p.produceDown, p.produceWhy = time.Time{}, ""
+	}
 	since, why := p.down, p.why
-	p.mu.Unlock()
-	if first, k := p.m.engine.OldestUnansweredProduce(); !first.IsZero() && (since.IsZero() || first.Before(since)) {
-		since, why = first, fmt.Sprintf("the destination has not answered a produce to %s since %s", k, first.UTC().Format(time.RFC3339))
+	if !p.produceDown.IsZero() && (since.IsZero() || p.produceDown.Before(since)) {
+		since, why = p.produceDown, p.produceWhy
 	}
 	return since, why
 }
