@@ -50,13 +50,13 @@ func NewServer(handler http.Handler, log *zap.Logger) *http.Server {
 
 // ConnLimiter is a listener that holds at most perClient connections open
 // per client IP and maxTotal in all. A connection beyond a bound takes the
-// place of the longest-idle keep-alive connection within it, or of one
-// that has not sent its request headers NewConnGrace after it was accepted
-// (closed; an HTTP client retries a request it had not sent on it), so one
-// client holding idle or slow connections never locks out another
-// request, a probe from the same address included (issue 18). When every
-// connection within the bound is busy serving a request, the new one is
-// closed at accept and counted (kmirror_api_connections_refused_total).
+// place of one within it that does no work (victimRank): idle between
+// requests, or not past its request headers (closed; an HTTP client
+// retries a request it had not sent on it), so one client holding idle or
+// slow connections never locks out another request, a probe from the same
+// address included (issue 18). When every connection within the bound is
+// serving a request, the new one is closed at accept and counted
+// (kmirror_api_connections_refused_total).
 type ConnLimiter struct {
 	net.Listener
 	perClient, maxTotal int
@@ -93,14 +93,16 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		var victim *limitedConn
 		ok := true
+		grace := time.Duration(l.grace.Load())
 		switch {
 		case len(l.conns[ip]) >= l.perClient:
-			victim = oldestIdle(l.conns[ip], time.Duration(l.grace.Load()))
+			victim, _ = pickVictim(l.conns[ip], grace)
 			ok = victim != nil
 		case int(l.total.Load()) >= l.maxTotal:
+			var best victimRank
 			for _, cs := range l.conns {
-				if v := oldestIdle(cs, time.Duration(l.grace.Load())); v != nil && (victim == nil || v.idleSince.Before(victim.idleSince)) {
-					victim = v
+				if v, r := pickVictim(cs, grace); v != nil && (victim == nil || r.before(best)) {
+					victim, best = v, r
 				}
 			}
 			ok = victim != nil
@@ -134,30 +136,51 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 }
 
 // NewConnGrace is how long a new connection may take to complete its TLS
-// handshake and request headers before a connection beyond a bound may
-// take its place: a real client takes milliseconds; one that sends a
-// header line a second (slowloris) holds its slot up to ReadHeaderTimeout
-// otherwise, and a few hundred of them locked probes and the members'
-// lease renewals out (issue 18).
+// handshake and request headers before it counts as slow: a real client
+// takes milliseconds; one that sends a header line a second (slowloris)
+// holds its slot up to ReadHeaderTimeout otherwise, and a few hundred of
+// them locked probes and the members' lease renewals out (issue 18).
 const NewConnGrace = time.Second
 
-// oldestIdle returns the connection of cs that may give its place the
-// longest: idle between requests, or new and still not past its headers
-// grace after it was accepted; nil when none may.
-func oldestIdle(cs map[*limitedConn]struct{}, grace time.Duration) *limitedConn {
+// victimRank orders the connections that may give their place to a new
+// one: first those idle between requests or new and slow (past the
+// grace), the longest waiting first; then new ones within the grace, the
+// oldest first (a real client is past its headers within milliseconds,
+// while connections that keep arriving and never send them are older).
+// A connection serving a request never gives its place.
+type victimRank struct {
+	withinGrace bool
+	since       time.Time
+}
+
+func (r victimRank) before(o victimRank) bool {
+	if r.withinGrace != o.withinGrace {
+		return !r.withinGrace
+	}
+	return r.since.Before(o.since)
+}
+
+// pickVictim returns the connection of cs that gives its place first
+// (victimRank), nil when every one is serving a request.
+func pickVictim(cs map[*limitedConn]struct{}, grace time.Duration) (*limitedConn, victimRank) {
 	var v *limitedConn
-	var vSince time.Time
+	var best victimRank
 	now := time.Now()
 	for c := range cs {
-		since := c.idleSince
-		if since.IsZero() && c.fresh && now.Sub(c.acceptedAt) >= grace {
-			since = c.acceptedAt
+		var r victimRank
+		switch {
+		case !c.idleSince.IsZero():
+			r = victimRank{since: c.idleSince}
+		case c.fresh:
+			r = victimRank{withinGrace: now.Sub(c.acceptedAt) < grace, since: c.acceptedAt}
+		default:
+			continue
 		}
-		if !since.IsZero() && (v == nil || since.Before(vSince)) {
-			v, vSince = c, since
+		if v == nil || r.before(best) {
+			v, best = c, r
 		}
 	}
-	return v
+	return v, best
 }
 
 // Track is the http.Server's ConnState hook: it marks a connection idle

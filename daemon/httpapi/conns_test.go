@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,10 +95,10 @@ func TestMemberCallsShareConnections(t *testing.T) {
 // TestIdleConnectionFlood: a client that opens connection after connection,
 // makes one request on each and goes silent holds at most the per-client
 // bound: each new connection takes the place of its longest-idle one, so a
-// probe from the same address is still served, as is another client;
-// connections that never finish their TLS handshake give their place only
-// after a grace (before it a new one beyond the bound closes at accept);
-// idle connections are closed after the server's idle timeout.
+// probe from the same address is still served, as is another client, and
+// so is a request from an address that keeps twice the bound of silent
+// connections (slowloris); idle connections are closed after the server's
+// idle timeout.
 func TestIdleConnectionFlood(t *testing.T) {
 	const perClient = 50
 	auth, addr, limiter, _ := serveTLS(t, perClient, MaxConns, 3*time.Second)
@@ -158,41 +159,53 @@ func TestIdleConnectionFlood(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	// New connections are not closed for another within their grace:
-	// 127.0.0.3 opens the bound's worth and never starts the TLS
-	// handshake.
+	// Slowloris from the same address: 127.0.0.3 keeps more than the
+	// bound of connections that never start their TLS handshake, opening
+	// a new one 100 ms after one is closed; every one of them within its
+	// grace (a minute here), so none counts as slow. Requests from that
+	// address are served all along: each takes the place of the oldest
+	// silent connection (before, such a request was refused at accept).
 	limiter.grace.Store(int64(time.Minute))
-	refused := limiter.Refused()
+	const silent = perClient + 10
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}, Timeout: 5 * time.Second}
-	for range perClient {
-		raw, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
+	for range silent {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				raw, err := d.Dial("tcp", addr)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				raw.SetReadDeadline(time.Now().Add(3 * time.Second))
+				raw.Read(buf) // returns once closed (evicted or refused)
+				raw.Close()
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i := range 20 {
+		if !request("127.0.0.3") {
+			t.Fatalf("request %d from the address of %d silent connections was not served (%d evicted, %d refused)",
+				i, silent, limiter.Evicted(), limiter.Refused())
 		}
-		held = append(held, raw)
-	}
-	for end := time.Now().Add(5 * time.Second); limiter.Open() < 2*perClient; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("%d connections open, want %d (the busy ones accepted)", limiter.Open(), 2*perClient)
+		if open := limiter.Open(); open > 2*perClient+1 {
+			t.Fatalf("%d connections open, want at most %d", open, 2*perClient+1)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if request("127.0.0.3") {
-		t.Fatal("a connection beyond the bound of busy connections was served")
-	}
-	if limiter.Refused() != refused+1 {
-		t.Fatalf("refused %d connections beyond the bound of busy ones, want 1", limiter.Refused()-refused)
-	}
-	// Past their grace, connections that never sent their headers
-	// (slowloris) give their place to a request from the same address.
-	limiter.grace.Store(int64(100 * time.Millisecond))
-	time.Sleep(200 * time.Millisecond)
-	evicted := limiter.Evicted()
-	if !request("127.0.0.3") {
-		t.Fatal("a request beyond the bound of connections that never sent their headers was not served")
-	}
-	if limiter.Evicted() != evicted+1 {
-		t.Fatalf("closed %d slow connections for the request, want 1", limiter.Evicted()-evicted)
-	}
+	close(stop)
+	wg.Wait()
 	for _, c := range held {
 		c.Close()
 	}
@@ -282,6 +295,39 @@ func TestIdentifyMembers(t *testing.T) {
 		cl.WithTransport(tr, "").AsMember("m1").ListMirrors(ctx) //nolint:errcheck // as above
 		if caller := <-got; caller.Member != "m1" || caller.Cert != nil {
 			t.Fatalf("%s: %+v, want named m1 without a verified certificate", name, caller)
+		}
+	}
+}
+
+// TestVictimOrder: the connection that gives its place first is the
+// longest idle or slow one; then the oldest new one within its grace; a
+// connection serving a request never.
+func TestVictimOrder(t *testing.T) {
+	now := time.Now()
+	idle := &limitedConn{idleSince: now.Add(-time.Second)}
+	slow := &limitedConn{fresh: true, acceptedAt: now.Add(-3 * time.Second)}
+	young := &limitedConn{fresh: true, acceptedAt: now.Add(-100 * time.Millisecond)}
+	younger := &limitedConn{fresh: true, acceptedAt: now.Add(-10 * time.Millisecond)}
+	busy := &limitedConn{acceptedAt: now.Add(-time.Hour)}
+	set := func(cs ...*limitedConn) map[*limitedConn]struct{} {
+		m := map[*limitedConn]struct{}{}
+		for _, c := range cs {
+			m[c] = struct{}{}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		cs   map[*limitedConn]struct{}
+		want *limitedConn
+	}{
+		{"slow before idle (it waits longer)", set(idle, slow, young, busy), slow},
+		{"idle before new within the grace", set(idle, young, younger, busy), idle},
+		{"the oldest new one", set(young, younger, busy), young},
+		{"never one serving a request", set(busy), nil},
+	} {
+		if got, _ := pickVictim(tc.cs, time.Second); got != tc.want {
+			t.Errorf("%s: picked %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }
