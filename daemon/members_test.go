@@ -55,3 +55,37 @@ func TestAddMemberRefusesExistingID(t *testing.T) {
 		t.Fatalf("add of n10 at n1's HTTP address: %v, want ErrExists", err)
 	}
 }
+
+// TestUnheardMemberGetsNoPartitions: a record says member n9 joined and
+// asks for lease grants (as a caller naming it could announce), and n9 is
+// in the raft configuration, but nothing runs there: it never asks the
+// leader for its lease. It must get no partitions (issue 18: such a
+// member got some, which stood still until its lease_ttl, up to 5 min,
+// after each election).
+func TestUnheardMemberGetsNoPartitions(t *testing.T) {
+	g := newGroup(t, 3, 2*time.Second)
+	g.addTopic("t", 12)
+	g.runLeases()
+	l := g.leader()
+	ctx := context.Background()
+	if err := l.store.AddNonvoter("n9", "127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	rec := raftstore.Member{ID: "n9", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2", Joined: true,
+		LeaseTTLMs: time.Minute.Milliseconds(), LeaseProtocol: raftstore.LeaseProtocolGrant}
+	if err := l.store.Apply(ctx, raftstore.UpsertMember{Member: rec}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "12 partitions balanced over n1..n3", func() bool {
+		return isBalanced(ownerCounts(g.partitions(g.index(l))), "n1", "n2", "n3")
+	})
+	// The owners here run their leases only, so a handoff stays asked
+	// for (MoveTo) and never completes: count those too.
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		for k, p := range g.partitions(g.index(l)) {
+			if p.Owner == "n9" || p.MoveTo == "n9" {
+				t.Fatalf("n9, which never asked for its lease, was given %s (owner %q, move to %q)", k, p.Owner, p.MoveTo)
+			}
+		}
+	}
+}

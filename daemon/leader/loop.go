@@ -139,7 +139,7 @@ func (l *Leader) runLeader(ctx context.Context) {
 func (l *Leader) leaderReconcile(ctx context.Context) {
 	l.ensureMembers(ctx)
 	alive, inConfig := l.Alive()
-	stuck := l.stuckNow()
+	stuck, unproven := l.stuckNow(), l.unproven()
 	var pending []raftstore.MirrorTopic
 	var p Plan
 	var gone []string
@@ -149,7 +149,7 @@ func (l *Leader) leaderReconcile(ctx context.Context) {
 				pending = append(pending, *t.Clone())
 			}
 		}
-		p = PlanAssignments(s, alive, stuck)
+		p = PlanAssignments(s, alive, stuck, unproven)
 		gone = removedMembers(s, inConfig)
 	})
 	for _, id := range gone {
@@ -209,6 +209,30 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 		}
 		return inConfig[id] && time.Since(LeaseContact(l.store, id, grants[id])) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
 	}, inConfig
+}
+
+// unproven is PlanAssignments' unproven: the members that ask for lease
+// grants and have not asked this leader yet. A record that says a member
+// joined is not proof that it runs (issue 18: a record announced for a
+// member that never started got partitions, which stood still until its
+// lease_ttl after each election). Members of older builds, which ask for
+// no grants, are judged by raft's heartbeats (Alive).
+func (l *Leader) unproven() func(id string) bool {
+	var asking []string
+	l.store.Read(func(s *raftstore.State) {
+		for id, mem := range s.Members {
+			if id != l.cfg.NodeID && mem.LeaseProtocol >= raftstore.LeaseProtocolGrant {
+				asking = append(asking, id)
+			}
+		}
+	})
+	out := map[string]bool{}
+	for _, id := range asking {
+		if _, granted := l.store.LeaseGrant(id); !granted {
+			out[id] = true
+		}
+	}
+	return func(id string) bool { return out[id] }
 }
 
 // ContactStore is what LeaseContact reads of the raft store.

@@ -28,13 +28,22 @@ type Plan struct {
 // its partitions of that mirror are handed off and it gets none of them
 // (issue 18: a member whose link stalled kept its partitions). It reads s
 // only; the same inputs give the same plan.
-func PlanAssignments(s *raftstore.State, alive func(id string) bool, stuck func(member, mirror string) bool) Plan {
+//
+// unproven (optional) reports a member that gets no new partitions (it is
+// not a target of an assignment, a takeover or a handoff) while it keeps
+// those it has: one that has not asked this leader for its lease yet.
+func PlanAssignments(s *raftstore.State, alive func(id string) bool, stuck func(member, mirror string) bool, unproven ...func(id string) bool) Plan {
 	if stuck == nil {
 		stuck = func(string, string) bool { return false }
 	}
+	avoid := stuck
+	if len(unproven) > 0 && unproven[0] != nil {
+		up := unproven[0]
+		avoid = func(member, mirror string) bool { return up(member) || stuck(member, mirror) }
+	}
 	// A member gets partitions once it has run with raft state (Joined):
 	// one added with `members add` and not started yet gets none.
-	pl := planner{s: s, alive: alive, stuck: stuck, load: map[string]int{}}
+	pl := planner{s: s, alive: alive, stuck: stuck, avoid: avoid, load: map[string]int{}}
 	for id, mem := range s.Members {
 		if !mem.Draining && mem.Joined && alive(id) {
 			pl.eligible = append(pl.eligible, id)
@@ -95,6 +104,8 @@ type planner struct {
 	s        *raftstore.State
 	alive    func(id string) bool
 	stuck    func(member, mirror string) bool
+	// avoid: stuck, or unproven; no new partitions go there.
+	avoid func(member, mirror string) bool
 	eligible []string
 	load     map[string]int // partitions per eligible member
 	parts    []placed
@@ -109,7 +120,7 @@ func (pl *planner) owns(id string) bool { _, ok := pl.load[id]; return ok }
 func (pl *planner) least(mirror string) string {
 	best := ""
 	for _, id := range pl.eligible {
-		if !pl.stuck(id, mirror) && (best == "" || pl.load[id] < pl.load[best]) {
+		if !pl.avoid(id, mirror) && (best == "" || pl.load[id] < pl.load[best]) {
 			best = id
 		}
 	}
@@ -161,7 +172,7 @@ func (pl *planner) place(x placed) {
 		pl.out.Moves = append(pl.out.Moves, raftstore.RequestMove{Key: x.key, Generation: x.p.Generation, To: to})
 	case mem.Draining && x.p.MoveTo == "" && pl.moving < MaxMoves:
 		pl.move(x)
-	case pl.stuck(owner, x.key.Mirror) && x.p.MoveTo == "" && pl.moving < MaxMoves && !pl.stuck(pl.least(x.key.Mirror), x.key.Mirror):
+	case pl.stuck(owner, x.key.Mirror) && x.p.MoveTo == "" && pl.moving < MaxMoves && !pl.avoid(pl.least(x.key.Mirror), x.key.Mirror):
 		if pl.owns(owner) {
 			pl.load[owner]--
 		}
@@ -181,7 +192,7 @@ func (pl *planner) rebalance() {
 			continue
 		}
 		to := pl.least(x.key.Mirror)
-		if pl.load[from]-pl.load[to] <= 1 || pl.stuck(to, x.key.Mirror) {
+		if pl.load[from]-pl.load[to] <= 1 || pl.avoid(to, x.key.Mirror) {
 			continue
 		}
 		pl.load[from]--
