@@ -101,11 +101,11 @@ type placed struct {
 
 // planner is one PlanAssignments run.
 type planner struct {
-	s        *raftstore.State
-	alive    func(id string) bool
-	stuck    func(member, mirror string) bool
+	s     *raftstore.State
+	alive func(id string) bool
+	stuck func(member, mirror string) bool
 	// avoid: stuck, or unproven; no new partitions go there.
-	avoid func(member, mirror string) bool
+	avoid    func(member, mirror string) bool
 	eligible []string
 	load     map[string]int // partitions per eligible member
 	parts    []placed
