@@ -120,7 +120,7 @@ func (g *group) runEngines(dst *kfake.Cluster, h *produceHistory) {
 			}
 			return l.ApplyInternal(api.WithCaller(ctx, api.Caller{Member: self}), entry)
 		}
-		m.own = owner.New(m.ctx, owner.Config{NodeID: self, LeaseTTL: m.cfg.LeaseTTL, LeaseMargin: m.cfg.LeaseMargin,
+		m.own = owner.New(m.ctx, owner.Config{NodeID: self, RaftAdvertise: m.Self().Raft, LeaseTTL: m.cfg.LeaseTTL, LeaseMargin: m.cfg.LeaseMargin,
 			ClientID: self, DataDir: g.t.TempDir()}, m.store, m.dest, m, m.log.Named("owner"))
 		m.engine = fetch.New(fetch.Config{ClientID: self, Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond,
 			ProduceTimeout: m.cfg.ProduceTimeout, ProduceObserver: h.observer(self)}, m.own.Control(), m.log.Named("fetch"))

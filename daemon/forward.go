@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,9 +185,25 @@ func (m *Member) keepsAddresses(cmd raftstore.Command) error {
 	if ttl := time.Duration(up.Member.LeaseTTLMs) * time.Millisecond; ttl > config.MaxLeaseTTL {
 		return fmt.Errorf("%w: lease_ttl %v is longer than any member accepts (%v)", api.ErrInvalid, ttl, config.MaxLeaseTTL)
 	}
-	// A record an operator added that never joined takes the member's
-	// own addresses at its first announce (they may be spelled otherwise).
-	if !found || !cur.Joined || ((cur.HTTPAddr == "" || cur.HTTPAddr == up.Member.HTTPAddr) && (cur.RaftAddr == "" || cur.RaftAddr == up.Member.RaftAddr)) {
+	// Only a member of the raft configuration announces itself (an
+	// operator's members add, or the bootstrap peers, put it there), at
+	// the raft address the configuration holds.
+	servers, err := m.store.Servers()
+	if err != nil {
+		return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+	}
+	i := slices.IndexFunc(servers, func(s raftstore.Server) bool { return s.ID == up.Member.ID })
+	if i < 0 {
+		return fmt.Errorf("%w: member %s is not in the group's raft configuration: add it first (kmirror members add %s ...)",
+			api.ErrInvalid, up.Member.ID, up.Member.ID)
+	}
+	if !config.SameEndpoint(servers[i].Addr, up.Member.RaftAddr) {
+		return fmt.Errorf("%w: member %s is in the raft configuration at %s, not %s", api.ErrInvalid, up.Member.ID, servers[i].Addr, up.Member.RaftAddr)
+	}
+	// The recorded addresses stay; an announce may spell them otherwise
+	// (localhost for 127.0.0.1), as an operator's add may have.
+	if !found || ((cur.HTTPAddr == "" || config.SameEndpoint(cur.HTTPAddr, up.Member.HTTPAddr)) &&
+		(cur.RaftAddr == "" || config.SameEndpoint(cur.RaftAddr, up.Member.RaftAddr))) {
 		return nil
 	}
 	return fmt.Errorf("%w: member %s is recorded at raft %s, http %s; a member cannot change its addresses itself "+

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"strings"
 	"net"
 	"os"
 	"path/filepath"
@@ -188,5 +189,40 @@ func TestApplyInternalKeepsMemberAddresses(t *testing.T) {
 	m.store.Read(func(s *raftstore.State) { rec = *s.Members[m.cfg.NodeID] })
 	if !rec.Joined || rec.LeaseTTLMs != 2000 {
 		t.Fatalf("a refused record changed the member's: %+v", rec)
+	}
+	// A made-up member, not in the raft configuration, announced by a
+	// caller naming it.
+	ghost := raftstore.Member{ID: "n9", RaftAddr: "127.0.0.1:21398", HTTPAddr: "127.0.0.1:21399", Joined: true}
+	if entry, err = raftstore.Encode(raftstore.UpsertMember{Member: ghost}); err != nil {
+		t.Fatal(err)
+	}
+	gctx := api.WithCaller(context.Background(), api.Caller{Member: "n9"})
+	if err := m.ApplyInternal(gctx, entry); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "not in the group's raft configuration") {
+		t.Fatalf("announce of a member not in the raft configuration: %v, want refused", err)
+	}
+	// A member an operator added and that never started: an announce may
+	// not give it other addresses than the ones added (another spelling
+	// of them is its own).
+	if err := m.store.AddNonvoter("n8", "127.0.0.1:21396"); err != nil {
+		t.Fatal(err)
+	}
+	added := raftstore.Member{ID: "n8", RaftAddr: "127.0.0.1:21396", HTTPAddr: "127.0.0.1:21397"}
+	if err := m.store.Apply(context.Background(), raftstore.UpsertMember{Member: added}); err != nil {
+		t.Fatal(err)
+	}
+	n8 := api.WithCaller(context.Background(), api.Caller{Member: "n8"})
+	for _, tc := range []struct {
+		http string
+		ok   bool
+	}{{"127.0.0.1:21399", false}, {"localhost:21397", true}} {
+		a := added
+		a.HTTPAddr, a.Joined = tc.http, true
+		if entry, err = raftstore.Encode(raftstore.UpsertMember{Member: a}); err != nil {
+			t.Fatal(err)
+		}
+		err := m.ApplyInternal(n8, entry)
+		if tc.ok != (err == nil) {
+			t.Fatalf("first announce of n8 at http %s (added at %s): %v, want accepted %t", tc.http, added.HTTPAddr, err, tc.ok)
+		}
 	}
 }

@@ -54,6 +54,11 @@ func TestAddMemberRefusesExistingID(t *testing.T) {
 	if !errors.Is(err, api.ErrExists) || !strings.Contains(err.Error(), "is an address of member n1") {
 		t.Fatalf("add of n10 at n1's HTTP address: %v, want ErrExists", err)
 	}
+	// The same, spelled with a name.
+	err = l.AddMember(ctx, api.AddMemberRequest{ID: "n10", RaftAddr: "127.0.0.1:5", HTTPAddr: "localhost:9001", NonVoter: true})
+	if !errors.Is(err, api.ErrExists) || !strings.Contains(err.Error(), "is an address of member n2") {
+		t.Fatalf("add of n10 at localhost:9001 (n2's 127.0.0.1:9001): %v, want ErrExists", err)
+	}
 }
 
 // TestUnheardMemberGetsNoPartitions: a record says member n9 joined and

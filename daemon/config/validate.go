@@ -1,12 +1,15 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -131,6 +134,46 @@ func (c *Config) validatePeers(errs *problems) {
 	if voters == 0 {
 		errs.add("peers", "lists no voter: at least one member must vote (voter: true is the default)")
 	}
+}
+
+// SameEndpoint reports whether two host:port addresses name the same
+// endpoint: equal, or the same port on hosts that resolve to a common IP
+// address (localhost and 127.0.0.1, say). A host that does not resolve
+// within 2 s matches only itself.
+func SameEndpoint(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips := func(h string) []string {
+		if ip := net.ParseIP(h); ip != nil {
+			return []string{ip.String()}
+		}
+		addrs, err := net.DefaultResolver.LookupHost(ctx, h)
+		if err != nil {
+			return nil
+		}
+		out := make([]string, 0, len(addrs))
+		for _, a := range addrs {
+			if ip := net.ParseIP(a); ip != nil {
+				out = append(out, ip.String())
+			}
+		}
+		return out
+	}
+	ia := ips(ha)
+	for _, x := range ips(hb) {
+		if slices.Contains(ia, x) {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckAddress accepts host:port with a numeric port. Listen addresses may

@@ -140,23 +140,28 @@ func (o *Ops) checkNewMember(req api.AddMemberRequest) error {
 		switch {
 		case srv.ID == req.ID:
 			raftAddr, inConfig, voter = srv.Addr, true, srv.Voter
-		case srv.Addr == req.RaftAddr:
+		case config.SameEndpoint(srv.Addr, req.RaftAddr):
 			return fmt.Errorf("%w: raft address %s is member %s's: give each member its own", api.ErrExists, req.RaftAddr, srv.ID)
 		}
 	}
 	var rec *raftstore.Member
-	var other string
+	var others []raftstore.Member
 	o.store.Read(func(s *raftstore.State) {
 		for id, m := range s.Members {
-			switch {
-			case id == req.ID:
+			if id == req.ID {
 				c := *m
 				rec = &c
-			case m.HTTPAddr == req.HTTPAddr || m.RaftAddr == req.RaftAddr:
-				other = id
+			} else {
+				others = append(others, *m)
 			}
 		}
 	})
+	other := "" // compared outside the state's lock: names may be resolved
+	for _, m := range others {
+		if config.SameEndpoint(m.HTTPAddr, req.HTTPAddr) || config.SameEndpoint(m.RaftAddr, req.RaftAddr) {
+			other = m.ID
+		}
+	}
 	if other != "" {
 		return fmt.Errorf("%w: --raft %s or --http %s is an address of member %s: give each member its own (the others forward "+
 			"requests, with the API token, to a member's http address)", api.ErrExists, req.RaftAddr, req.HTTPAddr, other)
