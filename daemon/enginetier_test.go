@@ -228,7 +228,9 @@ func checkpointsMovedBack(t *testing.T, dst *kfake.Cluster) (back []string, stal
 			continue
 		}
 		prev, had := seen[cp.Key]
-		if had && cp.Generation < prev.gen {
+		// As the offsets store reads: an unstamped record (an older
+		// build) is taken; a stamped one below the highest seen is not.
+		if had && cp.Generation != 0 && cp.Generation < prev.gen {
 			stale++
 			continue
 		}
@@ -237,7 +239,7 @@ func checkpointsMovedBack(t *testing.T, dst *kfake.Cluster) (back []string, stal
 			back = append(back, fmt.Sprintf("%s: checkpoint at source offset %d (generation %d, record %d) after %d (generation %d)",
 				cp.Key, cp.SourceOffset, cp.Generation, r.Offset, prev.src, prev.gen))
 		}
-		seen[cp.Key] = last{gen: cp.Generation, src: cp.SourceOffset}
+		seen[cp.Key] = last{gen: max(prev.gen, cp.Generation), src: cp.SourceOffset}
 	}
 	return back, stale, taken
 }
@@ -421,6 +423,13 @@ func TestTierEnginesOnKfake(t *testing.T) {
 		"%d checkpoints taken in order, %d of an older generation left aside", total, sent, moved, partitions, taken, stale)
 	if taken == 0 {
 		t.Fatal("no checkpoint was written: nothing was checked")
+	}
+	// A checkpoint of an older generation after a newer one was written
+	// by an owner after its lease ended (checkpoints are written under the
+	// lease, as produce requests are): a one-writer violation, whatever
+	// the readers make of it.
+	if stale > 0 {
+		t.Fatalf("seed %d: %d checkpoints of an older generation were written after a newer one", seed, stale)
 	}
 	if moved == 0 {
 		t.Fatalf("seed %d: no partition changed writer in the schedule: nothing was checked across a takeover or handoff", seed)
