@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/owner"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
@@ -100,26 +99,9 @@ func (h *produceHistory) check() (bad []string, sent int) {
 // batch sent is recorded in h.
 func (g *group) runEngines(dst *kfake.Cluster, h *produceHistory) {
 	g.t.Helper()
-	byID := map[string]*Member{}
-	for _, m := range g.members {
-		byID[m.cfg.NodeID] = m
-	}
+	g.carryInProcess()
 	for _, m := range g.members {
 		self := m.cfg.NodeID
-		m.leaseVia = func(ctx context.Context, leaderID string) (api.LeaseGrant, error) {
-			l, ok := byID[leaderID]
-			if !ok {
-				return api.LeaseGrant{}, api.ErrNotLeader
-			}
-			return l.grantLease(ctx, self)
-		}
-		m.applyVia = func(ctx context.Context, leaderID string, entry []byte) error {
-			l, ok := byID[leaderID]
-			if !ok {
-				return fmt.Errorf("%w: no leader known", api.ErrNotLeader)
-			}
-			return l.ApplyInternal(api.WithCaller(ctx, api.Caller{Member: self}), entry)
-		}
 		m.own = owner.New(m.ctx, owner.Config{NodeID: self, RaftAdvertise: m.Self().Raft, LeaseTTL: m.cfg.LeaseTTL, LeaseMargin: m.cfg.LeaseMargin,
 			ClientID: self, DataDir: g.t.TempDir()}, m.store, m.dest, m, m.log.Named("owner"))
 		m.engine = fetch.New(fetch.Config{ClientID: self, Destination: dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond,

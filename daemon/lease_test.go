@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,11 +76,9 @@ func (l *lateAnswers) relay() {
 	}
 }
 
-// runLeases runs every member's lease (renewals and self-fencing) with
-// renewals carried in process, and records each member's lease settings
-// and protocol as its announce would.
-func (g *group) runLeases() {
-	g.t.Helper()
+// carryInProcess routes every member's lease renewals and forwarded
+// commands straight to the named leader's handler, as its HTTP API would.
+func (g *group) carryInProcess() {
 	byID := map[string]*Member{}
 	for _, m := range g.members {
 		byID[m.cfg.NodeID] = m
@@ -93,6 +92,24 @@ func (g *group) runLeases() {
 			}
 			return l.grantLease(ctx, self)
 		}
+		m.applyVia = func(ctx context.Context, leaderID string, entry []byte) error {
+			l, ok := byID[leaderID]
+			if !ok {
+				return fmt.Errorf("%w: no leader known", api.ErrNotLeader)
+			}
+			return l.ApplyInternal(api.WithCaller(ctx, api.Caller{Member: self}), entry)
+		}
+	}
+}
+
+// runLeases runs every member's lease (renewals and self-fencing) with
+// renewals carried in process, and records each member's lease settings
+// and protocol as its announce would.
+func (g *group) runLeases() {
+	g.t.Helper()
+	g.carryInProcess()
+	for _, m := range g.members {
+		self := m.cfg.NodeID
 		m.own = owner.New(m.ctx, owner.Config{NodeID: self, LeaseTTL: m.cfg.LeaseTTL, LeaseMargin: m.cfg.LeaseMargin}, m.store, nil, m, m.log.Named("owner"))
 		m.own.RunLease()
 		g.t.Cleanup(m.own.StopLease)
