@@ -72,7 +72,11 @@ func (e *Engine) route() {
 			continue
 		}
 		e.mu.Lock()
-		if p.active() && p.srcLeader < 0 {
+		// A source replaced during the lookup (SetSource: new settings)
+		// has no fetch loops any more: leave p unrouted for the next pass,
+		// which looks it up in the new one. Routing it here would start a
+		// loop that exits at once, and p would never be fetched again.
+		if p.active() && p.srcLeader < 0 && e.sources[k.Mirror] == src {
 			p.srcLeader, p.srcEpoch = id, epoch
 			e.workerLocked(src.fetchers, id, addr, func(w *worker) { e.fetchLoop(k.Mirror, src, w) })
 		}
