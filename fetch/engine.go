@@ -80,13 +80,15 @@ func New(cfg Config, ctl Control, log *zap.Logger) *Engine {
 	cfg.Defaults()
 	illegalLog.CompareAndSwap(nil, log.Named("fetch"))
 	dest := kafka.NewCluster("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity)
+	store := newOffsetStore(dest, cfg.OffsetsTopic, ctl.WriteDeadline)
+	store.userTimeout = cfg.ProduceTimeout + time.Second // as the produce connections' (sender.go)
 	return &Engine{
 		cfg:       cfg,
 		ctl:       ctl,
 		log:       log.Named("fetch"),
 		dest:      dest,
 		destAdmin: kafka.NewAdmin("destination cluster", cfg.Destination, cfg.ClientID, cfg.DestinationSecurity),
-		store:     newOffsetStore(dest, cfg.OffsetsTopic, ctl.WriteDeadline),
+		store:     store,
 		kickRt:    make(chan struct{}, 1),
 		walks:     make(chan struct{}, maxWalks),
 		kickRep:   make(chan struct{}, 1),

@@ -591,7 +591,9 @@ func TestStartRetriesRetriableErrors(t *testing.T) {
 // TestCheckpointWrittenOnlyUnderTheLease: a checkpoint round after this
 // member's lease ended sends nothing (the partition is retried, as after
 // a failed write), so an owner that lost its lease cannot roll the next
-// owner's checkpoint back; under the lease again, it is written (issue 19).
+// owner's checkpoint back; under the lease again, it is written, on a
+// connection whose unacknowledged bytes the kernel gives up after
+// produce_timeout + 1s (issue 19).
 func TestCheckpointWrittenOnlyUnderTheLease(t *testing.T) {
 	x := newKfakePair(t)
 	k := Key{Mirror: "m", Topic: "lease-gate", Partition: 0}
@@ -618,6 +620,14 @@ func TestCheckpointWrittenOnlyUnderTheLease(t *testing.T) {
 	x.ctl.mu.Unlock()
 	if err := x.e.store.write(ctx, []update{up}); err != nil {
 		t.Fatalf("write under the lease: %v", err)
+	}
+	// Its connection gives unacknowledged bytes up as produce
+	// connections do, instead of retransmitting them after the lease.
+	x.e.store.wmu.Lock()
+	ut, err := x.e.store.wconn.UserTimeout()
+	x.e.store.wmu.Unlock()
+	if want := x.e.cfg.ProduceTimeout + time.Second; err != nil || ut != want {
+		t.Fatalf("checkpoint connection's TCP_USER_TIMEOUT %v (%v), want produce_timeout + 1s = %v", ut, err, want)
 	}
 	if err := fresh.catchUp(ctx); err != nil {
 		t.Fatal(err)

@@ -72,6 +72,10 @@ func parseKey(b []byte) (kind string, k Key, extra []string, ok bool) {
 type offsetStore struct {
 	dest  *kafka.Cluster
 	topic string
+	// userTimeout is TCP_USER_TIMEOUT for the write connection (0: the
+	// kernel's): bytes of a checkpoint write unacknowledged that long are
+	// given up, not delivered after the lease (issue 19).
+	userTimeout time.Duration
 
 	mu          sync.Mutex
 	next        int64 // next offset to read

@@ -163,6 +163,13 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 		if s.wconn, err = s.dest.Dial(ctx, addr); err != nil {
 			return err
 		}
+		if s.userTimeout > 0 {
+			if err := s.wconn.SetUserTimeout(s.userTimeout); err != nil {
+				s.wconn.Close()
+				s.wconn = nil
+				return fmt.Errorf("write %s: %w", topic, err)
+			}
+		}
 	}
 	if d := time.Until(s.wconn.ThrottledUntil()); d > 0 {
 		// A quota on kmirror's client.id: the broker reads nothing on

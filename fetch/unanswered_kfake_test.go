@@ -116,3 +116,40 @@ func TestSettleUnverified(t *testing.T) {
 		t.Fatalf("an application's record inside the unverified range: %+v, %v; want position 100 and a divergence", pos, err)
 	}
 }
+
+// TestFencedMemberSendsNoProduce: once this member's lease has ended the
+// sender collects nothing (fetch/DESIGN.md, self-fencing): no produce
+// request reaches the destination, and the partition says why, naming the
+// lease; the socket's write deadline is only the second gate. Once the
+// lease is back the records are mirrored once each.
+func TestFencedMemberSendsNoProduce(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 1)
+	x.produce(x.src, "t", 0, 50)
+	x.e.Assign(specs("t", 1))
+	x.waitCaughtUp("t", 1)
+
+	var produces atomic.Int32
+	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		produces.Add(1)
+		return nil, nil, false
+	})
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Now().Add(-time.Millisecond)
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "t", 50, 50)
+	waitUntil(t, 10*time.Second, "the partition naming the lease", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && strings.Contains(st[0].Retrying, "lease: this member has not heard from the raft leader in time")
+	})
+	if n := produces.Load(); n != 0 {
+		st := x.e.Statuses()
+		t.Fatalf("%d produce requests reached the destination after the lease ended (status %+v)", n, st)
+	}
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{}
+	x.ctl.mu.Unlock()
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
+}

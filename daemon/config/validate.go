@@ -70,22 +70,7 @@ func (c *Config) Validate() error {
 	if c.CheckpointInterval <= 0 {
 		errs.add("checkpoint_interval", "%v is not allowed: use a positive duration such as 1s", c.CheckpointInterval)
 	}
-	switch {
-	case c.ProduceTimeout <= 0:
-		errs.add("produce_timeout", "%v is not allowed: use a positive duration such as 2s", c.ProduceTimeout)
-	case c.LeaseMargin < c.ProduceTimeout+leaderStepDown:
-		errs.add("lease_margin", "%v must be at least produce_timeout (%v) + %v, so a member that stops writing (a leader only once raft steps it down) has no request in flight when its lease ends",
-			c.LeaseMargin, c.ProduceTimeout, leaderStepDown)
-	case c.LeaseTTL > MaxLeaseTTL:
-		errs.add("lease_ttl", "%v is longer than %v: a dead member's partitions would stand still that long; use %v (the default) or less",
-			c.LeaseTTL, MaxLeaseTTL, DefaultLeaseTTL)
-	case c.LeaseTTL <= c.LeaseMargin:
-		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
-	case c.LeaseTTL-c.LeaseMargin < MinLeaseWindow:
-		errs.add("lease_ttl", "%v leaves a write window (lease_ttl - lease_margin) of %v: use at least %v more than lease_margin (%v), such as %v; "+
-			"a shorter window lapses between two lease checks and the member stops writing every few ticks",
-			c.LeaseTTL, c.LeaseTTL-c.LeaseMargin, MinLeaseWindow, c.LeaseMargin, c.LeaseMargin+MinLeaseWindow)
-	}
+	c.validateLease(&errs)
 	c.validatePeers(&errs)
 	c.API.validate(&errs, c.apiHost())
 	c.API.validateExposure(&errs, c.HTTPListen)
@@ -281,4 +266,34 @@ func (c *Config) apiHost() string {
 func destinationKeys() string {
 	return "allowed here: bootstrap_servers, client_id, replication_factor, principal and the Kafka client's security properties " +
 		strings.Join(ksec.Keys(), ", ")
+}
+
+// CheckLease checks a member's lease settings (design.md section 3, issue
+// 19): lease_margin at least produce_timeout + 1 s, a write window
+// (lease_ttl - lease_margin) of at least MinLeaseWindow, lease_ttl at most
+// MaxLeaseTTL. The error names the setting to change and how.
+func CheckLease(leaseTTL, leaseMargin, produceTimeout time.Duration) error {
+	var errs problems
+	c := Config{LeaseTTL: leaseTTL, LeaseMargin: leaseMargin, ProduceTimeout: produceTimeout}
+	c.validateLease(&errs)
+	return errs.err()
+}
+
+func (c *Config) validateLease(errs *problems) {
+	switch {
+	case c.ProduceTimeout <= 0:
+		errs.add("produce_timeout", "%v is not allowed: use a positive duration such as 2s", c.ProduceTimeout)
+	case c.LeaseMargin < c.ProduceTimeout+leaderStepDown:
+		errs.add("lease_margin", "%v must be at least produce_timeout (%v) + %v, so a member that stops writing (a leader only once raft steps it down) has no request in flight when its lease ends",
+			c.LeaseMargin, c.ProduceTimeout, leaderStepDown)
+	case c.LeaseTTL > MaxLeaseTTL:
+		errs.add("lease_ttl", "%v is longer than %v: a dead member's partitions would stand still that long; use %v (the default) or less",
+			c.LeaseTTL, MaxLeaseTTL, DefaultLeaseTTL)
+	case c.LeaseTTL <= c.LeaseMargin:
+		errs.add("lease_ttl", "%v must be longer than lease_margin (%v): a member writes only while its last contact with the leader is within lease_ttl - lease_margin", c.LeaseTTL, c.LeaseMargin)
+	case c.LeaseTTL-c.LeaseMargin < MinLeaseWindow:
+		errs.add("lease_ttl", "%v leaves a write window (lease_ttl - lease_margin) of %v: use at least %v more than lease_margin (%v), such as %v; "+
+			"a shorter window lapses between two lease checks and the member stops writing every few ticks",
+			c.LeaseTTL, c.LeaseTTL-c.LeaseMargin, MinLeaseWindow, c.LeaseMargin, c.LeaseMargin+MinLeaseWindow)
+	}
 }

@@ -47,3 +47,23 @@ func (c *Conn) SetUserTimeout(d time.Duration) error {
 	}
 	return nil
 }
+
+// UserTimeout reads TCP_USER_TIMEOUT back from the socket (0: the
+// kernel's default; also 0 on a connection that is not TCP).
+func (c *Conn) UserTimeout() (time.Duration, error) {
+	if c.tcp == nil {
+		return 0, nil
+	}
+	rc, err := c.tcp.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var ms int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+	}); err != nil {
+		return 0, err
+	}
+	return time.Duration(ms) * time.Millisecond, gerr
+}

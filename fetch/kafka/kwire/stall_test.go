@@ -109,3 +109,48 @@ func TestSlowAnswerIsNotCutOff(t *testing.T) {
 	}
 	t.Logf("answer of 16 bytes read over %v (timeout + AnswerSlack = %v)", time.Since(start), timeout+AnswerSlack)
 }
+
+// TestProduceNotWrittenAfterWriteBy: a produce request is written only
+// before writeBy (the end of the member's lease, fetch/DESIGN.md): one
+// whose writeBy has passed sends no byte, and one the peer does not take
+// by writeBy fails then, not at its context's deadline; both fail with
+// ErrNotSent (issue 19: the sender's own lease check is not the only
+// gate).
+func TestProduceNotWrittenAfterWriteBy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		writeBy time.Duration // from now
+	}{{"lease already over", -time.Millisecond}, {"lease ends while writing", 200 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, broker := net.Pipe() // a write completes only as the peer reads
+			defer client.Close()
+			defer broker.Close()
+			conn := &Conn{addr: "pipe", nc: client, br: bufio.NewReader(client), clientID: "test"}
+			if tc.writeBy < 0 {
+				// The broker reads all it is sent: nothing must come.
+				got := make(chan int, 1)
+				go func() {
+					n, _ := io.Copy(io.Discard, broker)
+					got <- int(n)
+				}()
+				defer func() {
+					client.Close()
+					if n := <-got; n != 0 {
+						t.Errorf("the broker received %d bytes of a request whose writeBy had passed", n)
+					}
+				}()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := conn.Produce(ctx, -1, time.Second, start.Add(tc.writeBy),
+				[]ProducePartition{{Topic: "t", Partition: 0, Batch: make([]byte, 64)}})
+			if !errors.Is(err, ErrNotSent) {
+				t.Fatalf("produce with writeBy %v from now: %v, want ErrNotSent", tc.writeBy, err)
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("the write waited for its context's deadline, not writeBy")
+			}
+		})
+	}
+}
