@@ -252,8 +252,11 @@ func TestTierEnginesOnKfake(t *testing.T) {
 	dest := kafka.NewAdmin("destination cluster", dst.ListenAddrs(), "kmirror-tier", nil)
 	t.Cleanup(dest.Close)
 
-	const ttl, topic, partitions = time.Second, "tier-data", 6
+	const ttl, topic, partitions = tierLeaseTTL, "tier-data", 6
 	g := newGroupWith(t, 3, ttl, dest)
+	for i := range g.members {
+		g.setLease(i, ttl, tierLeaseMargin, tierProduceTimeout)
+	}
 	g.addMirroredTopic(src, dst, topic, partitions)
 	h := &produceHistory{}
 	g.runEngines(dst, h)
@@ -320,7 +323,7 @@ func TestTierEnginesOnKfake(t *testing.T) {
 			// A member cut off whose lease loop stalls too: it neither
 			// learns of the takeover nor fences itself by its lease loop,
 			// so only its data path's lease deadline stops its writes.
-			d := time.Duration(2500+rng.Intn(1500)) * time.Millisecond
+			d := ttl + time.Duration(500+rng.Intn(1500))*time.Millisecond
 			t.Logf("step %d: %s cut off, its lease loop stalled %s", step, g.members[i].cfg.NodeID, d)
 			g.isolate(i)
 			g.members[i].own.Pause(true)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +29,10 @@ type group struct {
 	trans   []*raft.InmemTransport
 	// late wraps each member's transport: its answers can be held.
 	late []*lateAnswers
-	ttl  time.Duration
+	// cut marks a member cut off from the others beyond raft (isolate):
+	// its lease renewals and forwarded commands fail too.
+	cut []atomic.Bool
+	ttl time.Duration
 }
 
 func newGroup(t testing.TB, n int, ttl time.Duration) *group {
@@ -40,7 +44,7 @@ func newGroup(t testing.TB, n int, ttl time.Duration) *group {
 // through dest (nil: none).
 func newGroupWith(t testing.TB, n int, ttl time.Duration, dest *kafka.Admin) *group {
 	t.Helper()
-	g := &group{t: t, ttl: ttl}
+	g := &group{t: t, ttl: ttl, cut: make([]atomic.Bool, n)}
 	logger := zap.NewNop() // benchmarks print everything logged to b
 	if tt, ok := t.(*testing.T); ok {
 		logger = zaptest.NewLogger(tt)
@@ -89,6 +93,9 @@ func newGroupWith(t testing.TB, n int, ttl time.Duration, dest *kafka.Admin) *gr
 }
 
 func (g *group) connectAll() {
+	for i := range g.cut {
+		g.cut[i].Store(false)
+	}
 	for i, a := range g.trans {
 		for j, b := range g.trans {
 			if i != j {
@@ -98,8 +105,28 @@ func (g *group) connectAll() {
 	}
 }
 
-// isolate cuts member i off from the others.
+// isolate cuts member i off from the others: raft, lease renewals and
+// forwarded commands.
 func (g *group) isolate(i int) {
+	g.cut[i].Store(true)
+	g.isolateRaft(i)
+}
+
+// rejoin connects member i with the others again (raft and the rest).
+func (g *group) rejoin(i int) {
+	g.cut[i].Store(false)
+	for j, tr := range g.trans {
+		if j != i {
+			tr.Connect(g.trans[i].LocalAddr(), g.trans[i])
+			g.trans[i].Connect(tr.LocalAddr(), tr)
+		}
+	}
+}
+
+// isolateRaft cuts member i's raft links alone: its lease renewals and
+// forwarded commands still reach the leader (an asymmetric fault: the
+// HTTP path up, the raft path down).
+func (g *group) isolateRaft(i int) {
 	g.trans[i].DisconnectAll()
 	for j, tr := range g.trans {
 		if j != i {

@@ -23,8 +23,12 @@ import (
 type lateAnswers struct {
 	*raft.InmemTransport
 	delay atomic.Int64 // nanoseconds
-	out   chan raft.RPC
-	done  chan struct{}
+	// laggard refuses the leader's log entries (and snapshots) while it
+	// is set, and takes its heartbeats: the member knows the leader and
+	// stays behind it, as a follower whose catch-up is slow does.
+	laggard atomic.Bool
+	out     chan raft.RPC
+	done    chan struct{}
 }
 
 func newLateAnswers(tr *raft.InmemTransport) *lateAnswers {
@@ -53,6 +57,17 @@ func (l *lateAnswers) relay() {
 		case <-l.done:
 			return
 		}
+		if l.laggard.Load() {
+			refused := errors.New("log entries refused: a lagging follower")
+			if ae, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && len(ae.Entries) > 0 {
+				rpc.Respond(&raft.AppendEntriesResponse{Term: ae.Term}, refused)
+				continue
+			}
+			if is, ok := rpc.Command.(*raft.InstallSnapshotRequest); ok {
+				rpc.Respond(&raft.InstallSnapshotResponse{Term: is.Term}, refused)
+				continue
+			}
+		}
 		if d := time.Duration(l.delay.Load()); d > 0 {
 			orig, held := rpc.RespChan, make(chan raft.RPCResponse, 1)
 			rpc.RespChan = held
@@ -77,25 +92,46 @@ func (l *lateAnswers) relay() {
 }
 
 // carryInProcess routes every member's lease renewals and forwarded
-// commands straight to the named leader's handler, as its HTTP API would.
+// commands straight to the named leader's handler, as its HTTP API would,
+// over the same faults as its raft link: a member cut off (isolate)
+// reaches no one and no one reaches it, and a member whose raft answers
+// are held sends its requests that much later (a link slow in one
+// direction).
 func (g *group) carryInProcess() {
-	byID := map[string]*Member{}
-	for _, m := range g.members {
-		byID[m.cfg.NodeID] = m
+	byID, index := map[string]*Member{}, map[string]int{}
+	for i, m := range g.members {
+		byID[m.cfg.NodeID], index[m.cfg.NodeID] = m, i
+	}
+	link := func(ctx context.Context, self, leaderID string) (*Member, error) {
+		l, ok := byID[leaderID]
+		if !ok {
+			return nil, fmt.Errorf("%w: no leader known", api.ErrNotLeader)
+		}
+		if g.cut[index[self]].Load() || g.cut[index[leaderID]].Load() {
+			return nil, fmt.Errorf("%s cannot reach %s: cut off", self, leaderID)
+		}
+		if d := time.Duration(g.late[index[self]].delay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return l, nil
 	}
 	for _, m := range g.members {
 		self := m.cfg.NodeID
 		m.leaseVia = func(ctx context.Context, leaderID string) (api.LeaseGrant, error) {
-			l, ok := byID[leaderID]
-			if !ok {
-				return api.LeaseGrant{}, api.ErrNotLeader
+			l, err := link(ctx, self, leaderID)
+			if err != nil {
+				return api.LeaseGrant{}, err
 			}
 			return l.grantLease(ctx, self)
 		}
 		m.applyVia = func(ctx context.Context, leaderID string, entry []byte) error {
-			l, ok := byID[leaderID]
-			if !ok {
-				return fmt.Errorf("%w: no leader known", api.ErrNotLeader)
+			l, err := link(ctx, self, leaderID)
+			if err != nil {
+				return err
 			}
 			return l.ApplyInternal(api.WithCaller(ctx, api.Caller{Member: self}), entry)
 		}

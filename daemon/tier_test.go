@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -117,33 +118,87 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// playWriter is member m's data path in the tier, until ctx ends. While
-// frozen is set it stops between deciding a write and sending it, as a
-// paused process can; the send then checks the write deadline decided
-// before, as the socket's write deadline does.
-func (g *group) playWriter(ctx context.Context, m *Member, h *history, frozen *atomic.Bool) {
-	inFlight := m.cfg.ProduceTimeout
+// The tier's lease settings: the smallest the product accepts
+// (config.CheckLease), so a schedule stays short while every member runs
+// as a real one would.
+const (
+	tierProduceTimeout = 250 * time.Millisecond
+	tierLeaseMargin    = tierProduceTimeout + time.Second
+	tierLeaseTTL       = tierLeaseMargin + config.MinLeaseWindow
+)
+
+// setLease gives member i the lease settings of its file, refusing those
+// the product would refuse.
+func (g *group) setLease(i int, ttl, margin, produceTimeout time.Duration) {
+	g.t.Helper()
+	if err := config.CheckLease(ttl, margin, produceTimeout); err != nil {
+		g.t.Fatalf("lease settings of %s: %v", g.members[i].cfg.NodeID, err)
+	}
+	c := &g.members[i].cfg
+	c.LeaseTTL, c.LeaseMargin, c.ProduceTimeout = ttl, margin, produceTimeout
+}
+
+// inFlight is how long after it was written a produce request of m may
+// still land: produce_timeout, then TCP_USER_TIMEOUT's extra second
+// (fetch/DESIGN.md).
+func inFlight(m *Member) time.Duration { return m.cfg.ProduceTimeout + time.Second }
+
+// writerHold holds parts of a member's played data path, as a process
+// pause does.
+type writerHold struct {
+	// frozen stops the data path between deciding a write (the lease's
+	// write deadline read then) and sending it.
+	frozen atomic.Bool
+	// view keeps the partitions the data path holds as they were: the
+	// owner loop that would tell it of moves has not run (after a pause
+	// it runs no sooner than the lease check; the engine holds what it
+	// was told until then). A lost lease still drops them all.
+	view atomic.Bool
+}
+
+// heldPartition is a partition a played data path holds.
+type heldPartition struct {
+	key    raftstore.PartitionKey
+	info   raftstore.PartitionInfo
+	moving bool
+}
+
+// ownedBy lists the partitions m's state shows it owns, MIRRORING.
+func ownedBy(m *Member) []heldPartition {
+	var mine []heldPartition
+	m.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			for i, p := range t.Partitions {
+				if p.Owner == m.cfg.NodeID && p.State == raftstore.StateMirroring {
+					mine = append(mine, heldPartition{raftstore.PartitionKey{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}, p, p.MoveTo != ""})
+				}
+			}
+		}
+	})
+	return mine
+}
+
+// playWriter is member m's data path in the tier, until ctx ends: every
+// 5 ms it reads its lease's write deadline (the sender's gate) and writes
+// each partition it holds while the deadline is ahead, the write checked
+// against the deadline read before it was decided (the socket's write
+// deadline). It drops everything it holds when the lease is lost (the
+// owner's dropAll) and takes what its state shows again unless hold.view.
+func (g *group) playWriter(ctx context.Context, m *Member, h *history, hold *writerHold) {
+	inFlight := inFlight(m)
 	draining := map[raftstore.PartitionKey]time.Time{}
+	var held []heldPartition
 	for ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 		dl := m.own.WriteDeadline()
 		now := time.Now()
-		type owned struct {
-			key    raftstore.PartitionKey
-			info   raftstore.PartitionInfo
-			moving bool
+		if dl.IsZero() {
+			held = nil
 		}
-		var mine []owned
-		m.store.Read(func(s *raftstore.State) {
-			for _, t := range s.Topics {
-				for i, p := range t.Partitions {
-					if p.Owner == m.cfg.NodeID && p.State == raftstore.StateMirroring {
-						mine = append(mine, owned{raftstore.PartitionKey{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}, p, p.MoveTo != ""})
-					}
-				}
-			}
-		})
-		for _, o := range mine {
+		if !hold.view.Load() {
+			held = ownedBy(m)
+		}
+		for _, o := range held {
 			if o.moving {
 				// Drain: nothing new; once the last request is answered,
 				// release under the lease.
@@ -169,7 +224,7 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history, frozen *a
 			if !now.Before(dl) {
 				continue
 			}
-			for frozen.Load() && ctx.Err() == nil {
+			for hold.frozen.Load() && ctx.Err() == nil {
 				time.Sleep(time.Millisecond)
 			}
 			if at := time.Now(); at.Before(dl) {
@@ -177,6 +232,25 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history, frozen *a
 			}
 		}
 	}
+}
+
+// runWriters starts every member's played data path; the returned stop
+// ends them.
+func (g *group) runWriters(h *history) (holds []*writerHold, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, m := range g.members {
+		hold := &writerHold{}
+		holds = append(holds, hold)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.playWriter(ctx, m, h, hold)
+		}()
+	}
+	stop = func() { cancel(); wg.Wait() }
+	g.t.Cleanup(stop)
+	return holds, stop
 }
 
 // tierSeed is KMIRROR_TIER_SEED when set (to replay a failing schedule),
@@ -205,8 +279,11 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	seed := tierSeed(t)
 	t.Logf("schedule seed %d (replay: KMIRROR_TIER_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewSource(seed))
-	const ttl = time.Second
+	const ttl = tierLeaseTTL
 	g := newGroup(t, 3, ttl)
+	for i := range g.members {
+		g.setLease(i, ttl, tierLeaseMargin, tierProduceTimeout)
+	}
 	g.addTopic("tier", 12)
 	// Per-member settings: one member's file has a longer lease (a
 	// rolling change of lease_ttl), which the leader must wait out.
@@ -216,7 +293,7 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 			long = i
 		}
 	}
-	g.members[long].cfg.LeaseTTL, g.members[long].cfg.LeaseMargin = 3*ttl, ttl
+	g.setLease(long, 2*ttl, 2*tierLeaseMargin, tierProduceTimeout)
 	g.runLeases()
 	// Every member owns partitions before the faults begin, so they move.
 	waitFor(t, 20*ttl, "12 partitions balanced over the 3 members", func() bool {
@@ -232,33 +309,40 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 		return false
 	})
 	h := &history{}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	frozen := make([]atomic.Bool, len(g.members))
-	for i, m := range g.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.playWriter(ctx, m, h, &frozen[i])
-		}()
-	}
-	// freeze pauses member i for d as SIGSTOP would (its lease loops and
-	// data path stop, raft hears nothing from it), then wakes its data
-	// path before its lease loop.
+	holds, stop := g.runWriters(h)
+	isolated := -1
+	// freeze pauses member i for d as SIGSTOP would: its lease loops and
+	// data path stop, and raft neither hears from it nor reaches it
+	// (unless another member is the one cut off: then its answers are
+	// held). It wakes with the view it had, its data path first and its
+	// lease check last.
 	freeze := func(i int, d time.Duration) {
 		m := g.members[i]
-		frozen[i].Store(true)
+		holds[i].frozen.Store(true)
+		holds[i].view.Store(true)
 		m.own.Pause(true)
+		cut := isolated < 0
 		held := g.late[i].delay.Load()
-		g.late[i].delay.Store(int64(time.Minute))
+		if cut {
+			g.isolate(i)
+		} else {
+			g.late[i].delay.Store(int64(time.Minute))
+		}
 		time.Sleep(d)
-		frozen[i].Store(false)
-		time.Sleep(20 * time.Millisecond)
+		if cut {
+			g.rejoin(i)
+		} else {
+			g.late[i].delay.Store(held)
+		}
+		m.own.PauseLeaseCheck(true)
+		holds[i].frozen.Store(false)
 		m.own.Pause(false)
-		g.late[i].delay.Store(held)
+		time.Sleep(20 * time.Millisecond)
+		m.own.PauseLeaseCheck(false)
+		time.Sleep(100 * time.Millisecond)
+		holds[i].view.Store(false)
 	}
 	delays := []time.Duration{0, 20 * time.Millisecond, 200 * time.Millisecond, 3 * time.Second}
-	isolated := -1
 	for step := range 14 {
 		i := rng.Intn(len(g.members))
 		switch f := rng.Intn(5); {
@@ -266,14 +350,19 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 			// At least one takeover per schedule, of the member whose
 			// lease is longer than the leader's.
 			i = long
-			g.late[i].delay.Store(int64(delays[len(delays)-1]))
-			t.Logf("step %d: %s's raft answers held %s", step, g.members[i].cfg.NodeID, delays[len(delays)-1])
+			g.isolate(i)
+			isolated = i
+			t.Logf("step %d: %s cut off until its partitions are taken over", step, g.members[i].cfg.NodeID)
+			waitFor(t, 20*ttl, "the cut-off member's partitions taken over", func() bool {
+				l := g.currentLeader()
+				return l != nil && l != g.members[i] && ownerCounts(g.partitions(g.index(l)))[g.members[i].cfg.NodeID] == 0
+			})
 		case f == 0 && isolated < 0:
 			g.isolate(i)
 			isolated = i
 			t.Logf("step %d: %s cut off", step, g.members[i].cfg.NodeID)
 		case f == 4:
-			d := time.Duration(200+rng.Intn(2800)) * time.Millisecond
+			d := 200*time.Millisecond + time.Duration(rng.Int63n(int64(3*ttl/2)))
 			t.Logf("step %d: %s frozen %s", step, g.members[i].cfg.NodeID, d)
 			freeze(i, d)
 		case f == 1 && isolated >= 0:
@@ -304,9 +393,8 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 		}
 		return len(seen) == 12
 	})
-	cancel()
-	wg.Wait()
-	if bad := h.check(g.members[0].cfg.ProduceTimeout); len(bad) > 0 {
+	stop()
+	if bad := h.check(inFlight(g.members[0])); len(bad) > 0 {
 		t.Fatalf("seed %d: %d one-writer violations, first: %v", seed, len(bad), bad[:min(len(bad), 5)])
 	}
 	h.mu.Lock()
@@ -318,5 +406,168 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	h.mu.Unlock()
 	if len(gens) <= 12 {
 		t.Fatalf("no partition changed writer in the schedule: nothing was checked across a takeover")
+	}
+}
+
+// tierGroup starts 3 members with the tier's lease settings, mirroring
+// n partitions spread over all of them, each member's data path played
+// and recorded in the returned history.
+func tierGroup(t *testing.T, n int) (*group, *history, []*writerHold, func()) {
+	g := newGroup(t, 3, tierLeaseTTL)
+	for i := range g.members {
+		g.setLease(i, tierLeaseTTL, tierLeaseMargin, tierProduceTimeout)
+	}
+	g.addTopic("fixed", n)
+	g.runLeases()
+	waitFor(t, 20*tierLeaseTTL, "the partitions balanced over the 3 members", func() bool {
+		l := g.currentLeader()
+		return l != nil && isBalanced(ownerCounts(g.partitions(g.index(l))), "n1", "n2", "n3")
+	})
+	h := &history{}
+	holds, stop := g.runWriters(h)
+	return g, h, holds, stop
+}
+
+// takenOver waits until every partition member v's state showed it owning
+// has been written since since by another member.
+func (g *group) takenOver(h *history, v int, owned []heldPartition, since time.Time) {
+	g.t.Helper()
+	id := g.members[v].cfg.NodeID
+	g.waitWritten(h, id+"'s partitions written by the others", owned, func(w write) bool { return w.member != id && w.at.After(since) })
+}
+
+// writing waits until member v has written each of owned.
+func (g *group) writing(h *history, v int, owned []heldPartition) {
+	g.t.Helper()
+	id := g.members[v].cfg.NodeID
+	g.waitWritten(h, id+" writing its partitions", owned, func(w write) bool { return w.member == id })
+}
+
+// waitWritten waits until each of owned has a write that counts.
+func (g *group) waitWritten(h *history, what string, owned []heldPartition, counts func(write) bool) {
+	g.t.Helper()
+	waitFor(g.t, 20*tierLeaseTTL, what, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		by := map[raftstore.PartitionKey]bool{}
+		for _, w := range h.writes {
+			if counts(w) {
+				by[w.key] = true
+			}
+		}
+		for _, o := range owned {
+			if !by[o.key] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// writingFollower is a member that does not lead, once it writes the
+// partitions it owns, with them.
+func (g *group) writingFollower(h *history) (v int, victim *Member, owned []heldPartition) {
+	g.t.Helper()
+	v = g.follower()
+	victim = g.members[v]
+	owned = ownedBy(victim)
+	if len(owned) == 0 {
+		g.t.Fatalf("%s owns no partition: nothing to take over", victim.cfg.NodeID)
+	}
+	g.writing(h, v, owned)
+	return v, victim, owned
+}
+
+// follower is the index of a member that does not lead.
+func (g *group) follower() int {
+	l := g.leader()
+	for i, m := range g.members {
+		if m != l {
+			return i
+		}
+	}
+	g.t.Fatal("no follower")
+	return -1
+}
+
+// TestTierPausedMemberWakesWritingNothing: a member paused as SIGSTOP
+// would (its loops and data path held, raft and its renewals cut) past
+// lease_ttl loses its partitions to the others. It wakes in the worst
+// order: raft and its renewals first, so its state catches up and fresh
+// grants come; its data path next, holding the partitions it had; its
+// lease check last, the owner loop that would drop the moved partitions
+// after that. It must write none of them: its write deadline is bounded by
+// its last lease check (daemon/owner/lease.go), and that check, once it
+// runs, sees the pause and drops everything (issue 19).
+func TestTierPausedMemberWakesWritingNothing(t *testing.T) {
+	g, h, holds, stop := tierGroup(t, 6)
+	v, victim, owned := g.writingFollower(h)
+	paused := time.Now()
+	holds[v].frozen.Store(true)
+	holds[v].view.Store(true)
+	victim.own.Pause(true)
+	g.isolate(v)
+	g.takenOver(h, v, owned, paused)
+
+	g.rejoin(v)
+	victim.own.PauseLeaseCheck(true)
+	victim.own.Pause(false)
+	holds[v].frozen.Store(false)
+	// Its state catches up (raft may take seconds to retry a follower
+	// it lost), and renewals sent since are granted and counted.
+	waitFor(t, 20*tierLeaseTTL, victim.cfg.NodeID+"'s state showing its partitions moved", func() bool {
+		return len(ownedBy(victim)) == 0
+	})
+	time.Sleep(time.Second)
+	victim.own.PauseLeaseCheck(false)
+	time.Sleep(300 * time.Millisecond)
+	holds[v].view.Store(false)
+	time.Sleep(time.Second)
+	stop()
+	if bad := h.check(inFlight(victim)); len(bad) > 0 {
+		t.Fatalf("%d one-writer violations after %s woke, first: %v", len(bad), victim.cfg.NodeID, bad[:min(len(bad), 5)])
+	}
+}
+
+// TestTierGrantCountsOnceStateCaughtUp: a member cut off past lease_ttl
+// loses its partitions; then it is reconnected but its log catch-up
+// stalls (it takes the leader's heartbeats and refuses its entries, as a
+// follower whose replication is in backoff does), so it knows the leader
+// and renews its lease while its state still shows it owning them. Its
+// grants must not count until its state has applied what the leader's had
+// when it granted (the grant's state index, design.md section 3): it
+// writes nothing on the stale state, and writes again once it has caught
+// up (issue 19).
+func TestTierGrantCountsOnceStateCaughtUp(t *testing.T) {
+	g, h, _, stop := tierGroup(t, 6)
+	v, victim, owned := g.writingFollower(h)
+	cut := time.Now()
+	g.isolate(v)
+	g.takenOver(h, v, owned, cut)
+
+	g.late[v].laggard.Store(true)
+	g.rejoin(v)
+	waitFor(t, 20*tierLeaseTTL, victim.cfg.NodeID+" knowing the leader again", func() bool {
+		_, id := victim.store.Leader()
+		return id != ""
+	})
+	time.Sleep(2 * time.Second) // renewals granted
+	if len(ownedBy(victim)) == 0 {
+		t.Fatalf("%s's state already shows its partitions moved: the test's premise (a stale state) does not hold", victim.cfg.NodeID)
+	}
+	g.late[v].laggard.Store(false)
+	waitFor(t, 20*tierLeaseTTL, victim.cfg.NodeID+" writing again under its lease", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, w := range h.writes {
+			if w.member == victim.cfg.NodeID && w.at.After(cut) {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+	if bad := h.check(inFlight(victim)); len(bad) > 0 {
+		t.Fatalf("%d one-writer violations around %s's stale state, first: %v", len(bad), victim.cfg.NodeID, bad[:min(len(bad), 5)])
 	}
 }

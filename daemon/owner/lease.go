@@ -73,7 +73,7 @@ func (o *Owner) leaseLoop() {
 	defer t.Stop()
 	last := time.Now()
 	for {
-		o.waitUnpaused()
+		o.waitCheckUnpaused()
 		now := time.Now()
 		// A gap between two runs of this loop longer than the window means
 		// the process was paused: its partitions may have moved meanwhile,

@@ -93,6 +93,8 @@ type Owner struct {
 	// paused holds the lease loop and the renewals while set: in-process
 	// tests play a process pause (SIGSTOP) with it (Pause).
 	paused atomic.Bool
+	// checkPaused holds the lease loop alone (PauseLeaseCheck).
+	checkPaused atomic.Bool
 	// leaseStop ends the lease loop, which outlives the member's other
 	// loops: the data path drains under the lease at shutdown (StopLease).
 	leaseStop context.CancelFunc
@@ -155,9 +157,23 @@ func (o *Owner) Run() {
 // a process pause (SIGSTOP, a VM freeze) would: in-process tests only.
 func (o *Owner) Pause(on bool) { o.paused.Store(on) }
 
+// PauseLeaseCheck holds (on) or releases the lease loop alone, as a
+// scheduler that runs a woken process's renewals before its lease check
+// can: in-process tests only (the write deadline's bound on the last check
+// covers that gap, lease.go).
+func (o *Owner) PauseLeaseCheck(on bool) { o.checkPaused.Store(on) }
+
 // waitUnpaused returns once Pause(false), or the lease loop ends.
 func (o *Owner) waitUnpaused() {
 	for o.paused.Load() && o.leaseCtx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitCheckUnpaused is waitUnpaused for the lease loop, which
+// PauseLeaseCheck holds too.
+func (o *Owner) waitCheckUnpaused() {
+	for (o.paused.Load() || o.checkPaused.Load()) && o.leaseCtx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
 }
