@@ -178,7 +178,11 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			src.cl.FetchedBytes.Add(int64(len(fp.Records)))
 		}
 		e.seedSourceEnds(want, restarted, sess.ends)
-		if e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions) {
+		errored := e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions)
+		// handleFetch copied out every batch it keeps: the buffer is
+		// free for the next response.
+		res.Release()
+		if errored {
 			// A partition answered with an error: the broker answers such
 			// fetches at once, so pause instead of spinning.
 			sleepCtx(e.ctx, e.cfg.RetryBackoff)

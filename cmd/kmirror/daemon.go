@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
@@ -19,6 +21,7 @@ func daemonCommand() *cli.Command {
 		Usage: "run a kmirror member until SIGINT or SIGTERM",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "YAML config `FILE` (required; see deploy/kmirror.example.yaml)"},
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a Go CPU profile of the whole run to `FILE` (diagnostics: read it with go tool pprof)"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := checkInvocation(c, "config"); err != nil {
@@ -39,6 +42,13 @@ func daemonCommand() *cli.Command {
 				zap.String("node_id", cfg.NodeID),
 				zap.String("http_listen", cfg.HTTPListen),
 				zap.String("raft_advertise", cfg.RaftAdvertise))
+			if path := c.String("cpu-profile"); path != "" {
+				stop, err := startCPUProfile(path)
+				if err != nil {
+					return usageError{err}
+				}
+				defer stop()
+			}
 			err = daemon.Run(c.Context, cfg, logger)
 			if errors.Is(err, api.ErrRefused) {
 				return usageError{err} // exit 2: a restart cannot help
@@ -46,6 +56,23 @@ func daemonCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// startCPUProfile starts a CPU profile into path; stop ends it and closes
+// the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // newLogger writes JSON lines to stderr (journald keeps them) at level.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,7 +108,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 		b.baseline.MBPerSec, b.baseline.RecordsPerSec, b.baseline.CPUSeconds, b.baseline.CPUSeconds/b.payloadGiB())
 
 	b.step(4, "kmirror (b): mirroring the source backlog %s into the destination with %d members", backlogTopic, b.cfg.Members)
-	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.clientAddr(b.dst), b.destinationYAML(), b.cfg.Members); err != nil {
+	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.clientAddr(b.dst), b.destinationYAML(), b.cfg.Members, b.cfg.CPUProfile); err != nil {
 		return err
 	}
 	for _, m := range b.group.members {
@@ -141,6 +142,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	for _, m := range g.members {
 		b.reportLogProblems(m)
+		if stopErr == nil && m.profile != "" {
+			b.printProfile(m)
+		}
 	}
 	b.closeClusters()
 	b.printSummary()
@@ -293,4 +297,15 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// printProfile prints the functions that took most of a member's CPU
+// (go tool pprof -top), from the profile it wrote over its whole run.
+func (b *bench) printProfile(m *member) {
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", b.cfg.Kmirror, m.profile).CombinedOutput()
+	if err != nil {
+		b.printf("kmirror daemon %s CPU profile %s: go tool pprof: %v\n%s", m.id, m.profile, err, out)
+		return
+	}
+	b.printf("kmirror daemon %s CPU profile %s (whole run), top functions:\n%s", m.id, m.profile, out)
 }

@@ -25,6 +25,9 @@ type config struct {
 	// under test (kmirror, the baseline producer) on a SASL_SSL listener
 	// with SCRAM-SHA-512.
 	Security string
+	// CPUProfile: each member writes a Go CPU profile, summarised at the
+	// end (the top functions by CPU).
+	CPUProfile bool
 }
 
 var compressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}

@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.StringFlag{Name: "kmirror", Value: "bin/kmirror", Usage: "kmirror binary `PATH`"},
 			&cli.BoolFlag{Name: "skip-latency", Usage: "skip the latency run"},
 			&cli.IntFlag{Name: "members", Value: 3, Usage: "`COUNT` of kmirror members in the group (1 for the single-member figure)"},
+			&cli.BoolFlag{Name: "cpu-profile", Usage: "each kmirror member writes a Go CPU profile of its run into the bench folder; the top functions are printed at the end"},
 			&cli.StringFlag{Name: "security", Value: securityPlaintext, Usage: "`MODE` of the connections under test: plaintext, or sasl_ssl (TLS and SCRAM-SHA-512 for kmirror and the baseline producer on both clusters)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -99,6 +100,7 @@ func configFromFlags(c *cli.Context) (config, error) {
 		SkipLatency:    c.Bool("skip-latency"),
 		Members:        c.Int("members"),
 		Security:       c.String("security"),
+		CPUProfile:     c.Bool("cpu-profile"),
 	}
 	return cfg, cfg.Validate()
 }

@@ -31,6 +31,8 @@ type member struct {
 	done    chan struct{} // closed once the process is reaped
 	err     error         // exit status; read after done
 	logPath string
+	// profile is the CPU profile the daemon writes ("": none).
+	profile string
 	client  *api.Client
 }
 
@@ -44,7 +46,10 @@ type group struct {
 // startGroup writes a config per member into dir (a shared peers list) and
 // starts n `kmirror daemon` processes, then waits until every /readyz
 // answers (a new group forms once a quorum is up).
-func startGroup(ctx context.Context, bin, dir, destination, destSecurity string, n int) (*group, error) {
+//
+// With profile set each member writes a Go CPU profile of its whole run to
+// dir/<id>.cpu.pprof (member.profile).
+func startGroup(ctx context.Context, bin, dir, destination, destSecurity string, n int, profile bool) (*group, error) {
 	type addrs struct{ http, raft string }
 	as := make([]addrs, n)
 	var peers, servers []string
@@ -78,7 +83,7 @@ peers:
 destination:
   bootstrap_servers: [%s]
 %s`, id, filepath.Join(dir, id+"-data"), as[i].http, as[i].raft, strings.Join(peers, "\n"), destination, destSecurity)
-		m, err := spawnMember(bin, dir, id, cfg, "http://"+as[i].http)
+		m, err := spawnMember(bin, dir, id, cfg, "http://"+as[i].http, profile)
 		if err != nil {
 			g.kill()
 			return nil, err
@@ -108,7 +113,7 @@ destination:
 }
 
 // spawnMember writes cfg and starts one daemon with it.
-func spawnMember(bin, dir, id, cfg, url string) (*member, error) {
+func spawnMember(bin, dir, id, cfg, url string, profile bool) (*member, error) {
 	cfgPath := filepath.Join(dir, id+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -122,7 +127,12 @@ func spawnMember(bin, dir, id, cfg, url string) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.cmd = exec.Command(bin, "daemon", "--config", cfgPath)
+	args := []string{"daemon", "--config", cfgPath}
+	if profile {
+		m.profile = filepath.Join(dir, id+".cpu.pprof")
+		args = append(args, "--cpu-profile", m.profile)
+	}
+	m.cmd = exec.Command(bin, args...)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	// Its own process group, so a Ctrl-C at the terminal reaches only the
 	// bench, which then stops the daemon; killed if the bench dies.

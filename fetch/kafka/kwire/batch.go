@@ -98,15 +98,28 @@ func SplitBatches(set []byte) (batches []Batch, partialNeed int, err error) {
 // producer sends: base offset 0, no leader epoch, the given producer
 // identity and base sequence, the transactional bit cleared (the
 // destination holds only committed data, so no transaction is ever opened
-// there), and a fresh CRC-32C.
+// there), and its CRC-32C updated for the changed fields. The CRC is
+// derived from the batch's current one (crcshift.go), which must be right:
+// SplitBatches verified it, and a batch kmirror encodes gets a computed
+// one; a wrong CRC stays wrong, and the destination broker, which checks
+// every batch, refuses it (CORRUPT_MESSAGE).
 func (b Batch) Rewrite(producerID int64, epoch int16, baseSequence int32) {
+	// Only the attributes (offsets 21-22) and the producer fields (43-56)
+	// change inside the CRC's range (offset 21 to the end); the base
+	// offset and leader epoch are outside it.
+	var old [offRecordCount - offAttributes]byte
+	copy(old[:], b[offAttributes:offRecordCount])
 	binary.BigEndian.PutUint64(b[offBaseOffset:], 0)
 	binary.BigEndian.PutUint32(b[offLeaderEpoch:], 0xffffffff)
 	binary.BigEndian.PutUint16(b[offAttributes:], uint16(b.Attributes()&^attrTransactional))
 	binary.BigEndian.PutUint64(b[offProducerID:], uint64(producerID))
 	binary.BigEndian.PutUint16(b[offProducerEpoch:], uint16(epoch))
 	binary.BigEndian.PutUint32(b[offBaseSequence:], uint32(baseSequence))
-	binary.BigEndian.PutUint32(b[offCRC:], b.ComputeCRC())
+	for i := range old {
+		old[i] ^= b[offAttributes+i]
+	}
+	delta := shiftZeros(rawCRC(old[:]), len(b)-offRecordCount)
+	binary.BigEndian.PutUint32(b[offCRC:], b.CRC()^delta)
 }
 
 // NextSequence is the base sequence that follows a batch of n records

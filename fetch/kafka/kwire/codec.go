@@ -4,13 +4,45 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 )
 
 // errShort reports a response that ended before a field it must contain.
 var errShort = errors.New("kafka response truncated")
 
 // writer appends big-endian Kafka primitives to a byte slice.
-type writer struct{ b []byte }
+type writer struct {
+	b []byte
+	// refs are byte strings sent in place (bytesRef), each after b[:at]:
+	// a produce request's batches go to the socket from where they lie
+	// (writev) instead of being copied into b.
+	refs []ref
+}
+
+type ref struct {
+	at int
+	p  []byte
+}
+
+// size is the request's length in bytes, refs included.
+func (w *writer) size() int {
+	n := len(w.b)
+	for _, r := range w.refs {
+		n += len(r.p)
+	}
+	return n
+}
+
+// buffers is the request as the socket takes it: b cut around refs.
+func (w *writer) buffers() net.Buffers {
+	bufs := make(net.Buffers, 0, 2*len(w.refs)+1)
+	at := 0
+	for _, r := range w.refs {
+		bufs = append(bufs, w.b[at:r.at], r.p)
+		at = r.at
+	}
+	return append(bufs, w.b[at:])
+}
 
 func (w *writer) int8(v int8)   { w.b = append(w.b, byte(v)) }
 func (w *writer) int16(v int16) { w.b = binary.BigEndian.AppendUint16(w.b, uint16(v)) }
@@ -27,6 +59,13 @@ func (w *writer) nullString() { w.int16(-1) }
 func (w *writer) bytes(p []byte) {
 	w.int32(int32(len(p)))
 	w.b = append(w.b, p...)
+}
+
+// bytesRef is bytes without the copy: p is written from where it lies and
+// must not change until the request is written.
+func (w *writer) bytesRef(p []byte) {
+	w.int32(int32(len(p)))
+	w.refs = append(w.refs, ref{at: len(w.b), p: p})
 }
 
 // reader consumes big-endian Kafka primitives; the first error sticks.

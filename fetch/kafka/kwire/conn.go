@@ -173,7 +173,7 @@ const shrinkAfter = 64
 // correlation ID). The body is a fresh buffer the caller owns: fetched
 // record batches are sub-slices of it.
 func (c *Conn) roundTrip(ctx context.Context, w *writer) ([]byte, error) {
-	return c.roundTripBy(ctx, w, time.Time{}, 0)
+	return c.roundTripBy(ctx, w, time.Time{}, 0, nil)
 }
 
 // AnswerSlack is what a bounded request allows on top of the time the
@@ -226,13 +226,15 @@ var ErrNotSent = errors.New("request not sent")
 // the answer's first byte must come within answerWithin + AnswerSlack of
 // the request's last byte written and each later read within AnswerSlack
 // of the one before (within ctx's deadline throughout), or the round trip
-// fails with os.ErrDeadlineExceeded.
-func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, answerWithin time.Duration) (body []byte, err error) {
+// fails with os.ErrDeadlineExceeded. alloc, when set, provides the
+// answer's buffer (else a new one).
+func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, answerWithin time.Duration, alloc func(int) []byte) (body []byte, err error) {
 	if c.versions != nil {
 		c.requests++
 		defer func() { err = c.firstRequestHint(err) }()
 	}
-	binary.BigEndian.PutUint32(w.b, uint32(len(w.b)-4))
+	reqSize := w.size()
+	binary.BigEndian.PutUint32(w.b, uint32(reqSize-4))
 	c.wbuf = w.b
 	// A buffer grown for large produce requests is kept while they keep
 	// coming, and dropped after shrinkAfter requests that used less than a
@@ -249,8 +251,17 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 	if dl, ok := ctx.Deadline(); !writeBy.IsZero() && (!ok || writeBy.Before(dl)) {
 		c.nc.SetWriteDeadline(writeBy)
 	}
-	if n, err := c.nc.Write(w.b); err != nil {
-		return nil, fmt.Errorf("%w: %d of %d bytes written to %s: %w", ErrNotSent, n, len(w.b), c.addr, err)
+	var n int64
+	if len(w.refs) == 0 {
+		var m int
+		m, err = c.nc.Write(w.b)
+		n = int64(m)
+	} else {
+		bufs := w.buffers()
+		n, err = bufs.WriteTo(c.nc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %d of %d bytes written to %s: %w", ErrNotSent, n, reqSize, c.addr, err)
 	}
 	var src io.Reader = c.br
 	if answerWithin > 0 {
@@ -275,7 +286,10 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 	if corr != c.corr {
 		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, corr, c.corr)
 	}
-	body = make([]byte, size-4)
+	if alloc == nil {
+		alloc = func(n int) []byte { return make([]byte, n) }
+	}
+	body = alloc(int(size) - 4)
 	if _, err := io.ReadFull(src, body); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,7 @@ const (
 type FetchResponse struct {
 	SessionID  int32
 	Partitions []FetchedPartition
+	body       []byte // what Partitions alias (Release)
 }
 
 // AbortedTxn is one entry of a partition's aborted-transaction list.
@@ -130,11 +131,25 @@ func (c *Conn) FetchSession(ctx context.Context, req *FetchRequest) (*FetchRespo
 	}
 	w.string("") // rack ID
 	// A zero max wait still bounds the answer (by AnswerSlack).
-	body, err := c.roundTripBy(ctx, w, time.Time{}, max(req.MaxWait, time.Millisecond))
+	body, err := c.roundTripBy(ctx, w, time.Time{}, max(req.MaxWait, time.Millisecond), getBody)
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", c.addr, err)
 	}
-	return parseFetchResponse(body, c.addr)
+	res, err := parseFetchResponse(body, c.addr)
+	if err != nil {
+		putBody(body)
+		return nil, err
+	}
+	res.body = body
+	return res, nil
+}
+
+// Release gives the response's buffer back for a later fetch to reuse:
+// every partition's Records (and anything sliced from them) is invalid
+// after it. Without it the buffer is garbage-collected.
+func (r *FetchResponse) Release() {
+	putBody(r.body)
+	r.body, r.Partitions = nil, nil
 }
 
 func parseFetchResponse(body []byte, addr string) (*FetchResponse, error) {

@@ -44,10 +44,10 @@ func (c *Conn) Produce(ctx context.Context, acks int16, timeout time.Duration, w
 		w.int32(int32(len(g.idx)))
 		for _, i := range g.idx {
 			w.int32(parts[i].Partition)
-			w.bytes(parts[i].Batch)
+			w.bytesRef(parts[i].Batch)
 		}
 	}
-	body, err := c.roundTripBy(ctx, w, writeBy, timeout)
+	body, err := c.roundTripBy(ctx, w, writeBy, timeout, nil)
 	if err != nil {
 		return nil, fmt.Errorf("produce to %s: %w", c.addr, err)
 	}
