@@ -61,6 +61,11 @@ type Options struct {
 	// FormatArgs are extra arguments to kafka-storage format, such as
 	// --add-scram 'SCRAM-SHA-512=[name=alice,password=secret]' (KIP-900).
 	FormatArgs []string
+	// DelayLine runs the nodes in its network namespace: clients here
+	// reach the brokers (at DelayLine.Remote) across its round trip, while
+	// the nodes reach each other inside the namespace at once. Not with
+	// Proxy or Listeners.
+	DelayLine *DelayLine
 }
 
 // harnessOwned are server.properties the harness computes per node.
@@ -75,6 +80,9 @@ var harnessOwned = []string{
 func (o Options) Validate() error {
 	if o.Brokers < 0 {
 		return fmt.Errorf("harness: Options.Brokers is %d: want 0 (meaning 1) or more", o.Brokers)
+	}
+	if o.DelayLine != nil && (o.Proxy || len(o.Listeners) > 0) {
+		return errors.New("harness: Options.DelayLine cannot be combined with Proxy or Listeners")
 	}
 	if strings.ContainsRune(o.Name, os.PathSeparator) {
 		return fmt.Errorf("harness: Options.Name %q contains a path separator", o.Name)
@@ -116,8 +124,9 @@ type Cluster struct {
 	sink       *lockedWriter
 
 	formatArgs []string
-	brokers    []*node // index i is node.id i+1
-	controller *node   // nil when the single broker is also the controller
+	delayLine  *DelayLine // nil: the nodes run in this network namespace
+	brokers    []*node    // index i is node.id i+1
+	controller *node      // nil when the single broker is also the controller
 
 	mu     sync.Mutex // guards node.proc and closed
 	closed bool
@@ -150,6 +159,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		java:       java,
 		dir:        opts.Dir,
 		throughput: opts.Throughput,
+		delayLine:  opts.DelayLine,
 	}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "kmirror-"+opts.Name+"-"); err != nil {
@@ -252,7 +262,10 @@ func (c *Cluster) layout(opts Options) error {
 		"background.threads":                               "2",
 	}
 	newNode := func(id int, roles string, port, cport int) (*node, error) {
-		n := &node{id: id, roles: roles, port: port, cport: cport, advPort: port}
+		n := &node{id: id, roles: roles, host: "127.0.0.1", port: port, cport: cport, advPort: port}
+		if c.delayLine != nil {
+			n.host = c.delayLine.Remote
+		}
 		if port != 0 {
 			n.label = fmt.Sprintf("%s broker-%d", c.name, id-1)
 		} else {
@@ -315,8 +328,8 @@ func (c *Cluster) layout(opts Options) error {
 		props["log.dirs"] = filepath.Join(n.dir, "data")
 		var listeners []string
 		if n.port != 0 {
-			listeners = append(listeners, fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.port))
-			advertised := []string{fmt.Sprintf("PLAINTEXT://127.0.0.1:%d", n.advPort)}
+			listeners = append(listeners, fmt.Sprintf("PLAINTEXT://%s", net.JoinHostPort(n.host, strconv.Itoa(n.port))))
+			advertised := []string{fmt.Sprintf("PLAINTEXT://%s", n.addr())}
 			for _, l := range opts.Listeners {
 				listeners = append(listeners, fmt.Sprintf("%s://127.0.0.1:%d", l, n.listeners[l]))
 				adv := n.listeners[l]

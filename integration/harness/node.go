@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -18,7 +19,10 @@ type node struct {
 	id    int
 	roles string
 	label string // "<cluster> broker-<i>" or "<cluster> controller"
-	port  int    // PLAINTEXT listener, 0 on the controller-only node
+	// host is the PLAINTEXT listener's address: 127.0.0.1, or the delay
+	// line's far end.
+	host string
+	port int // PLAINTEXT listener, 0 on the controller-only node
 	// advPort is the port clients are told: port, or its proxy's.
 	advPort int
 	proxy   *Proxy // nil unless Options.Proxy
@@ -34,7 +38,7 @@ type node struct {
 }
 
 func (n *node) addr() string {
-	return "127.0.0.1:" + strconv.Itoa(n.advPort)
+	return net.JoinHostPort(n.host, strconv.Itoa(n.advPort))
 }
 
 func (n *node) config() string {
@@ -84,6 +88,9 @@ func (c *Cluster) launch(n *node) error {
 	}
 	argv := append(jvmArgs(c.home, c.throughput, "-Xms256m", "-Xmx512m"), kafkaMain, n.config())
 	cmd := exec.Command(c.java, argv...)
+	if c.delayLine != nil {
+		cmd = c.delayLine.Command(c.java, argv...)
+	}
 	cmd.Dir = n.dir
 	cmd.Stdout = n.out
 	cmd.Stderr = n.out
