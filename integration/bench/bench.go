@@ -19,6 +19,7 @@ import (
 // cannot collide.
 const (
 	backlogTopic  = "bench"
+	wanTopic      = "bench-wan" // the same backlog, mirrored across --rtt
 	baselineTopic = "baseline"
 	latencyTopic  = "latency"
 	mirrorName    = "bench"
@@ -38,13 +39,15 @@ type bench struct {
 	dir   string // kept after the run: daemon config, data and log, Kafka logs
 
 	src, dst *harness.Cluster
-	tls      tlsSetup   // --security sasl_ssl files
-	logs     []*os.File // the clusters' JVM output, closed after them
+	line     *harness.DelayLine // in front of src with --rtt
+	tls      tlsSetup           // --security sasl_ssl files
+	logs     []*os.File         // the clusters' JVM output, closed after them
 	group    *group
 
 	fill     perfResult
 	baseline perfResult
 	mirror   mirrorResult
+	wan      *mirrorResult  // --rtt: the copy across the delay line
 	latency  *latencyResult // nil when skipped
 }
 
@@ -96,6 +99,16 @@ func (b *bench) run(ctx context.Context) (err error) {
 		return err
 	}
 	b.printf("source backlog filled: %s", b.fill.Summary)
+	if b.line != nil {
+		if err := b.src.CreateTopic(ctx, wanTopic, b.cfg.Partitions, 1, nil); err != nil {
+			return err
+		}
+		wfill, err := b.producerPerformance(ctx, b.src, wanTopic)
+		if err != nil {
+			return err
+		}
+		b.printf("second backlog for the copy across %v filled: %s", b.cfg.RTT, wfill.Summary)
+	}
 
 	b.step(3, "baseline (a): the same ProducerPerformance run into %s/%s", "destination", baselineTopic)
 	if err := b.dst.CreateTopic(ctx, baselineTopic, b.cfg.Partitions, 1, nil); err != nil {
@@ -114,12 +127,27 @@ func (b *bench) run(ctx context.Context) (err error) {
 	for _, m := range b.group.members {
 		b.printf("kmirror daemon %s pid %d ready; log %s", m.id, m.pid(), m.logPath)
 	}
-	if b.mirror, err = b.mirrorBacklog(ctx); err != nil {
+	if err := b.createMirror(ctx); err != nil {
+		return err
+	}
+	if b.mirror, err = b.mirrorBacklog(ctx, backlogTopic); err != nil {
 		return err
 	}
 	b.printf("kmirror: %d records in %.2fs: %.2f MB/s, %.0f records/s, %.1f CPU-s (%.1f CPU-s/GiB, all members), peak RSS %.0f MiB (largest member), ratio to baseline %.2f",
 		b.mirror.Records, b.mirror.Elapsed.Seconds(), b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(),
 		b.mirror.CPU.Seconds(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib, b.ratio())
+	if b.line != nil {
+		b.line.SetRTT(b.cfg.RTT)
+		b.printf("the delay line in front of the source now holds every packet %v each way (round trip %v)", b.cfg.RTT/2, b.cfg.RTT)
+		wan, err := b.mirrorBacklog(ctx, wanTopic)
+		if err != nil {
+			return err
+		}
+		b.wan = &wan
+		b.printf("kmirror across %v: %d records in %.2fs: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f",
+			b.cfg.RTT, wan.Records, wan.Elapsed.Seconds(), wan.MBPerSec(b.cfg.RecordSize), wan.CPU.Seconds()/b.payloadGiB(),
+			wan.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize))
+	}
 
 	if b.cfg.SkipLatency {
 		b.step(5, "latency: skipped (--skip-latency)")
@@ -167,13 +195,28 @@ func (b *bench) startClusters(ctx context.Context) error {
 		}
 		b.logs = append(b.logs, logf)
 	}
+	if b.cfg.RTT > 0 {
+		// At 0 ms until the loopback copy is done (SetRTT).
+		line, err := harness.NewDelayLine(0)
+		if err != nil {
+			return fmt.Errorf("--rtt: %w", err)
+		}
+		b.line = line
+	}
 	var (
 		wg   sync.WaitGroup
 		errs [2]error
 	)
 	for i, name := range names {
 		wg.Go(func() {
-			cl, err := harness.Start(ctx, b.clusterOptions(harness.Options{Name: name, Throughput: true, Log: b.logs[i]}))
+			o := b.clusterOptions(harness.Options{Name: name, Throughput: true, Log: b.logs[i]})
+			if i == 0 {
+				o.DelayLine = b.line
+				if b.cfg.SourceSendBuffer != 0 {
+					o.BrokerProps = map[string]string{"socket.send.buffer.bytes": fmt.Sprint(b.cfg.SourceSendBuffer)}
+				}
+			}
+			cl, err := harness.Start(ctx, o)
 			if err != nil {
 				errs[i] = fmt.Errorf("starting the %s cluster: %w", name, err)
 				return
@@ -211,6 +254,12 @@ func (b *bench) closeClusters() {
 		}
 	}
 	b.src, b.dst = nil, nil
+	if b.line != nil {
+		if err := b.line.Close(); err != nil {
+			b.printf("closing the delay line: %v", err)
+		}
+		b.line = nil
+	}
 	for _, f := range b.logs {
 		f.Close()
 	}
@@ -249,6 +298,17 @@ func (b *bench) printSummary() {
 	fmt.Fprintf(&s, "kmirror (source backlog → destination): %.2f MB/s, %.0f rec/s, %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
 		b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib)
 	fmt.Fprintf(&s, "ratio kmirror/baseline: %.2f  (target ≥ 0.5)\n", b.ratio())
+	if w := b.wan; w != nil {
+		buf := "Kafka's default 102400 bytes"
+		switch n := b.cfg.SourceSendBuffer; {
+		case n < 0:
+			buf = "the kernel's autotuning"
+		case n > 0:
+			buf = fmt.Sprintf("%d bytes", n)
+		}
+		fmt.Fprintf(&s, "kmirror across a %v round trip (source socket.send.buffer.bytes: %s): %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f (loopback through the same relay at 0 ms)\n",
+			b.cfg.RTT, buf, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize))
+	}
 	if l := b.latency; l != nil {
 		fmt.Fprintf(&s, "latency at %s/s: p50 %.1f ms, p99 %.1f ms  (max %.1f ms over %d records; producer send → destination consumer receive; linger %s)\n",
 			formatSize(b.cfg.LatencyRate), ms(l.Mirrored.P50), ms(l.Mirrored.P99), ms(l.Mirrored.Max), l.Mirrored.Records, b.cfg.LatencyLinger)

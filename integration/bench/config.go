@@ -28,6 +28,13 @@ type config struct {
 	// CPUProfile: each member writes a Go CPU profile, summarised at the
 	// end (the top functions by CPU).
 	CPUProfile bool
+	// RTT > 0 puts the source cluster behind a delay line
+	// (harness.DelayLine): the backlog is mirrored once across a 0 ms
+	// link and once, from a second topic of the same size, across RTT.
+	RTT time.Duration
+	// SourceSendBuffer is the source broker's socket.send.buffer.bytes
+	// (0: Kafka's default, 102400; -1: the kernel's autotuning).
+	SourceSendBuffer int
 }
 
 var compressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
@@ -39,6 +46,15 @@ const maxRecordSize = 512 << 10
 // Validate names every flag that is out of range and what it accepts.
 func (c config) Validate() error {
 	var errs []error
+	if c.RTT < 0 || c.RTT > 2*time.Second {
+		errs = append(errs, fmt.Errorf("--rtt %v: use 0 (no delay line) up to 2s, such as 50ms", c.RTT))
+	}
+	if c.RTT > 0 && c.Security != securityPlaintext {
+		errs = append(errs, fmt.Errorf("--rtt with --security %s: the delay line runs plaintext clusters only", c.Security))
+	}
+	if c.SourceSendBuffer < -1 {
+		errs = append(errs, fmt.Errorf("--source-send-buffer %d: use -1 (the kernel's autotuning), 0 (Kafka's default) or a size in bytes", c.SourceSendBuffer))
+	}
 	if c.RecordSize < 1 || c.RecordSize > maxRecordSize {
 		errs = append(errs, fmt.Errorf("--record-size %d: use 1 to %d bytes", c.RecordSize, maxRecordSize))
 	}

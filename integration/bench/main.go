@@ -58,6 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.StringFlag{Name: "kmirror", Value: "bin/kmirror", Usage: "kmirror binary `PATH`"},
 			&cli.BoolFlag{Name: "skip-latency", Usage: "skip the latency run"},
 			&cli.IntFlag{Name: "members", Value: 3, Usage: "`COUNT` of kmirror members in the group (1 for the single-member figure)"},
+			&cli.DurationFlag{Name: "rtt", Usage: "put the source cluster behind a delay line of this round trip (`DURATION`, such as 50ms; needs root) and mirror the backlog across a 0 ms link and across it"},
+			&cli.IntFlag{Name: "source-send-buffer", Usage: "the source broker's socket.send.buffer.bytes (`BYTES`; 0: Kafka's default 102400, -1: the kernel's autotuning up to net.core.wmem_max)"},
 			&cli.BoolFlag{Name: "cpu-profile", Usage: "each kmirror member writes a Go CPU profile of its run into the bench folder; the top functions are printed at the end"},
 			&cli.StringFlag{Name: "security", Value: securityPlaintext, Usage: "`MODE` of the connections under test: plaintext, or sasl_ssl (TLS and SCRAM-SHA-512 for kmirror and the baseline producer on both clusters)"},
 		},
@@ -89,18 +91,20 @@ func configFromFlags(c *cli.Context) (config, error) {
 		return config{}, fmt.Errorf("--latency-rate: %w", err)
 	}
 	cfg := config{
-		Bytes:          total,
-		RecordSize:     c.Int("record-size"),
-		Partitions:     c.Int("partitions"),
-		Compression:    c.String("compression"),
-		LatencyRate:    rate,
-		LatencySeconds: c.Int("latency-seconds"),
-		LatencyLinger:  c.Duration("latency-linger"),
-		Kmirror:        c.String("kmirror"),
-		SkipLatency:    c.Bool("skip-latency"),
-		Members:        c.Int("members"),
-		Security:       c.String("security"),
-		CPUProfile:     c.Bool("cpu-profile"),
+		Bytes:            total,
+		RecordSize:       c.Int("record-size"),
+		Partitions:       c.Int("partitions"),
+		Compression:      c.String("compression"),
+		LatencyRate:      rate,
+		LatencySeconds:   c.Int("latency-seconds"),
+		LatencyLinger:    c.Duration("latency-linger"),
+		Kmirror:          c.String("kmirror"),
+		SkipLatency:      c.Bool("skip-latency"),
+		Members:          c.Int("members"),
+		Security:         c.String("security"),
+		CPUProfile:       c.Bool("cpu-profile"),
+		RTT:              c.Duration("rtt"),
+		SourceSendBuffer: c.Int("source-send-buffer"),
 	}
 	return cfg, cfg.Validate()
 }

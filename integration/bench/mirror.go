@@ -39,30 +39,33 @@ func (r mirrorResult) RecordsPerSec() float64 {
 	return float64(r.Records) / r.Elapsed.Seconds()
 }
 
-// mirrorBacklog creates the mirror, adds the backlog topic from the
+// createMirror creates the bench's mirror of the source cluster.
+func (b *bench) createMirror(ctx context.Context) error {
+	err := b.group.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: mirrorName, Properties: b.mirrorProps()})
+	if err != nil {
+		return fmt.Errorf("create mirror: %w", err)
+	}
+	return nil
+}
+
+// mirrorBacklog adds a backlog topic to the mirror from the
 // earliest offset and times kmirror until describe shows every partition
 // MIRRORING with lag 0 and the destination holding every record.
-func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
+func (b *bench) mirrorBacklog(ctx context.Context, topic string) (mirrorResult, error) {
 	c := b.group.client
-	err := c.CreateMirror(ctx, api.CreateMirrorRequest{
-		Name: mirrorName, Properties: b.mirrorProps(),
-	})
-	if err != nil {
-		return mirrorResult{}, fmt.Errorf("create mirror: %w", err)
-	}
 	want := b.cfg.Records()
 	before, err := b.group.sample(b.ticks)
 	if err != nil {
 		return mirrorResult{}, err
 	}
 	start := time.Now()
-	_, err = c.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirrorName, Topics: []string{backlogTopic}, StartFrom: "earliest"})
+	_, err = c.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirrorName, Topics: []string{topic}, StartFrom: "earliest"})
 	if err != nil {
-		return mirrorResult{}, fmt.Errorf("add topic %s: %w", backlogTopic, err)
+		return mirrorResult{}, fmt.Errorf("add topic %s: %w", topic, err)
 	}
-	b.printf("added topic %s (start from earliest); polling describe every %s", backlogTopic, pollInterval)
+	b.printf("added topic %s (start from earliest); polling describe every %s", topic, pollInterval)
 
-	w := newWatcher(b, backlogTopic)
+	w := newWatcher(b, topic)
 	nextReport := start.Add(progressPeriod)
 	for {
 		rows, err := w.poll(ctx)
@@ -83,7 +86,7 @@ func (b *bench) mirrorBacklog(ctx context.Context) (mirrorResult, error) {
 			if err != nil {
 				return mirrorResult{}, err
 			}
-			if err := b.checkDestination(ctx, want); err != nil {
+			if err := b.checkDestination(ctx, topic, want); err != nil {
 				return mirrorResult{}, err
 			}
 			return mirrorResult{Records: want, Elapsed: elapsed, CPU: after.CPU - before.CPU, PeakRSS: after.PeakRSS}, nil
@@ -212,13 +215,13 @@ func formatRows(rows []api.PartitionStatus) string {
 // checkDestination asks the destination broker itself (not kmirror) for
 // the end offsets of the mirrored topic and compares their sum with the
 // source record count.
-func (b *bench) checkDestination(ctx context.Context, want int64) error {
+func (b *bench) checkDestination(ctx context.Context, topic string, want int64) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(b.dst.Bootstrap(), ",")...))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	ends, err := endOffsets(ctx, cl, backlogTopic, b.cfg.Partitions)
+	ends, err := endOffsets(ctx, cl, topic, b.cfg.Partitions)
 	if err != nil {
 		return err
 	}
@@ -227,9 +230,9 @@ func (b *bench) checkDestination(ctx context.Context, want int64) error {
 		sum += e
 	}
 	if sum != want {
-		return fmt.Errorf("describe says caught up, but the destination broker reports %d records in %s (end offsets %v), want %d", sum, backlogTopic, ends, want)
+		return fmt.Errorf("describe says caught up, but the destination broker reports %d records in %s (end offsets %v), want %d", sum, topic, ends, want)
 	}
-	b.printf("destination broker confirms %d records in %s (ListOffsets)", sum, backlogTopic)
+	b.printf("destination broker confirms %d records in %s (ListOffsets)", sum, topic)
 	return nil
 }
 
