@@ -15,7 +15,9 @@ import (
 // succeeding (a member whose raft answers are late or lost gets no lease,
 // whatever its HTTP does), and this member must still lead (a quorum
 // confirms it after the request arrived, so no later leader was elected
-// before the member sent it). The grant is recorded: the leader takes the
+// before the member sent it) and have applied every entry of earlier
+// terms (its barrier), so the state index it grants covers every
+// committed move. The grant is recorded: the leader takes the
 // member's partitions over lease_ttl after its last grant
 // (leader.Alive). Errors: api.ErrNotLeader (retry with the leader),
 // api.ErrUnavailable (heartbeats failing), api.ErrInvalid (caller not
@@ -48,6 +50,13 @@ func (m *Member) grantLease(ctx context.Context, id string) (api.LeaseGrant, err
 	}
 	if err := m.store.VerifyLeader(ctx); err != nil {
 		return api.LeaseGrant{}, fmt.Errorf("%w: leadership not confirmed by a quorum: %v", api.ErrNotLeader, err)
+	}
+	if !m.store.LeaderCaughtUp() {
+		// The state index granted must cover every committed move: a
+		// member whose state reached an index this leader had applied
+		// before catching up could still show a partition an earlier
+		// leader moved away from it.
+		return api.LeaseGrant{}, fmt.Errorf("%w: the leader has not applied the entries of earlier terms yet (its barrier): no lease until it has", api.ErrUnavailable)
 	}
 	var idx uint64
 	m.store.Read(func(s *raftstore.State) { idx = s.Index })

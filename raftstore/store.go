@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -148,7 +149,11 @@ type Store struct {
 	// grants holds, on the leader, when it last granted each member a
 	// lease during this leadership (RecordLeaseGrant).
 	grants map[string]time.Time
-	closed chan struct{}
+	// barrierTerm is the raft term of the last Barrier that completed: in
+	// it, this leader had applied every entry of earlier terms
+	// (LeaderCaughtUp).
+	barrierTerm atomic.Uint64
+	closed      chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -184,10 +189,22 @@ func (s *Store) Barrier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	term := s.raft.CurrentTerm()
 	if err := s.wait(ctx, s.raft.Barrier(timeout)); err != nil {
 		return fmt.Errorf("raft barrier: %w", err)
 	}
+	if s.raft.CurrentTerm() == term {
+		s.barrierTerm.Store(term)
+	}
 	return nil
+}
+
+// LeaderCaughtUp reports whether this member leads and has applied every
+// entry committed before its term (a Barrier completed in this term): a
+// new leader's state can lag entries an earlier leader committed until
+// then, so what it grants against its state must wait for it (issue 19).
+func (s *Store) LeaderCaughtUp() bool {
+	return s.IsLeader() && s.barrierTerm.Load() == s.raft.CurrentTerm()
 }
 
 // VerifyLeader checks with a quorum that this member is still the leader:
