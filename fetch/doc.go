@@ -1,6 +1,8 @@
 // Package fetch is kmirror's data path (design.md sections 4 and 5): it
 // fetches committed record batches from source brokers, one multi-partition
-// fetch loop per source broker, forwards each data batch as one destination
+// fetch loop per source broker (more across a long round trip, each a fetch
+// session over its own share of the partitions: fetchConnsFor), forwards
+// each data batch as one destination
 // batch with a per-partition idempotent producer identity, and records
 // progress and the offset-translation log in an internal destination topic.
 //

@@ -57,13 +57,32 @@ type source struct {
 	cl          *kafka.Cluster
 	securityKey string // Source.SecurityKey the cluster was made with
 	clientID    string // the client.id it uses
-	fetchers    map[int32]*worker
+	fetchers    map[fetcherKey]*worker
+	// conns is Source.FetchConnections (0: measured); measured is the
+	// count sized from each broker's round trip (fetchConnsFor).
+	conns    int
+	measured map[int32]int
 }
 
-// worker is a fetch loop (per source broker) or a produce loop (per
-// destination broker).
+// fetcherKey names one of a source broker's fetch loops.
+type fetcherKey struct {
+	broker int32
+	slot   int
+}
+
+// fetchConns is how many fetch loops run for a source broker.
+func (s *source) fetchConns(broker int32) int {
+	if s.conns > 0 {
+		return s.conns
+	}
+	return max(1, s.measured[broker])
+}
+
+// worker is a fetch loop (one of a source broker's: slot) or a produce
+// loop (per destination broker).
 type worker struct {
 	broker int32
+	slot   int
 	addr   string
 	kick   chan struct{}
 }
@@ -208,6 +227,20 @@ func (e *Engine) SetSource(mirror string, src Source) {
 		clientID = e.cfg.ClientID
 	}
 	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.Bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey && s.clientID == clientID {
+		if s.conns != src.FetchConnections {
+			// The partitions spread over the new count of loops; those
+			// beyond it exit (fetchWanted).
+			s.conns = src.FetchConnections
+			for _, p := range e.parts {
+				if p.spec.Key.Mirror == mirror {
+					p.srcLeader = -1
+				}
+			}
+			kick(e.kickRt)
+			for _, w := range s.fetchers {
+				kick(w.kick)
+			}
+		}
 		return
 	} else if ok {
 		// Replaced: its fetch loops see it and exit; its metadata and
@@ -228,7 +261,9 @@ func (e *Engine) SetSource(mirror string, src Source) {
 		cl:          kafka.NewCluster(fmt.Sprintf("source cluster of mirror %s", mirror), src.Bootstrap, clientID, src.Security),
 		securityKey: src.SecurityKey,
 		clientID:    clientID,
-		fetchers:    map[int32]*worker{},
+		fetchers:    map[fetcherKey]*worker{},
+		conns:       src.FetchConnections,
+		measured:    map[int32]int{},
 	}
 }
 

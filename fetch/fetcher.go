@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"go.uber.org/zap"
@@ -111,6 +112,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 	}()
 	sess := session{parts: map[Key]fetchWant{}, ends: map[Key]sourceEnd{}}
 	backoff := e.cfg.RetryBackoff
+	var sized time.Time // when slot 0 last sized the broker's fetch loops
 	for e.ctx.Err() == nil {
 		want, current := e.fetchWanted(mirror, src, w)
 		if !current {
@@ -119,7 +121,11 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		var req *kwire.FetchRequest
 		var reserved int64
 		if len(want) > 0 {
-			req, reserved = e.newFetchRequest()
+			var asked int64
+			for _, fw := range want {
+				asked += int64(fw.MaxBytes)
+			}
+			req, reserved = e.newFetchRequest(asked)
 		}
 		if req == nil {
 			// Nothing to fetch, or the memory budget is spent. Keep the
@@ -136,7 +142,14 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		restarted := sess.build(req, want)
 		var err error
 		if conn == nil {
-			conn, err = src.cl.Dial(e.ctx, w.addr)
+			if conn, err = src.cl.Dial(e.ctx, w.addr); err == nil && w.slot == 0 {
+				e.sizeFetchConns(mirror, src, w, conn.RTT())
+				sized = time.Now()
+			}
+		} else if w.slot == 0 && time.Since(sized) >= resizeEvery {
+			// Routes change: the kernel keeps measuring the round trip.
+			e.sizeFetchConns(mirror, src, w, conn.RTT())
+			sized = time.Now()
 		}
 		var res *kwire.FetchResponse
 		if err == nil {
@@ -186,6 +199,58 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			// A partition answered with an error: the broker answers such
 			// fetches at once, so pause instead of spinning.
 			sleepCtx(e.ctx, e.cfg.RetryBackoff)
+		}
+	}
+}
+
+// maxFetchConns bounds the fetch loops per source broker.
+const maxFetchConns = 8
+
+// resizeEvery is how often a source broker's first fetch loop sizes its
+// fetch loops again from the round trip the kernel keeps measuring.
+const resizeEvery = time.Second
+
+// fetchConnsFor is how many fetch connections a source broker at round
+// trip rtt gets: one per 10 ms, up to maxFetchConns. Each connection has
+// one fetch in flight (a fetch session answers one request at a time), so
+// a connection moves at most its fetch size per round trip, and no more
+// than the source broker's send buffer (socket.send.buffer.bytes, Kafka's
+// default 100 KiB) per round trip whatever the fetch size: across 50 ms
+// that is about 4 MB/s. Several connections over disjoint partitions keep
+// more of the bandwidth-delay product in flight (issue 20); on a LAN one
+// is enough.
+func fetchConnsFor(rtt time.Duration) int {
+	return min(1+int(rtt/(10*time.Millisecond)), maxFetchConns)
+}
+
+// fetchSlot is the fetch loop (of conns) that fetches partition k: spread
+// by partition number, offset per topic.
+func fetchSlot(k Key, conns int) int {
+	if conns <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(k.Topic))
+	return int((h.Sum32() + uint32(k.Partition)) % uint32(conns))
+}
+
+// sizeFetchConns sets how many fetch loops source broker w.broker gets
+// from the round trip rtt measured on the first loop's connection, and
+// starts or ends loops to match.
+func (e *Engine) sizeFetchConns(mirror string, src *source, w *worker, rtt time.Duration) {
+	n := fetchConnsFor(rtt)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if src.measured[w.broker] == n || e.sources[mirror] != src {
+		return
+	}
+	src.measured[w.broker] = n
+	if src.conns == 0 {
+		e.log.Info("fetch connections to a source broker sized from its round trip",
+			zap.String("mirror", mirror), zap.String("broker", w.addr), zap.Duration("rtt", rtt), zap.Int("connections", n))
+		e.fetchersLocked(mirror, src, w.broker, w.addr)
+		for _, f := range src.fetchers {
+			kick(f.kick)
 		}
 	}
 }
@@ -245,16 +310,26 @@ func (e *Engine) reroute(keys []Key, err error) {
 func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]fetchWant, current bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if src.fetchers[w.broker] != w || e.sources[mirror] != src {
+	key := fetcherKey{w.broker, w.slot}
+	if src.fetchers[key] != w || e.sources[mirror] != src {
+		return nil, false
+	}
+	conns := src.fetchConns(w.broker)
+	if w.slot >= conns {
+		delete(src.fetchers, key) // fewer loops now: a later increase starts it anew
 		return nil, false
 	}
 	if e.cfg.MemoryBudget-e.inUse < minFetchBudget {
 		return nil, true
 	}
-	limit := int64(e.cfg.PartitionBytes) * 2
+	// Across a long round trip each fetch carries more of a partition
+	// (as many times its fetch size as there are loops, up to 4), and a
+	// partition may hold that much more queued.
+	scale := int32(min(conns, 4))
+	limit := int64(e.cfg.PartitionBytes) * 2 * int64(scale)
 	want = map[Key]fetchWant{}
 	for k, p := range e.parts {
-		if k.Mirror != mirror || p.srcLeader != w.broker || !p.wantsFetch(limit) {
+		if k.Mirror != mirror || p.srcLeader != w.broker || fetchSlot(k, conns) != w.slot || !p.wantsFetch(limit) {
 			continue
 		}
 		if p.fetchBytes == 0 {
@@ -262,7 +337,7 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 		}
 		want[k] = fetchWant{FetchPartition: kwire.FetchPartition{
 			Topic: k.Topic, Partition: k.Partition, Offset: p.fetchOffset,
-			LeaderEpoch: p.srcEpoch, MaxBytes: p.fetchBytes,
+			LeaderEpoch: p.srcEpoch, MaxBytes: max(p.fetchBytes, e.cfg.PartitionBytes*scale),
 		}, run: p, gen: p.gen}
 	}
 	return want, true
@@ -286,19 +361,21 @@ func (e *Engine) seedSourceEnds(want map[Key]fetchWant, restarted []Key, ends ma
 	}
 }
 
-// newFetchRequest sizes a fetch to the memory budget left and reserves
-// that much of it until the answer is in (unreserve), so fetch loops of
-// several brokers cannot together ask for more than the budget; nil when
-// less than minFetchBudget is left. A broker may still return one batch
-// larger than MaxBytes (KIP-74), bounded by max.message.bytes.
-func (e *Engine) newFetchRequest() (*kwire.FetchRequest, int64) {
+// newFetchRequest sizes a fetch to what its partitions ask for (asked
+// bytes, their fetch sizes summed), FetchMaxBytes and the memory budget
+// left, and reserves that much of it until the answer is in (unreserve),
+// so fetch loops (of several brokers, or several per broker) cannot
+// together ask for more than the budget; nil when less than
+// minFetchBudget is left. A broker may still return one batch larger
+// than MaxBytes (KIP-74), bounded by max.message.bytes.
+func (e *Engine) newFetchRequest(asked int64) (*kwire.FetchRequest, int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	free := e.cfg.MemoryBudget - e.inUse
 	if free < minFetchBudget {
 		return nil, 0
 	}
-	size := min(int64(e.cfg.FetchMaxBytes), free)
+	size := min(int64(e.cfg.FetchMaxBytes), free, max(asked, minFetchBudget))
 	e.inUse += size
 	return &kwire.FetchRequest{
 		MaxWait:       e.cfg.FetchMaxWait,

@@ -78,7 +78,7 @@ func (e *Engine) route() {
 		// loop that exits at once, and p would never be fetched again.
 		if p.active() && p.srcLeader < 0 && e.sources[k.Mirror] == src {
 			p.srcLeader, p.srcEpoch = id, epoch
-			e.workerLocked(src.fetchers, id, addr, func(w *worker) { e.fetchLoop(k.Mirror, src, w) })
+			e.fetchersLocked(k.Mirror, src, id, addr)
 		}
 		e.mu.Unlock()
 	}
@@ -265,6 +265,21 @@ func (e *Engine) routeFailed(p *partition, side string, cl *kafka.Cluster, err e
 		}
 	}
 	return true
+}
+
+// fetchersLocked wakes the fetch loops of source broker id, starting those
+// missing for that address (one per slot: source.fetchConns).
+func (e *Engine) fetchersLocked(mirror string, src *source, id int32, addr string) {
+	for slot := range src.fetchConns(id) {
+		key := fetcherKey{id, slot}
+		w := src.fetchers[key]
+		if w == nil || w.addr != addr {
+			w = &worker{broker: id, slot: slot, addr: addr, kick: make(chan struct{}, 1)}
+			src.fetchers[key] = w
+			e.goLoop(func() { e.fetchLoop(mirror, src, w) })
+		}
+		kick(w.kick)
+	}
 }
 
 // workerLocked wakes the loop of broker id in pool, starting one (run) if

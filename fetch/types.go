@@ -77,6 +77,11 @@ type Source struct {
 	SecurityKey string
 	// ClientID is the Kafka client.id on the source ("": Config.ClientID).
 	ClientID string
+	// FetchConnections is how many fetch connections (sessions, each over
+	// its own share of the partitions) the engine keeps to each source
+	// broker; 0 sizes it from the round trip the kernel measured on the
+	// first one (fetchConnsFor). Changing it needs no new source.
+	FetchConnections int
 }
 
 // State of a partition as the engine reports it.

@@ -30,7 +30,16 @@ const (
 	PropGroupsExclude  = "groups.exclude"
 	propGroupsInterval = "groups.sync.interval"
 	propFailoverAuto   = "failover.auto.after.ms"
+	// propFetchConns is how many fetch connections kmirror keeps to each
+	// source broker (fetch.Source.FetchConnections); unset: sized from
+	// the round trip.
+	propFetchConns = "fetch.connections"
 )
+
+// maxFetchConns bounds fetch.connections: each connection holds a fetch
+// session in the source broker's cache (max.incremental.fetch.session.cache.slots,
+// 1000 by default, shared by all its consumers).
+const maxFetchConns = 32
 
 // sourceProperties are the mirror properties this version understands
 // besides the security ones (ksec.IsKey); a property kmirror does not act
@@ -38,6 +47,7 @@ const (
 var sourceProperties = map[string]bool{
 	propBootstrap: true, propClientID: true,
 	propGroupsInclude: true, PropGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
+	propFetchConns: true,
 }
 
 // minFailoverAuto bounds failover.auto.after.ms from below: members probe
@@ -65,6 +75,9 @@ type Settings struct {
 	// FailoverAutoAfter is how long the source must not answer a majority
 	// of the members before the group fails the mirror over; 0 = never.
 	FailoverAutoAfter time.Duration
+	// FetchConnections is fetch.connections (0: sized from the round
+	// trip to each source broker).
+	FetchConnections int
 	// Security is how to reach the source: TLS, SASL (security.protocol,
 	// ssl.*, sasl.*).
 	Security ksec.Settings
@@ -97,9 +110,9 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		if len(hints) > 0 {
 			hint = " " + strings.Join(hints, " ")
 		}
-		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s and the security properties %s",
+		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s, %s and the security properties %s",
 			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, PropGroupsExclude, propGroupsInterval,
-			propFailoverAuto, strings.Join(ksec.Keys(), ", "))
+			propFailoverAuto, propFetchConns, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
@@ -129,6 +142,14 @@ func Parse(name string, props map[string]string) (Settings, error) {
 				api.ErrInvalid, propGroupsInterval, v, minGroupSyncInterval)
 		}
 		s.GroupSyncInterval = d
+	}
+	if v := strings.TrimSpace(props[propFetchConns]); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxFetchConns {
+			return Settings{}, fmt.Errorf("%w: %s=%s: give a count of connections per source broker from 1 to %d, or leave it out to size it from the round trip",
+				api.ErrInvalid, propFetchConns, v, maxFetchConns)
+		}
+		s.FetchConnections = n
 	}
 	if v := strings.TrimSpace(props[propFailoverAuto]); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

@@ -34,6 +34,18 @@ func TestParseMirrorSettings(t *testing.T) {
 	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
 		t.Errorf("failover.auto.after.ms=30000: %s, %v", s.FailoverAutoAfter, err)
 	}
+	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "fetch.connections": " 6 "}); err != nil || s.FetchConnections != 6 {
+		t.Errorf("fetch.connections=6: %d, %v", s.FetchConnections, err)
+	}
+	mir := raftstore.Mirror{Name: "m1", Bootstrap: []string{"a:9092"}, Properties: map[string]string{"bootstrap.servers": "a:9092"}}
+	if got := Source(mir).FetchConnections; got != 0 {
+		t.Errorf("without fetch.connections the source asks for %d connections, want 0 (sized from the round trip)", got)
+	}
+	plain := SourceKey(mir)
+	mir.Properties["fetch.connections"] = "6"
+	if got := Source(mir).FetchConnections; got != 6 || SourceKey(mir) != plain {
+		t.Errorf("fetch.connections=6: the source asks for %d connections (want 6), key changed %t (want false: no new connections needed)", got, SourceKey(mir) != plain)
+	}
 	if s.GroupSyncInterval != 1500*time.Millisecond {
 		t.Errorf("groups.sync.interval=1500 gave %s, want 1.5s (milliseconds)", s.GroupSyncInterval)
 	}
@@ -50,6 +62,8 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"groups.include": ".*"}, "need bootstrap.servers"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "500"}, "at least 3000"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30s"}, "give milliseconds"},
+		{map[string]string{"bootstrap.servers": "a:9092", "fetch.connections": "0"}, "fetch.connections=0: give a count of connections per source broker from 1 to 32"},
+		{map[string]string{"bootstrap.servers": "a:9092", "fetch.connections": "many"}, "fetch.connections=many"},
 	} {
 		_, err := Parse("m1", tc.props)
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

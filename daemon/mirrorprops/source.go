@@ -1,6 +1,7 @@
 package mirrorprops
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/kmirror/kmirror/fetch"
@@ -58,5 +59,8 @@ func SourceAdmin(mir raftstore.Mirror, memberClientID string) *kafka.Admin {
 // Source is the data path's view of a mirror's source cluster.
 func Source(mir raftstore.Mirror) fetch.Source {
 	sec, key := Security(mir)
-	return fetch.Source{Bootstrap: mir.Bootstrap, Security: sec, SecurityKey: key, ClientID: ClientID(mir)}
+	// fetch.connections was checked at create or alter (Parse); a value
+	// this version cannot read leaves the count to the round trip.
+	conns, _ := strconv.Atoi(strings.TrimSpace(mir.Properties[propFetchConns]))
+	return fetch.Source{Bootstrap: mir.Bootstrap, Security: sec, SecurityKey: key, ClientID: ClientID(mir), FetchConnections: max(conns, 0)}
 }

@@ -67,3 +67,23 @@ func (c *Conn) UserTimeout() (time.Duration, error) {
 	}
 	return time.Duration(ms) * time.Millisecond, gerr
 }
+
+// RTT is the kernel's smoothed round-trip time of the connection (TCP_INFO;
+// from the handshake on): 0 on a connection that is not TCP or when the
+// kernel does not say.
+func (c *Conn) RTT() time.Duration {
+	if c.tcp == nil {
+		return 0
+	}
+	rc, err := c.tcp.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	if err := rc.Control(func(fd uintptr) {
+		info, _ = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || info == nil {
+		return 0
+	}
+	return time.Duration(info.Rtt) * time.Microsecond
+}

@@ -1,0 +1,73 @@
+package fetch
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestFetchConnectionsSplitPartitions: with three fetch connections to
+// the source broker, three fetch loops each fetch their own share of the
+// partitions (no partition in two loops' requests at once), and every
+// record is mirrored once, in order (issue 20: one connection per broker
+// cannot fill a long link).
+func TestFetchConnectionsSplitPartitions(t *testing.T) {
+	x := newKfakePair(t)
+	x.e.SetSource("m", Source{Bootstrap: x.src.ListenAddrs(), FetchConnections: 3})
+	x.createTopic("t", 6)
+	var mu sync.Mutex
+	var requests [][]int32 // the partitions each fetch request named
+	x.src.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.src.KeepControl()
+		var parts []int32
+		for _, tp := range r.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				parts = append(parts, p.Partition)
+			}
+		}
+		if len(parts) > 0 {
+			mu.Lock()
+			requests = append(requests, parts)
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	x.produce(x.src, "t", 0, 1200)
+	x.e.Assign(specs("t", 6))
+	x.waitCaughtUp("t", 6)
+	x.produce(x.src, "t", 1200, 1200)
+	x.waitCaughtUp("t", 6)
+	x.requireMirrored("t", 6)
+
+	mu.Lock()
+	defer mu.Unlock()
+	seen, slots := map[int32]bool{}, map[int]bool{}
+	for _, parts := range requests {
+		slot := fetchSlot(Key{"m", "t", parts[0]}, 3)
+		for _, p := range parts {
+			seen[p] = true
+			if s := fetchSlot(Key{"m", "t", p}, 3); s != slot {
+				t.Fatalf("one fetch named partitions %v of different connections' shares (%d and %d)", parts, slot, s)
+			}
+		}
+		slots[slot] = true
+	}
+	if len(slots) != 3 || len(seen) != 6 {
+		t.Fatalf("fetches came for the shares %v and partitions %v: want all 3 shares and all 6 partitions", slots, seen)
+	}
+}
+
+// TestFetchConnsForRoundTrip: one connection on a LAN, more as the round
+// trip grows, never more than maxFetchConns.
+func TestFetchConnsForRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		rtt  time.Duration
+		want int
+	}{{0, 1}, {200 * time.Microsecond, 1}, {9 * time.Millisecond, 1}, {10 * time.Millisecond, 2}, {50 * time.Millisecond, 6}, {time.Second, maxFetchConns}} {
+		if got := fetchConnsFor(tc.rtt); got != tc.want {
+			t.Errorf("fetchConnsFor(%v) = %d, want %d", tc.rtt, got, tc.want)
+		}
+	}
+}
