@@ -96,8 +96,9 @@ func (l *lateAnswers) relay() {
 // carryInProcess routes every member's lease renewals and forwarded
 // commands straight to the named leader's handler, as its HTTP API would,
 // over the same faults as its raft link: a member cut off (isolate)
-// reaches no one and no one reaches it, and a member whose raft answers
-// are held sends its requests that much later (a link slow in one
+// reaches no one and no one reaches it, a member whose raft answers are
+// held sends its requests that much later, and a leader whose raft
+// answers are held answers a renewal that much later (a link slow in one
 // direction).
 func (g *group) carryInProcess() {
 	byID, index := map[string]*Member{}, map[string]int{}
@@ -128,7 +129,17 @@ func (g *group) carryInProcess() {
 			if err != nil {
 				return api.LeaseGrant{}, err
 			}
-			return l.grantLease(ctx, self)
+			grant, err := l.grantLease(ctx, self)
+			// The answer crosses the leader's side of the link: held
+			// as long as the leader's raft answers are.
+			if d := time.Duration(g.late[index[leaderID]].delay.Load()); d > 0 && err == nil {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return api.LeaseGrant{}, ctx.Err()
+				}
+			}
+			return grant, err
 		}
 		m.applyVia = func(ctx context.Context, leaderID string, entry []byte) error {
 			l, err := link(ctx, self, leaderID)
