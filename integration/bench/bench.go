@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,7 @@ type bench struct {
 	baseline perfResult
 	mirror   mirrorResult
 	wan      *mirrorResult  // --rtt: the copy across the delay line
+	wanConns string         // --rtt: each member's fetch connections then
 	latency  *latencyResult // nil when skipped
 }
 
@@ -144,9 +146,10 @@ func (b *bench) run(ctx context.Context) (err error) {
 			return err
 		}
 		b.wan = &wan
-		b.printf("kmirror across %v: %d records in %.2fs: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f",
+		b.wanConns = b.fetchConnections()
+		b.printf("kmirror across %v: %d records in %.2fs: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f; fetch connections per source broker at the end: %s",
 			b.cfg.RTT, wan.Records, wan.Elapsed.Seconds(), wan.MBPerSec(b.cfg.RecordSize), wan.CPU.Seconds()/b.payloadGiB(),
-			wan.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize))
+			wan.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize), b.wanConns)
 	}
 
 	if b.cfg.SkipLatency {
@@ -306,8 +309,8 @@ func (b *bench) printSummary() {
 		case n > 0:
 			buf = fmt.Sprintf("%d bytes", n)
 		}
-		fmt.Fprintf(&s, "kmirror across a %v round trip (source socket.send.buffer.bytes: %s): %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f (loopback through the same relay at 0 ms)\n",
-			b.cfg.RTT, buf, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize))
+		fmt.Fprintf(&s, "kmirror across a %v round trip (source socket.send.buffer.bytes: %s): %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f (loopback through the same relay at 0 ms); fetch connections %s\n",
+			b.cfg.RTT, buf, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize), b.wanConns)
 	}
 	if l := b.latency; l != nil {
 		fmt.Fprintf(&s, "latency at %s/s: p50 %.1f ms, p99 %.1f ms  (max %.1f ms over %d records; producer send → destination consumer receive; linger %s)\n",
@@ -368,4 +371,20 @@ func (b *bench) printProfile(m *member) {
 		return
 	}
 	b.printf("kmirror daemon %s CPU profile %s (whole run), top functions:\n%s", m.id, m.profile, out)
+}
+
+// fetchConnections says how many fetch connections each member keeps to
+// each source broker, from their logs: "bench-1: 10.201.1.2:9092=6".
+func (b *bench) fetchConnections() string {
+	var parts []string
+	for _, m := range b.group.members {
+		conns := m.fetchConnections()
+		brokers := make([]string, 0, len(conns))
+		for addr, n := range conns {
+			brokers = append(brokers, fmt.Sprintf("%s=%d", addr, n))
+		}
+		sort.Strings(brokers)
+		parts = append(parts, fmt.Sprintf("%s: %s", m.id, strings.Join(brokers, " ")))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -237,6 +238,29 @@ func (m *member) logTail(lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
+}
+
+// fetchConnections is the count of fetch connections the member last
+// logged for each source broker (fetch.fetchConnsFor), by broker address.
+func (m *member) fetchConnections() map[string]int {
+	data, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, "fetch connections to a source broker") {
+			continue
+		}
+		var rec struct {
+			Broker      string `json:"broker"`
+			Connections int    `json:"connections"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Broker != "" {
+			out[rec.Broker] = rec.Connections
+		}
+	}
+	return out
 }
 
 // logProblems returns the daemon log's warn and error lines (JSON lines
