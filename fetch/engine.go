@@ -228,18 +228,8 @@ func (e *Engine) SetSource(mirror string, src Source) {
 	}
 	if s, ok := e.sources[mirror]; ok && slices.Equal(s.cl.Bootstrap, src.Bootstrap) && s.securityKey == src.SecurityKey && s.clientID == clientID {
 		if s.conns != src.FetchConnections {
-			// The partitions spread over the new count of loops; those
-			// beyond it exit (fetchWanted).
 			s.conns = src.FetchConnections
-			for _, p := range e.parts {
-				if p.spec.Key.Mirror == mirror {
-					p.srcLeader = -1
-				}
-			}
-			kick(e.kickRt)
-			for _, w := range s.fetchers {
-				kick(w.kick)
-			}
+			e.respreadLocked(mirror, s)
 		}
 		return
 	} else if ok {

@@ -42,9 +42,25 @@ func TestFetchConnectionsSplitPartitions(t *testing.T) {
 	x.requireMirrored("t", 6)
 
 	mu.Lock()
-	defer mu.Unlock()
+	checked := requests
+	requests = nil
+	mu.Unlock()
+
+	// The count changes while records stream (as an alter of
+	// fetch.connections does): the partitions spread anew with none
+	// lost or copied twice.
+	for i, n := range []int{1, 3} {
+		x.e.SetSource("m", Source{Bootstrap: x.src.ListenAddrs(), FetchConnections: n})
+		// Loops beyond the count exit at their next round, after a long
+		// poll at most.
+		time.Sleep(2 * x.e.cfg.FetchMaxWait)
+		x.produce(x.src, "t", 2400+i*600, 600)
+		x.waitCaughtUp("t", 6)
+	}
+	x.requireMirrored("t", 6)
+
 	seen, slots := map[int32]bool{}, map[int]bool{}
-	for _, parts := range requests {
+	for _, parts := range checked {
 		slot := fetchSlot(Key{"m", "t", parts[0]}, 3)
 		for _, p := range parts {
 			seen[p] = true

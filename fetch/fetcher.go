@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	"go.uber.org/zap"
@@ -225,13 +224,17 @@ func fetchConnsFor(rtt time.Duration) int {
 
 // fetchSlot is the fetch loop (of conns) that fetches partition k: spread
 // by partition number, offset per topic.
+// It runs for every partition at every fetch: FNV-1a over the topic,
+// without a hasher or a copy of the name.
 func fetchSlot(k Key, conns int) int {
 	if conns <= 1 {
 		return 0
 	}
-	h := fnv.New32a()
-	h.Write([]byte(k.Topic))
-	return int((h.Sum32() + uint32(k.Partition)) % uint32(conns))
+	h := uint32(2166136261)
+	for i := 0; i < len(k.Topic); i++ {
+		h = (h ^ uint32(k.Topic[i])) * 16777619
+	}
+	return int((h + uint32(k.Partition)) % uint32(conns))
 }
 
 // sizeFetchConns sets how many fetch loops source broker w.broker gets
@@ -248,10 +251,21 @@ func (e *Engine) sizeFetchConns(mirror string, src *source, w *worker, rtt time.
 	if src.conns == 0 {
 		e.log.Info("fetch connections to a source broker sized from its round trip",
 			zap.String("mirror", mirror), zap.String("broker", w.addr), zap.Duration("rtt", rtt), zap.Int("connections", n))
-		e.fetchersLocked(mirror, src, w.broker, w.addr)
-		for _, f := range src.fetchers {
-			kick(f.kick)
-		}
+		e.respreadLocked(mirror, src)
+	}
+}
+
+// respreadLocked matches every source broker's fetch loops to its count
+// (source.fetchConns): missing ones start, those beyond it exit at their
+// next round (fetchWanted), and the partitions spread anew by fetchSlot.
+func (e *Engine) respreadLocked(mirror string, src *source) {
+	addrs := map[int32]string{}
+	for key, f := range src.fetchers {
+		addrs[key.broker] = f.addr
+		kick(f.kick)
+	}
+	for broker, addr := range addrs {
+		e.fetchersLocked(mirror, src, broker, addr)
 	}
 }
 

@@ -124,6 +124,17 @@ func (x *kfakePair) client(cl *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
 	return c
 }
 
+// mirrorCaughtUp creates topic with n partitions on both clusters, writes
+// records into the source, assigns every partition to the engine and
+// waits until it has mirrored them.
+func (x *kfakePair) mirrorCaughtUp(topic string, n int32, records int) {
+	x.t.Helper()
+	x.createTopic(topic, n)
+	x.produce(x.src, topic, 0, records)
+	x.e.Assign(specs(topic, n))
+	x.waitCaughtUp(topic, n)
+}
+
 // createTopic creates topic with n partitions on both clusters.
 func (x *kfakePair) createTopic(topic string, n int32) {
 	x.t.Helper()

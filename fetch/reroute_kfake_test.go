@@ -18,10 +18,7 @@ import (
 // after its certificate settings were altered).
 func TestSourceReplacedDuringLookupIsFetched(t *testing.T) {
 	x := newKfakePair(t)
-	x.createTopic("t", 1)
-	x.produce(x.src, "t", 0, 50)
-	x.e.Assign(specs("t", 1))
-	x.waitCaughtUp("t", 1)
+	x.mirrorCaughtUp("t", 1, 50)
 
 	var armed atomic.Bool
 	blocked, release := make(chan struct{}), make(chan struct{})

@@ -20,11 +20,8 @@ import (
 // link stalled kept its partitions, since nothing said so).
 func TestUnansweredProduceIsReported(t *testing.T) {
 	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 300 * time.Millisecond })
-	x.createTopic("t", 1)
 	k := Key{Mirror: "m", Topic: "t", Partition: 0}
-	x.produce(x.src, "t", 0, 100)
-	x.e.Assign(specs("t", 1))
-	x.waitCaughtUp("t", 1)
+	x.mirrorCaughtUp("t", 1, 100)
 	if since, _ := x.e.OldestUnansweredProduce(); !since.IsZero() {
 		t.Fatalf("a destination that answers every produce reported unanswered since %v", since)
 	}
@@ -124,10 +121,7 @@ func TestSettleUnverified(t *testing.T) {
 // lease is back the records are mirrored once each.
 func TestFencedMemberSendsNoProduce(t *testing.T) {
 	x := newKfakePair(t)
-	x.createTopic("t", 1)
-	x.produce(x.src, "t", 0, 50)
-	x.e.Assign(specs("t", 1))
-	x.waitCaughtUp("t", 1)
+	x.mirrorCaughtUp("t", 1, 50)
 
 	var produces atomic.Int32
 	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
