@@ -323,11 +323,17 @@ func TestTierEnginesOnKfake(t *testing.T) {
 			// A member cut off whose lease loop stalls too: it neither
 			// learns of the takeover nor fences itself by its lease loop,
 			// so only its data path's lease deadline stops its writes.
-			d := ttl + time.Duration(500+rng.Intn(1500))*time.Millisecond
-			t.Logf("step %d: %s cut off, its lease loop stalled %s", step, g.members[i].cfg.NodeID, d)
+			// Held until its partitions are taken over (a fixed stall
+			// could end before the takeover and check nothing).
+			id := g.members[i].cfg.NodeID
+			t.Logf("step %d: %s cut off, its lease loop stalled until its partitions are taken over", step, id)
 			g.isolate(i)
 			g.members[i].own.Pause(true)
-			time.Sleep(d)
+			waitFor(t, 20*ttl, id+"'s partitions taken over", func() bool {
+				l := g.currentLeader(i)
+				return l != nil && ownerCounts(g.partitions(g.index(l)))[id] == 0
+			})
+			time.Sleep(time.Duration(rng.Intn(1000)) * time.Millisecond)
 			g.members[i].own.Pause(false)
 			g.connectAll()
 		case f == 0 && isolated < 0:
