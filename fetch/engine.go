@@ -38,9 +38,12 @@ type Engine struct {
 	mu      sync.Mutex
 	sources map[string]*source
 	parts   map[Key]*partition
-	senders map[int32]*worker
-	inUse   int64 // bytes queued, charged to cfg.MemoryBudget
-	reports []report
+	// heldVersion grows whenever parts gains or loses a partition
+	// (HeldVersioned).
+	heldVersion uint64
+	senders     map[int32]*worker
+	inUse       int64 // bytes queued, charged to cfg.MemoryBudget
+	reports     []report
 	// divergences counts partitions stopped as DIVERGED since start.
 	divergences int64
 	// throttled is the produce throttle time destination brokers asked
@@ -85,6 +88,9 @@ type worker struct {
 	slot   int
 	addr   string
 	kick   chan struct{}
+	// routed tells a fetch loop that partitions were routed to it (or
+	// spread anew): a long poll of an idle session ends early for them.
+	routed chan struct{}
 }
 
 func kick(ch chan struct{}) {
@@ -319,6 +325,23 @@ func (e *Engine) Assign(specs []Spec) {
 			e.startLocked(p, 0)
 			continue
 		}
+		if ok && !p.releasing() && p.spec.Generation != s.Generation && p.life != lifeStarting {
+			// A new generation this engine did not ask for: the partition
+			// may have had another owner meanwhile, writing under the same
+			// producer identity (a takeover keeps it; DESIGN.md section 3)
+			// while this member was fenced and kept its in-memory position.
+			// That position, its queue and its sequence are not trusted:
+			// resume with a walk (issue 19: the generation was updated in
+			// place, and the next checkpoint moved back behind the other
+			// owner's).
+			e.log.Info("partition has a new generation; resuming with a walk", zap.Stringer("partition", k),
+				zap.Uint64("generation", s.Generation), zap.Uint64("was", p.spec.Generation))
+			p.spec = s
+			e.dropQueueLocked(p)
+			p.moveLife(lifeStarting)
+			e.startLocked(p, 0)
+			continue
+		}
 		if ok {
 			if p.spec.Generation != s.Generation {
 				p.spec.Generation = s.Generation
@@ -328,6 +351,7 @@ func (e *Engine) Assign(specs []Spec) {
 		}
 		p = &partition{spec: s, life: lifeStarting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
 		e.parts[k] = p
+		e.heldVersion++
 		e.startLocked(p, 0)
 	}
 }
@@ -353,6 +377,7 @@ func (e *Engine) parkDivergedLocked(k Key, p *partition, s Spec) {
 		p.pos = Position{SourceOffset: s.StartOffset}
 	}
 	e.parts[k] = p
+	e.heldVersion++
 }
 
 // Checkpointed returns the last persisted position of a partition as
@@ -379,13 +404,21 @@ func (e *Engine) ForgetTopic(ctx context.Context, mirror, topic string) error {
 
 // Held lists the partitions the engine holds.
 func (e *Engine) Held() []Key {
+	keys, _ := e.HeldVersioned()
+	return keys
+}
+
+// HeldVersioned is Held and the version of the set it read, which grows
+// whenever a partition is added to the engine or leaves it: a caller that
+// saw the same version holds the same set.
+func (e *Engine) HeldVersioned() ([]Key, uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make([]Key, 0, len(e.parts))
 	for k := range e.parts {
 		out = append(out, k)
 	}
-	return out
+	return out, e.heldVersion
 }
 
 // updateLocked snapshots p's progress for a checkpoint write and clears

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -25,20 +26,37 @@ func (e *Engine) Drop(ctx context.Context, k Key) error {
 		e.mu.Unlock()
 		return nil
 	}
+	e.dropLocked(p)
+	e.mu.Unlock()
+	return e.forget(ctx, k, p)
+}
+
+// dropLocked stops p at once: no batch of it is collected for produce
+// from now on (its queue is dropped and a pending restart stopped).
+func (e *Engine) dropLocked(p *partition) {
 	p.gen++
 	e.dropQueueLocked(p)
 	if p.release != releaseDropped { // a second Drop while the first waits finds it dropped
 		p.moveRelease(releaseDropped)
 		p.moveLife(lifeStopped)
 	}
-	e.mu.Unlock()
+}
+
+// forget removes dropped partition p from the engine once no produce of
+// it is in flight; until then a Stop finds it and waits for that produce
+// before it settles the position.
+func (e *Engine) forget(ctx context.Context, k Key, p *partition) error {
 	err := e.waitIdle(ctx, p, -1)
+	if err != nil {
+		return err
+	}
 	e.mu.Lock()
 	if e.parts[k] == p {
 		delete(e.parts, k)
+		e.heldVersion++
 	}
 	e.mu.Unlock()
-	return err
+	return nil
 }
 
 func closeOnce(p *partition) {
@@ -54,8 +72,10 @@ func closeOnce(p *partition) {
 // mirrored position. A partition that was not mirroring cleanly (starting,
 // failed, diverged, or failed while draining) may have had a batch land
 // whose answer was lost: its position is settled by walking the
-// destination instead. The partition is dropped from the engine even when
-// Release fails; a later lease resumes it from its checkpoint.
+// destination instead. The partition is dropped even when Release fails
+// (its context ends before the drain): nothing more of it is sent, it
+// leaves the engine once no produce of it is in flight, and a later lease
+// resumes it from its checkpoint with a walk.
 func (e *Engine) Release(ctx context.Context, k Key) (Position, error) {
 	pos, _, err := e.release(ctx, k)
 	return pos, err
@@ -130,12 +150,28 @@ func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return Position{}, false, fmt.Errorf("drain %s: %w", k, ctx.Err())
+		// The partition leaves the engine all the same (issue 19: it
+		// stayed DRAINING and went on sending after the caller gave up,
+		// and after a handoff's release let the next owner write): no
+		// batch of it is sent from now on, and it is forgotten once its
+		// in-flight produce, if any, has ended.
+		e.mu.Lock()
+		e.dropLocked(p)
+		e.mu.Unlock()
+		go func() {
+			fctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+30*time.Second)
+			defer cancel()
+			if err := e.forget(fctx, k, p); err != nil && e.ctx.Err() == nil {
+				e.log.Warn("a dropped partition's produce is still in flight; it stays listed until it ends", zap.Stringer("partition", k), zap.Error(err))
+			}
+		}()
+		return Position{}, false, fmt.Errorf("drain %s: %w; the partition is dropped: nothing more of it is sent, and its next run resumes from its checkpoint with a walk", k, ctx.Err())
 	}
 	defer func() {
 		e.mu.Lock()
 		if e.parts[k] == p {
 			delete(e.parts, k)
+			e.heldVersion++
 		}
 		e.mu.Unlock()
 	}()

@@ -147,3 +147,54 @@ func TestFencedMemberSendsNoProduce(t *testing.T) {
 	x.waitCaughtUp("t", 1)
 	x.requireMirrored("t", 1)
 }
+
+// TestReleaseTimeoutStopsSending: a Release whose drain does not finish
+// within its context (the destination holds the partition's produce)
+// leaves the partition dropped: its queued batches are never sent, not
+// even once the held produce is answered, and it leaves the engine then
+// (issue 19: it stayed DRAINING and sent its queue after the caller had
+// given up, which for a handoff meant after the next owner could write).
+func TestReleaseTimeoutStopsSending(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 20 * time.Second })
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+
+	var (
+		held, afterWake atomic.Int32
+		woken           atomic.Bool
+	)
+	wake := make(chan struct{})
+	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		if woken.Load() {
+			afterWake.Add(1)
+			return nil, nil, false
+		}
+		held.Add(1)
+		x.dst.SleepControl(func() { <-wake })
+		return nil, nil, false
+	})
+	for i := range 5 { // five source batches: one held in flight, the rest queued
+		x.produce(x.src, "t", 10+10*i, 10)
+	}
+	waitUntil(t, 10*time.Second, "a produce held by the destination", func() bool { return held.Load() > 0 })
+	waitUntil(t, 10*time.Second, "the source's end seen", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].SourceEnd == 60
+	})
+	time.Sleep(500 * time.Millisecond) // the rest of the batches fetched and queued
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := x.e.Release(ctx, k)
+	cancel()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release with its produce held: %v, want its context's deadline", err)
+	}
+	woken.Store(true)
+	close(wake)
+	time.Sleep(time.Second) // a DRAINING partition would send its queue now
+	if n := afterWake.Load(); n != 0 {
+		t.Fatalf("%d produce requests after the Release gave up: the timed-out drain kept sending", n)
+	}
+	waitUntil(t, 10*time.Second, "the dropped partition leaving the engine", func() bool { return len(x.e.Statuses()) == 0 })
+}

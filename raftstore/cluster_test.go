@@ -14,6 +14,14 @@ import (
 // node 0 bootstraps, the others join it as voters.
 func newCluster(t *testing.T, n int) []*Store {
 	t.Helper()
+	stores, _ := newClusterTransports(t, n)
+	return stores
+}
+
+// newClusterTransports is newCluster, also returning each store's
+// transport for cutting links.
+func newClusterTransports(t *testing.T, n int) ([]*Store, []*raft.InmemTransport) {
+	t.Helper()
 	addrs := make([]raft.ServerAddress, n)
 	trans := make([]*raft.InmemTransport, n)
 	for i := range n {
@@ -39,7 +47,43 @@ func newCluster(t *testing.T, n int) []*Store {
 			t.Fatal(err)
 		}
 	}
-	return stores
+	return stores, trans
+}
+
+// TestPreVoteKeepsTheLeader: pre-vote is pinned on (Config in store.go;
+// fetch/DESIGN.md section 2): a follower cut off for many election
+// timeouts comes back without having raised the term, so the healthy
+// leader stays leader and no member loses its lease to a needless
+// election. With pre-vote off the returning follower's higher term
+// deposes the leader.
+func TestPreVoteKeepsTheLeader(t *testing.T) {
+	stores, trans := newClusterTransports(t, 3)
+	leader := stores[0]
+	eventually(t, "n3 to follow n1", func() bool { _, id := stores[2].Leader(); return id == "n1" })
+	term := leader.Stats()["term"]
+	cut := func(on bool) {
+		for i := range 2 {
+			if on {
+				trans[i].Disconnect(trans[2].LocalAddr())
+				trans[2].Disconnect(trans[i].LocalAddr())
+			} else {
+				trans[i].Connect(trans[2].LocalAddr(), trans[2])
+				trans[2].Connect(trans[i].LocalAddr(), trans[i])
+			}
+		}
+	}
+	cut(true)
+	time.Sleep(time.Second) // 20 election timeouts of fastConfig
+	cut(false)
+	eventually(t, "n3 to follow n1 again", func() bool {
+		_, id := stores[2].Leader()
+		return id == "n1" && time.Since(stores[2].LastContact()) < 100*time.Millisecond
+	})
+	time.Sleep(300 * time.Millisecond)
+	if !leader.IsLeader() || leader.Stats()["term"] != term {
+		t.Fatalf("after n3 came back: n1 leader %t, term %s (was %s); pre-vote should keep the leader and the term",
+			leader.IsLeader(), leader.Stats()["term"], term)
+	}
 }
 
 func TestClusterReplicates(t *testing.T) {
