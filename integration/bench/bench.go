@@ -51,6 +51,12 @@ type bench struct {
 	wan      *mirrorResult  // --rtt: the copy across the delay line
 	wanConns string         // --rtt: each member's fetch connections then
 	latency  *latencyResult // nil when skipped
+	mm2      *mm2Result     // nil with --skip-mm2
+	mm2WAN   *mm2Result     // --rtt: MirrorMaker 2 across the delay line
+	// mm2Latency is the latency run through MirrorMaker 2 (nil when
+	// skipped).
+	mm2Latency *latencyResult
+	idle       *idleResult // nil when skipped
 }
 
 func newBench(cfg config, out io.Writer) *bench {
@@ -63,7 +69,7 @@ func (b *bench) printf(format string, args ...any) {
 }
 
 func (b *bench) step(n int, format string, args ...any) {
-	b.printf("step %d/6: %s", n, fmt.Sprintf(format, args...))
+	b.printf("step %d/8: %s", n, fmt.Sprintf(format, args...))
 }
 
 func (b *bench) run(ctx context.Context) (err error) {
@@ -122,7 +128,16 @@ func (b *bench) run(ctx context.Context) (err error) {
 	b.printf("baseline: %.2f MB/s, %.0f records/s (the producer JVM used %.1f CPU-s, %.1f CPU-s/GiB)",
 		b.baseline.MBPerSec, b.baseline.RecordsPerSec, b.baseline.CPUSeconds, b.baseline.CPUSeconds/b.payloadGiB())
 
-	b.step(4, "kmirror (b): mirroring the source backlog %s into the destination with %d members", backlogTopic, b.cfg.Members)
+	if b.cfg.SkipMM2 {
+		b.step(4, "MirrorMaker 2: skipped (--skip-mm2)")
+	} else {
+		b.step(4, "MirrorMaker 2 (c): copying the source backlog %s with its identity replication policy (dedicated mode, %d tasks)", backlogTopic, b.cfg.Partitions)
+		if err := b.runMM2(ctx); err != nil {
+			return err
+		}
+	}
+
+	b.step(5, "kmirror (b): mirroring the source backlog %s into the destination with %d members", backlogTopic, b.cfg.Members)
 	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.clientAddr(b.dst), b.destinationYAML(), b.cfg.Members, b.cfg.CPUProfile); err != nil {
 		return err
 	}
@@ -153,18 +168,37 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 
 	if b.cfg.SkipLatency {
-		b.step(5, "latency: skipped (--skip-latency)")
+		b.step(6, "latency: skipped (--skip-latency)")
 	} else {
-		b.step(5, "latency: %s/s of %d-byte records for %ds through kmirror (producer linger %s)",
+		b.step(6, "latency: %s/s of %d-byte records for %ds through kmirror (producer linger %s)",
 			formatSize(b.cfg.LatencyRate), b.cfg.RecordSize, b.cfg.LatencySeconds, b.cfg.LatencyLinger)
-		lat, err := b.measureLatency(ctx)
+		lat, err := b.measureLatency(ctx, b.kmirrorLatencyPath())
 		if err != nil {
 			return err
 		}
 		b.latency = &lat
+		if !b.cfg.SkipMM2 {
+			b.printf("the same through MirrorMaker 2, on a topic of its own")
+			lat, err := b.measureLatency(ctx, b.mm2LatencyPath())
+			if err != nil {
+				return err
+			}
+			b.mm2Latency = &lat
+		}
 	}
 
-	b.step(6, "stopping the kmirror daemons (SIGTERM) and the clusters")
+	if b.cfg.IdlePartitions == 0 {
+		b.step(7, "idle partitions: skipped (--idle-partitions 0)")
+	} else {
+		b.step(7, "idle: CPU of kmirror and both brokers over %ds, before and after mirroring %d empty partitions", b.cfg.IdleSeconds, b.cfg.IdlePartitions)
+		idle, err := b.measureIdle(ctx)
+		if err != nil {
+			return err
+		}
+		b.idle = &idle
+	}
+
+	b.step(8, "stopping the kmirror daemons (SIGTERM) and the clusters")
 	g := b.group
 	b.group = nil // stop kills them if SIGTERM is not enough
 	stopErr := g.stop()
@@ -312,12 +346,33 @@ func (b *bench) printSummary() {
 		fmt.Fprintf(&s, "kmirror across a %v round trip (source socket.send.buffer.bytes: %s): %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f (loopback through the same relay at 0 ms); fetch connections %s\n",
 			b.cfg.RTT, buf, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize), b.wanConns)
 	}
+	if m := b.mm2; m != nil {
+		km := b.mirror.CopyMBPerSec(b.cfg.RecordSize)
+		fmt.Fprintf(&s, "MirrorMaker 2 (same backlog, identity policy, %d tasks): %.2f MB/s from its first record to its last (first record %.1fs after launch), %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
+			b.cfg.Partitions, m.MBPerSec(b.cfg.RecordSize), m.Startup.Seconds(), m.CPU.Seconds()/b.payloadGiB(), float64(m.PeakRSS)/mib)
+		fmt.Fprintf(&s, "  kmirror timed the same way: %.2f MB/s from its first record to its last (first record %.1fs after add); kmirror/MM2: %.2fx MB/s, %.2fx CPU-s/GiB, %.2fx peak RSS\n",
+			km, b.mirror.FirstRecord.Seconds(), km/m.MBPerSec(b.cfg.RecordSize), b.mirror.CPU.Seconds()/m.CPU.Seconds(), float64(b.mirror.PeakRSS)/float64(m.PeakRSS))
+		if w := b.mm2WAN; w != nil {
+			fmt.Fprintf(&s, "MirrorMaker 2 across %v: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f\n",
+				b.cfg.RTT, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/m.MBPerSec(b.cfg.RecordSize))
+		}
+	}
 	if l := b.latency; l != nil {
 		fmt.Fprintf(&s, "latency at %s/s: p50 %.1f ms, p99 %.1f ms  (max %.1f ms over %d records; producer send → destination consumer receive; linger %s)\n",
 			formatSize(b.cfg.LatencyRate), ms(l.Mirrored.P50), ms(l.Mirrored.P99), ms(l.Mirrored.Max), l.Mirrored.Records, b.cfg.LatencyLinger)
 		fmt.Fprintf(&s, "  the same records read from the source (no kmirror): p50 %.1f ms, p99 %.1f ms\n", ms(l.Source.P50), ms(l.Source.P99))
+		fmt.Fprintf(&s, "  added by kmirror: p50 %+.1f ms, p99 %+.1f ms\n", ms(l.Mirrored.P50-l.Source.P50), ms(l.Mirrored.P99-l.Source.P99))
+		if m := b.mm2Latency; m != nil {
+			fmt.Fprintf(&s, "  through MirrorMaker 2 (its own topic, same rate): p50 %.1f ms, p99 %.1f ms; added p50 %+.1f ms, p99 %+.1f ms (source read p50 %.1f ms, p99 %.1f ms)\n",
+				ms(m.Mirrored.P50), ms(m.Mirrored.P99), ms(m.Mirrored.P50-m.Source.P50), ms(m.Mirrored.P99-m.Source.P99), ms(m.Source.P50), ms(m.Source.P99))
+		}
 	} else {
 		s.WriteString("latency: skipped\n")
+	}
+	if i := b.idle; i != nil {
+		fmt.Fprintf(&s, "idle, %d empty partitions mirrored (%d members): kmirror %.1f%% of a core (before %.1f%%), source broker %.1f%% (before %.1f%%, %+.1f), destination broker %.1f%% (before %.1f%%, %+.1f); %ds windows\n",
+			i.Partitions, b.cfg.Members, 100*i.After.Kmirror, 100*i.Before.Kmirror, 100*i.After.Source, 100*i.Before.Source, 100*(i.After.Source-i.Before.Source),
+			100*i.After.Destination, 100*i.Before.Destination, 100*(i.After.Destination-i.Before.Destination), b.cfg.IdleSeconds)
 	}
 	io.WriteString(b.out, s.String())
 }

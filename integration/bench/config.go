@@ -20,6 +20,12 @@ type config struct {
 	LatencyLinger  time.Duration // producer linger of the latency run
 	Kmirror        string        // path of the kmirror binary
 	SkipLatency    bool
+	SkipMM2        bool // no MirrorMaker 2 run
+	// IdlePartitions empty partitions are mirrored last, and kmirror's
+	// and both brokers' CPU measured over IdleSeconds before and after
+	// (0: skipped).
+	IdlePartitions int
+	IdleSeconds    int
 	Members        int // kmirror members in the group
 	// Security is plaintext or sasl_ssl: every client of the clusters
 	// under test (kmirror, the baseline producer) on a SASL_SSL listener
@@ -51,6 +57,12 @@ func (c config) Validate() error {
 	}
 	if c.RTT > 0 && c.Security != securityPlaintext {
 		errs = append(errs, fmt.Errorf("--rtt with --security %s: the delay line runs plaintext clusters only", c.Security))
+	}
+	if c.IdlePartitions < 0 || c.IdlePartitions > 100000 {
+		errs = append(errs, fmt.Errorf("--idle-partitions %d: use 0 (skip the idle measurement) up to 100000", c.IdlePartitions))
+	}
+	if c.IdleSeconds < 1 || c.IdleSeconds > 600 {
+		errs = append(errs, fmt.Errorf("--idle-seconds %d: use 1 to 600", c.IdleSeconds))
 	}
 	if c.SourceSendBuffer < -1 {
 		errs = append(errs, fmt.Errorf("--source-send-buffer %d: use -1 (the kernel's autotuning), 0 (Kafka's default) or a size in bytes", c.SourceSendBuffer))

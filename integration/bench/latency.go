@@ -52,22 +52,54 @@ type latencyStats struct {
 	P50BySecond []time.Duration
 }
 
-// measureLatency adds a fresh topic to the mirror from the latest offset,
+// latencyPath is what carries the latency run's records from the source
+// to the destination: kmirror, or MirrorMaker 2 for comparison.
+type latencyPath struct {
+	name  string // "kmirror", "MirrorMaker 2"
+	topic string // a fresh source topic for this path alone
+	// start makes the path carry topic (created in the source already);
+	// stop, if set, ends what start began.
+	start func(ctx context.Context) error
+	stop  func()
+	// sample reads the path's CPU time (all its processes).
+	sample func() (procSample, error)
+}
+
+// kmirrorLatencyPath adds the latency topic to the bench mirror from the
+// latest offset and waits until every partition is MIRRORING.
+func (b *bench) kmirrorLatencyPath() latencyPath {
+	return latencyPath{
+		name: "kmirror", topic: latencyTopic,
+		start: func(ctx context.Context) error {
+			_, err := b.group.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirrorName, Topics: []string{latencyTopic}, StartFrom: "latest"})
+			if err != nil {
+				return fmt.Errorf("add topic %s: %w", latencyTopic, err)
+			}
+			if err := b.waitMirroring(ctx, latencyTopic); err != nil {
+				return err
+			}
+			b.printf("topic %s added (start from latest) and MIRRORING on all %d partitions", latencyTopic, b.cfg.Partitions)
+			return nil
+		},
+		sample: func() (procSample, error) { return b.group.sample(b.ticks) },
+	}
+}
+
+// measureLatency creates the path's fresh topic, starts the path on it,
 // produces into it at the configured rate with records stamped with their
 // send time, and reads them on the destination and, for reference, on the
 // source.
-func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
+func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyResult, error) {
+	latencyTopic := path.topic
 	if err := b.src.CreateTopic(ctx, latencyTopic, b.cfg.Partitions, 1, nil); err != nil {
 		return latencyResult{}, err
 	}
-	_, err := b.group.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirrorName, Topics: []string{latencyTopic}, StartFrom: "latest"})
-	if err != nil {
-		return latencyResult{}, fmt.Errorf("add topic %s: %w", latencyTopic, err)
-	}
-	if err := b.waitMirroring(ctx, latencyTopic); err != nil {
+	if err := path.start(ctx); err != nil {
 		return latencyResult{}, err
 	}
-	b.printf("topic %s added (start from latest) and MIRRORING on all %d partitions", latencyTopic, b.cfg.Partitions)
+	if path.stop != nil {
+		defer path.stop()
+	}
 
 	var produced, read batchCounter
 	producer, err := kgo.NewClient(
@@ -129,7 +161,7 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 
 	produced.reset()
 	read.reset()
-	before, err := b.group.sample(b.ticks)
+	before, err := path.sample()
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -143,7 +175,7 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 			return latencyResult{}, err
 		}
 	}
-	after, err := b.group.sample(b.ticks)
+	after, err := path.sample()
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -168,24 +200,24 @@ func (b *bench) measureLatency(ctx context.Context) (latencyResult, error) {
 		return latencyResult{}, err
 	}
 	res.SourceBatches, res.SourceBatchRecords, res.DestinationBatches = produced.batches.Load(), produced.records.Load(), read.batches.Load()
-	b.printLatency(res)
+	b.printLatency(path.name, res)
 	return res, nil
 }
 
-func (b *bench) printLatency(res latencyResult) {
-	b.printf("produced %d records in %.1fs: %.2f MB/s payload (asked for %s/s); kmirror used %.0f%% of a core meanwhile",
+func (b *bench) printLatency(name string, res latencyResult) {
+	b.printf("produced %d records in %.1fs: %.2f MB/s payload (asked for %s/s); %s used %.0f%% of a core meanwhile",
 		res.Sent, res.Producing.Seconds(), float64(res.Sent*b.cfg.RecordSize)/mib/res.Producing.Seconds(),
-		formatSize(b.cfg.LatencyRate), 100*res.DaemonCPU.Seconds()/res.DaemonWall.Seconds())
-	b.printf("record batches: the producer wrote %d to the source (%.1f records each, %.0f/s); the destination consumer read %d (kmirror sends each source batch as one destination batch)",
+		formatSize(b.cfg.LatencyRate), name, 100*res.DaemonCPU.Seconds()/res.DaemonWall.Seconds())
+	b.printf("record batches: the producer wrote %d to the source (%.1f records each, %.0f/s); the destination consumer read %d (kmirror sends each source batch as one destination batch; MirrorMaker 2 re-batches)",
 		res.SourceBatches, float64(res.SourceBatchRecords)/float64(max(1, res.SourceBatches)),
 		float64(res.SourceBatches)/res.Producing.Seconds(), res.DestinationBatches)
 	b.printf("latency = consumer receive time − record timestamp (the producer's send time, 1 ms resolution); " +
 		"through kmirror it is an upper bound on source append → destination append, as it also holds the producer's " +
 		"batching and the consumer's fetch (FetchMaxWait 10ms)")
-	b.printf("through kmirror (producer send → destination consumer receive), %d records: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
-		res.Mirrored.Records, ms(res.Mirrored.P50), ms(res.Mirrored.P99), ms(res.Mirrored.Max))
+	b.printf("through %s (producer send → destination consumer receive), %d records: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+		name, res.Mirrored.Records, ms(res.Mirrored.P50), ms(res.Mirrored.P99), ms(res.Mirrored.Max))
 	b.printf("  p50 by second of sending: %s", formatDurations(res.Mirrored.P50BySecond))
-	b.printf("reference without kmirror (producer send → source consumer receive): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+	b.printf("reference without a mirror (producer send → source consumer receive): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		ms(res.Source.P50), ms(res.Source.P99), ms(res.Source.Max))
 	b.printf("  p50 by second of sending: %s", formatDurations(res.Source.P50BySecond))
 }

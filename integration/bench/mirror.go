@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -26,13 +27,23 @@ const (
 type mirrorResult struct {
 	Records int64
 	Elapsed time.Duration // from AddTopics until caught up
-	CPU     time.Duration // the daemon's user+system time over Elapsed
-	PeakRSS int64         // the daemon's VmHWM at the end, bytes
+	// FirstRecord is from AddTopics until the destination first holds a
+	// record of the topic; Elapsed-FirstRecord is the copy alone, as the
+	// MirrorMaker 2 run is timed.
+	FirstRecord time.Duration
+	CPU         time.Duration // the daemon's user+system time over Elapsed
+	PeakRSS     int64         // the daemon's VmHWM at the end, bytes
 }
 
 // MBPerSec is the payload rate in MiB/s, the unit of ProducerPerformance.
 func (r mirrorResult) MBPerSec(recordSize int) float64 {
 	return float64(r.Records*int64(recordSize)) / mib / r.Elapsed.Seconds()
+}
+
+// CopyMBPerSec is the payload rate from the first record at the
+// destination to the last, in MiB/s.
+func (r mirrorResult) CopyMBPerSec(recordSize int) float64 {
+	return float64(r.Records*int64(recordSize)) / mib / (r.Elapsed - r.FirstRecord).Seconds()
 }
 
 func (r mirrorResult) RecordsPerSec() float64 {
@@ -67,7 +78,22 @@ func (b *bench) mirrorBacklog(ctx context.Context, topic string) (mirrorResult, 
 
 	w := newWatcher(b, topic)
 	nextReport := start.Add(progressPeriod)
+	dst, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(b.dst.Bootstrap(), ",")...))
+	if err != nil {
+		return mirrorResult{}, err
+	}
+	defer dst.Close()
+	var first time.Duration
 	for {
+		if first == 0 {
+			n, err := destinationRecords(ctx, dst, topic, b.cfg.Partitions)
+			if err != nil {
+				return mirrorResult{}, err
+			}
+			if n > 0 {
+				first = time.Since(start)
+			}
+		}
 		rows, err := w.poll(ctx)
 		if err != nil {
 			return mirrorResult{}, err
@@ -89,7 +115,10 @@ func (b *bench) mirrorBacklog(ctx context.Context, topic string) (mirrorResult, 
 			if err := b.checkDestination(ctx, topic, want); err != nil {
 				return mirrorResult{}, err
 			}
-			return mirrorResult{Records: want, Elapsed: elapsed, CPU: after.CPU - before.CPU, PeakRSS: after.PeakRSS}, nil
+			if first == 0 {
+				first = elapsed // between two polls
+			}
+			return mirrorResult{Records: want, Elapsed: elapsed, FirstRecord: first, CPU: after.CPU - before.CPU, PeakRSS: after.PeakRSS}, nil
 		}
 		if sum > want {
 			return mirrorResult{}, fmt.Errorf("describe shows %d records at the destination, more than the %d of the source: %s", sum, want, formatRows(rows))
@@ -257,8 +286,8 @@ func endOffsets(ctx context.Context, cl *kgo.Client, topic string, partitions in
 		}
 		for _, t := range sh.Resp.(*kmsg.ListOffsetsResponse).Topics {
 			for _, p := range t.Partitions {
-				if p.ErrorCode != 0 {
-					return nil, fmt.Errorf("list offsets of %s/%d: Kafka error code %d", topic, p.Partition, p.ErrorCode)
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, p.Partition, err)
 				}
 				if int(p.Partition) < partitions {
 					out[p.Partition] = p.Offset

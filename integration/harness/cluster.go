@@ -350,6 +350,21 @@ func (c *Cluster) broker(i int) (*node, error) {
 	return c.brokers[i], nil
 }
 
+// BrokerPID returns the process ID of broker i's running JVM, for
+// measuring its CPU time and memory (/proc); an error when the index is
+// out of range or the broker is not running.
+func (c *Cluster) BrokerPID(i int) (int, error) {
+	n, err := c.broker(i)
+	if err != nil {
+		return 0, err
+	}
+	p := c.running(n)
+	if p == nil {
+		return 0, fmt.Errorf("harness: broker %d of cluster %s is not running", i, c.name)
+	}
+	return p.cmd.Process.Pid, nil
+}
+
 // ListenerProxy returns the proxy in front of broker i's PROXIED
 // listener, or nil when Options.Listeners has none.
 func (c *Cluster) ListenerProxy(i int) *Proxy {

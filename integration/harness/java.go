@@ -66,7 +66,14 @@ func killGroup(pid int) {
 // Cancelling ctx kills the tool's process group; the caller starts and
 // waits for the command. Point the tool at the cluster with Bootstrap().
 func (c *Cluster) Java(ctx context.Context, mainClass string, args ...string) *exec.Cmd {
-	argv := append(jvmArgs(c.home, c.throughput, "-Xms64m", "-Xmx512m"), mainClass)
+	return c.JavaHeap(ctx, "512m", mainClass, args...)
+}
+
+// JavaHeap is Java with a maximum heap of maxHeap (a -Xmx value such as
+// "2g"), for tools whose own launch script gives them more than the
+// command-line tools' 512m (connect-mirror-maker.sh: 2G).
+func (c *Cluster) JavaHeap(ctx context.Context, maxHeap, mainClass string, args ...string) *exec.Cmd {
+	argv := append(jvmArgs(c.home, c.throughput, "-Xms64m", "-Xmx"+maxHeap), mainClass)
 	cmd := exec.CommandContext(ctx, c.java, append(argv, args...)...)
 	cmd.SysProcAttr = childAttr()
 	cmd.Cancel = func() error {
