@@ -112,8 +112,14 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 	sess := session{parts: map[Key]fetchWant{}, ends: map[Key]sourceEnd{}}
 	backoff := e.cfg.RetryBackoff
 	var sized time.Time // when slot 0 last sized the broker's fetch loops
+	var poll longPoll
 	for e.ctx.Err() == nil {
-		want, current := e.fetchWanted(mirror, src, w)
+		// Routing news from before this round is in want already.
+		select {
+		case <-w.routed:
+		default:
+		}
+		want, busy, current := e.fetchWanted(mirror, src, w)
 		if !current {
 			return // replaced: the broker moved to another address
 		}
@@ -150,15 +156,43 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			e.sizeFetchConns(mirror, src, w, conn.RTT())
 			sized = time.Now()
 		}
+		req.MaxWait = poll.wait(e.cfg, want, busy)
 		var res *kwire.FetchResponse
+		interrupted := false
 		if err == nil {
 			e.markAsked(want)
-			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.FetchMaxWait+30*time.Second)
+			ctx, cancel := context.WithTimeout(e.ctx, req.MaxWait+30*time.Second)
+			watched := make(chan bool, 1)
+			if req.MaxWait > e.cfg.FetchMaxWait {
+				// A long poll: partitions routed here meanwhile end it,
+				// instead of waiting for it to run out.
+				go func() {
+					select {
+					case <-w.routed:
+						cancel()
+						watched <- true
+					case <-ctx.Done():
+						watched <- false
+					}
+				}()
+			} else {
+				watched <- false
+			}
 			res, err = conn.FetchSession(ctx, req)
 			cancel()
+			interrupted = <-watched
 		}
 		// The queue items handleFetch makes are charged by their own size.
 		e.unreserve(reserved)
+		if err != nil && interrupted && e.ctx.Err() == nil {
+			// Not a failure: the answer may still come on this
+			// connection, so it goes, and the session with it.
+			conn.Close()
+			conn = nil
+			sess.reset()
+			poll.reset()
+			continue
+		}
 		var kerr *kwire.Error
 		if errors.As(err, &kerr) && (kerr.Code == kwire.CodeFetchSessionIDNotFound || kerr.Code == kwire.CodeInvalidFetchSessionEpoch) {
 			sess.reset() // the broker evicted or rejects the session: start over
@@ -185,6 +219,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		}
 		backoff = e.cfg.RetryBackoff
 		e.markAnswered(want)
+		poll.answered(res.Partitions)
 		sess.advance(want, res.SessionID, mirror, res.Partitions)
 		for _, fp := range res.Partitions {
 			src.cl.FetchedBytes.Add(int64(len(fp.Records)))
@@ -201,6 +236,53 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		}
 	}
 }
+
+// longPoll is how long a fetch loop's next fetch may wait at the broker:
+// FetchMaxWait while records flow, doubling up to IdleFetchMaxWait while
+// the session is idle (the last answer carried no records, the same
+// partitions are asked for, nothing of them is queued).
+type longPoll struct {
+	idle  int           // idle answers in a row
+	asked map[Key]bool  // the partitions of the last request
+	last  time.Duration // the last request's wait
+}
+
+// wait returns the MaxWait of the next request for want; busy: a
+// partition of this loop has batches queued for produce.
+func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, busy bool) time.Duration {
+	same := len(want) == len(l.asked)
+	for k := range want {
+		if !same {
+			break
+		}
+		same = l.asked[k]
+	}
+	if !same {
+		l.asked = make(map[Key]bool, len(want))
+		for k := range want {
+			l.asked[k] = true
+		}
+	}
+	if busy || !same || l.idle < 2 {
+		l.last = cfg.FetchMaxWait
+	} else {
+		l.last = min(max(2*l.last, cfg.FetchMaxWait), max(cfg.IdleFetchMaxWait, cfg.FetchMaxWait))
+	}
+	return l.last
+}
+
+// answered counts an answer as idle when it carried no records.
+func (l *longPoll) answered(res []kwire.FetchedPartition) {
+	for _, fp := range res {
+		if len(fp.Records) > 0 {
+			l.idle = 0
+			return
+		}
+	}
+	l.idle++
+}
+
+func (l *longPoll) reset() { *l = longPoll{} }
 
 // maxFetchConns bounds the fetch loops per source broker.
 const maxFetchConns = 8
@@ -321,20 +403,20 @@ func (e *Engine) reroute(keys []Key, err error) {
 // fetchWanted returns the partitions a broker's fetch loop should fetch
 // now: those it leads with room in their queues, none when the memory
 // budget is spent. current is false when the loop was replaced.
-func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]fetchWant, current bool) {
+func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]fetchWant, busy, current bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := fetcherKey{w.broker, w.slot}
 	if src.fetchers[key] != w || e.sources[mirror] != src {
-		return nil, false
+		return nil, false, false
 	}
 	conns := src.fetchConns(w.broker)
 	if w.slot >= conns {
 		delete(src.fetchers, key) // fewer loops now: a later increase starts it anew
-		return nil, false
+		return nil, false, false
 	}
 	if e.cfg.MemoryBudget-e.inUse < minFetchBudget {
-		return nil, true
+		return nil, true, true
 	}
 	// Across a long round trip each fetch carries more of a partition
 	// (as many times its fetch size as there are loops, up to 4), and a
@@ -343,7 +425,13 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 	limit := int64(e.cfg.PartitionBytes) * 2 * int64(scale)
 	want = map[Key]fetchWant{}
 	for k, p := range e.parts {
-		if k.Mirror != mirror || p.srcLeader != w.broker || fetchSlot(k, conns) != w.slot || !p.wantsFetch(limit) {
+		if k.Mirror != mirror || p.srcLeader != w.broker || fetchSlot(k, conns) != w.slot {
+			continue
+		}
+		if p.queued > 0 {
+			busy = true
+		}
+		if !p.wantsFetch(limit) {
 			continue
 		}
 		if p.fetchBytes == 0 {
@@ -354,7 +442,7 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 			LeaderEpoch: p.srcEpoch, MaxBytes: max(p.fetchBytes, e.cfg.PartitionBytes*scale),
 		}, run: p, gen: p.gen}
 	}
-	return want, true
+	return want, busy, true
 }
 
 // seedSourceEnds gives restarted partitions that have no source end yet

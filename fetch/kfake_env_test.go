@@ -209,13 +209,7 @@ func (x *kfakePair) waitCaughtUp(topic string, partitions int32) {
 	x.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		done := true
-		for p := range partitions {
-			s, d := x.src.PartitionInfo(topic, p), x.dst.PartitionInfo(topic, p)
-			if s == nil || d == nil || s.HighWatermark != d.HighWatermark {
-				done = false
-			}
-		}
+		done := x.caughtUp(topic, partitions)
 		for _, st := range x.e.Statuses() {
 			if st.State != Mirroring || st.Lag != 0 {
 				done = false
@@ -229,6 +223,18 @@ func (x *kfakePair) waitCaughtUp(topic string, partitions int32) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// caughtUp says whether every partition of topic has the same high
+// watermark on both clusters.
+func (x *kfakePair) caughtUp(topic string, partitions int32) bool {
+	for p := range partitions {
+		s, d := x.src.PartitionInfo(topic, p), x.dst.PartitionInfo(topic, p)
+		if s == nil || d == nil || s.HighWatermark != d.HighWatermark {
+			return false
+		}
+	}
+	return true
 }
 
 func specs(topic string, partitions int32) []Spec {

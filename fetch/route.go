@@ -274,11 +274,12 @@ func (e *Engine) fetchersLocked(mirror string, src *source, id int32, addr strin
 		key := fetcherKey{id, slot}
 		w := src.fetchers[key]
 		if w == nil || w.addr != addr {
-			w = &worker{broker: id, slot: slot, addr: addr, kick: make(chan struct{}, 1)}
+			w = &worker{broker: id, slot: slot, addr: addr, kick: make(chan struct{}, 1), routed: make(chan struct{}, 1)}
 			src.fetchers[key] = w
 			e.goLoop(func() { e.fetchLoop(mirror, src, w) })
 		}
 		kick(w.kick)
+		kick(w.routed)
 	}
 }
 

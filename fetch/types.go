@@ -203,14 +203,22 @@ type Config struct {
 	TranslationMaxBytes int64
 	Checkpoint          time.Duration
 	FetchMaxWait        time.Duration
-	FetchMaxBytes       int32
-	PartitionBytes      int32 // per-partition fetch size
-	ProduceTimeout      time.Duration
-	OffsetsTopic        string // internal topic: checkpoints and translation log
-	StateTopic          string // internal topic: last mirrored positions
-	InternalRF          int16  // replication factor of internal topics (-1: broker default)
-	RetryBackoff        time.Duration
-	MaxRetryBackoff     time.Duration
+	// IdleFetchMaxWait is the longest wait a fetch asks of the source
+	// broker while its session is idle (no records in the last answers,
+	// nothing queued): the wait doubles from FetchMaxWait up to it. A
+	// broker answers a waiting fetch as soon as records arrive, so it
+	// costs no latency; it cuts how often the broker reads every partition
+	// of an idle session (issue 20: 10,000 idle partitions took 10-18% of
+	// a source broker's core at 500 ms, under 1% at 5 s). Default 5 s.
+	IdleFetchMaxWait time.Duration
+	FetchMaxBytes    int32
+	PartitionBytes   int32 // per-partition fetch size
+	ProduceTimeout   time.Duration
+	OffsetsTopic     string // internal topic: checkpoints and translation log
+	StateTopic       string // internal topic: last mirrored positions
+	InternalRF       int16  // replication factor of internal topics (-1: broker default)
+	RetryBackoff     time.Duration
+	MaxRetryBackoff  time.Duration
 	// ProduceObserver, when set, is told of every batch this engine sent
 	// in a produce request the broker may have received, once the request
 	// ended (answered, failed or timed out). It runs on the produce loop:
@@ -260,6 +268,7 @@ func (c *Config) Defaults() {
 	}
 	def(&c.Checkpoint, time.Second)
 	def(&c.FetchMaxWait, 500*time.Millisecond)
+	def(&c.IdleFetchMaxWait, 5*time.Second)
 	def(&c.ProduceTimeout, 5*time.Second)
 	def(&c.RetryBackoff, 100*time.Millisecond)
 	def(&c.MaxRetryBackoff, 5*time.Second)

@@ -1,0 +1,58 @@
+package fetch
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestIdleSessionLongPolls: while nothing arrives, a fetch loop asks the
+// source broker to wait longer and longer (doubling up to
+// IdleFetchMaxWait), so an idle session costs the broker few reads of its
+// partitions (issue 20: 10,000 idle partitions fetched every 500 ms took
+// 10-18% of a source broker's core). Records arriving end the wait at
+// once, and so do partitions routed to the loop during a long wait: each
+// is mirrored well before the wait in flight would have run out.
+func TestIdleSessionLongPolls(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) {
+		c.FetchMaxWait = 100 * time.Millisecond
+		c.IdleFetchMaxWait = 30 * time.Second
+	})
+	x.mirrorCaughtUp("a", 4, 20)
+
+	var (
+		fetches atomic.Int32
+		longAt  atomic.Int64 // when a fetch waiting 6.4 s or more went out
+	)
+	x.src.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.src.KeepControl()
+		fetches.Add(1)
+		if r.(*kmsg.FetchRequest).MaxWaitMillis >= 6400 {
+			longAt.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		return nil, nil, false
+	})
+	time.Sleep(4 * time.Second) // the waits grow: 0.1, 0.1, 0.2, 0.4 ... 3.2, 6.4 s
+	before := fetches.Load()
+	time.Sleep(6 * time.Second)
+	if n := fetches.Load() - before; n > 3 {
+		t.Fatalf("%d fetches in 6 s of an idle session: the wait did not grow (at 100 ms: 60)", n)
+	}
+
+	x.produce(x.src, "a", 20, 20)
+	waitUntil(t, 5*time.Second, "records mirrored while a fetch waits 6.4-30 s", func() bool {
+		return x.caughtUp("a", 4)
+	})
+	longAt.Store(0)
+	waitUntil(t, 20*time.Second, "an idle fetch waiting 6.4 s or more", func() bool { return longAt.Load() != 0 })
+	x.createTopic("b", 1)
+	x.produce(x.src, "b", 0, 10)
+	x.e.Assign(specs("b", 1))
+	waitUntil(t, 4*time.Second, "a partition routed during a wait of 6.4 s or more mirrored", func() bool {
+		return x.caughtUp("b", 1)
+	})
+	x.requireMirrored("a", 4)
+	x.requireMirrored("b", 1)
+}
