@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,8 +30,37 @@ type lateAnswers struct {
 	// is set, and takes its heartbeats: the member knows the leader and
 	// stays behind it, as a follower whose catch-up is slow does.
 	laggard atomic.Bool
-	out     chan raft.RPC
-	done    chan struct{}
+	// loss is the share of messages lost, in thousandths: a request to
+	// this member never reaches it, or its answer never reaches the
+	// sender (each half the time), and the same for its renewals and
+	// forwarded commands (carryInProcess): a lossy link.
+	loss atomic.Int64
+	out  chan raft.RPC
+	done chan struct{}
+}
+
+// emptyResponse is a zero answer of the type raft's transport expects for
+// cmd, sent with an error for a lost request.
+func emptyResponse(cmd any) any {
+	switch cmd.(type) {
+	case *raft.AppendEntriesRequest:
+		return &raft.AppendEntriesResponse{}
+	case *raft.RequestVoteRequest:
+		return &raft.RequestVoteResponse{}
+	case *raft.RequestPreVoteRequest:
+		return &raft.RequestPreVoteResponse{}
+	case *raft.InstallSnapshotRequest:
+		return &raft.InstallSnapshotResponse{}
+	case *raft.TimeoutNowRequest:
+		return &raft.TimeoutNowResponse{}
+	}
+	return nil
+}
+
+// lost draws whether one message on l's link is lost.
+func (l *lateAnswers) lost() bool {
+	p := l.loss.Load()
+	return p > 0 && mrand.Int64N(1000) < p
 }
 
 func newLateAnswers(tr *raft.InmemTransport) *lateAnswers {
@@ -58,6 +88,23 @@ func (l *lateAnswers) relay() {
 		case rpc = <-in:
 		case <-l.done:
 			return
+		}
+		if l.lost() {
+			if mrand.IntN(2) == 0 { // the request is lost
+				rpc.Respond(emptyResponse(rpc.Command), errors.New("request lost on a lossy link"))
+				continue
+			}
+			// The answer is lost: the member acts on the request, the
+			// sender hears nothing of it.
+			orig, swallowed := rpc.RespChan, make(chan raft.RPCResponse, 1)
+			rpc.RespChan = swallowed
+			go func() {
+				select {
+				case r := <-swallowed:
+					orig <- raft.RPCResponse{Response: r.Response, Error: errors.New("answer lost on a lossy link")}
+				case <-l.done:
+				}
+			}()
 		}
 		if l.laggard.Load() {
 			refused := errors.New("log entries refused: a lagging follower")
@@ -113,6 +160,9 @@ func (g *group) carryInProcess() {
 		if g.cut[index[self]].Load() || g.cut[index[leaderID]].Load() {
 			return nil, fmt.Errorf("%s cannot reach %s: cut off", self, leaderID)
 		}
+		if g.late[index[self]].lost() || g.late[index[leaderID]].lost() {
+			return nil, fmt.Errorf("%s to %s: request lost on a lossy link", self, leaderID)
+		}
 		if d := time.Duration(g.late[index[self]].delay.Load()); d > 0 {
 			select {
 			case <-time.After(d):
@@ -130,6 +180,11 @@ func (g *group) carryInProcess() {
 				return api.LeaseGrant{}, err
 			}
 			grant, err := l.grantLease(ctx, self)
+			if err == nil && (g.late[index[leaderID]].lost() || g.late[index[self]].lost()) {
+				// Granted and recorded by the leader; the member never
+				// hears of it.
+				return api.LeaseGrant{}, fmt.Errorf("%s to %s: answer lost on a lossy link", leaderID, self)
+			}
 			// The answer crosses the leader's side of the link: held
 			// as long as the leader's raft answers are.
 			if d := time.Duration(g.late[index[leaderID]].delay.Load()); d > 0 && err == nil {

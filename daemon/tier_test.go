@@ -270,7 +270,9 @@ func tierSeed(t *testing.T) int64 {
 // lease_ttl in its file) mirroring 12 partitions through a random schedule
 // of faults on their raft links and processes:
 // answers held (late, or past the transport timeout, in one direction
-// only), a member cut off and healed, a member frozen (its lease loops and
+// only), a member cut off and healed, a link losing a share of its
+// messages both ways (raft requests or answers, renewals and their
+// grants), a member frozen (its lease loops and
 // data path held; the data path wakes first). The writes recorded must keep one
 // writer per partition at any moment, and once the faults end every
 // partition is written again by a member that holds its lease. The seed is
@@ -369,6 +371,10 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 			g.connectAll()
 			t.Logf("step %d: %s reconnected", step, g.members[isolated].cfg.NodeID)
 			isolated = -1
+		case f == 2:
+			loss := []int64{0, 100, 300, 600}[rng.Intn(4)]
+			g.late[i].loss.Store(loss)
+			t.Logf("step %d: %s's link loses %d‰ of messages both ways (raft, renewals, commands)", step, g.members[i].cfg.NodeID, loss)
 		default:
 			d := delays[rng.Intn(len(delays))]
 			g.late[i].delay.Store(int64(d))
@@ -380,6 +386,7 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	g.connectAll()
 	for _, l := range g.late {
 		l.delay.Store(0)
+		l.loss.Store(0)
 	}
 	healed := time.Now()
 	waitFor(t, 20*ttl, "every partition written after the faults ended", func() bool {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -91,6 +92,9 @@ type worker struct {
 	// routed tells a fetch loop that partitions were routed to it (or
 	// spread anew): a long poll of an idle session ends early for them.
 	routed chan struct{}
+	// conn is a produce loop's connection while it has one (for reading
+	// its socket options).
+	conn atomic.Pointer[kwire.Conn]
 }
 
 func kick(ch chan struct{}) {

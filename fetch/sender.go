@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -70,6 +71,7 @@ func (e *Engine) produceLoop(w *worker) {
 				if uerr := conn.SetUserTimeout(e.cfg.ProduceTimeout + time.Second); uerr != nil {
 					e.log.Warn("produce connection keeps the kernel's retransmission timeout", zap.String("broker", w.addr), zap.Error(uerr))
 				}
+				w.conn.Store(conn)
 			}
 		}
 		sent := err == nil
@@ -77,7 +79,12 @@ func (e *Engine) produceLoop(w *worker) {
 		if sent {
 			sentAt := time.Now()
 			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
+			fence := e.resetOnLeaseEnd(conn, writeBy)
 			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, writeBy, parts)
+			if fence() {
+				e.log.Warn("the lease ended with a produce unanswered: its connection was reset, so nothing of it still in the send buffer is delivered",
+					zap.String("broker", w.addr), zap.Int("partitions", len(parts)))
+			}
 			cancel()
 			// A request the broker never wholly received (the lease ran out
 			// while writing it, or the connection broke) was not appended.
@@ -90,6 +97,7 @@ func (e *Engine) produceLoop(w *worker) {
 			if conn != nil {
 				// A reset, not a close: a request still in the send
 				// buffer is discarded, not delivered after the lease.
+				w.conn.Store(nil)
 				conn.Abort()
 				conn = nil
 			}
@@ -118,6 +126,47 @@ func (e *Engine) produceLoop(w *worker) {
 			// unread and count against produce_timeout.
 			sleepCtx(e.ctx, throttle)
 		}
+	}
+}
+
+// resetOnLeaseEnd resets conn (RST, SO_LINGER 0) if this member's lease
+// ends while a request on it is unanswered: what of it is still in the
+// socket's send buffer is discarded, not delivered into the broker after
+// the lease (issue 19: the write deadline bounds the send buffer, not
+// delivery). writeBy is the lease end the request was sent under; at it
+// the lease is read again, and a renewed one is waited out instead. The
+// returned stop ends the watch and reports whether it reset conn.
+func (e *Engine) resetOnLeaseEnd(conn *kwire.Conn, writeBy time.Time) (stop func() bool) {
+	var (
+		mu                sync.Mutex
+		timer             *time.Timer
+		stopped, didReset bool
+	)
+	var arm func(at time.Time)
+	arm = func(at time.Time) {
+		timer = time.AfterFunc(time.Until(at), func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped {
+				return
+			}
+			if next := e.ctl.WriteDeadline(); time.Now().Before(next) {
+				arm(next)
+				return
+			}
+			didReset = true
+			_ = conn.Abort() // the produce loop sees the request fail
+		})
+	}
+	mu.Lock()
+	arm(writeBy)
+	mu.Unlock()
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
+		return didReset
 	}
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // TestUnansweredProduceIsReported: while the destination takes produce
@@ -197,4 +200,89 @@ func TestReleaseTimeoutStopsSending(t *testing.T) {
 		t.Fatalf("%d produce requests after the Release gave up: the timed-out drain kept sending", n)
 	}
 	waitUntil(t, 10*time.Second, "the dropped partition leaving the engine", func() bool { return len(x.e.Statuses()) == 0 })
+}
+
+// TestProduceConnectionUserTimeout: a produce connection gives up
+// unacknowledged request bytes after produce_timeout + 1 s
+// (TCP_USER_TIMEOUT) instead of the kernel's retransmissions for up to
+// ~15 minutes, which could deliver a request long after the lease ended
+// (issue 19; the checkpoint connection has the same test).
+func TestProduceConnectionUserTimeout(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 2 * time.Second })
+	x.mirrorCaughtUp("t", 2, 20)
+	x.e.mu.Lock()
+	var conns []*kwire.Conn
+	for _, w := range x.e.senders {
+		if c := w.conn.Load(); c != nil {
+			conns = append(conns, c)
+		}
+	}
+	x.e.mu.Unlock()
+	if len(conns) == 0 {
+		t.Fatal("no produce connection after mirroring records")
+	}
+	for _, c := range conns {
+		if ut, err := c.UserTimeout(); err != nil || ut != 3*time.Second {
+			t.Fatalf("produce connection's TCP_USER_TIMEOUT %v (%v), want produce_timeout + 1s = 3s", ut, err)
+		}
+	}
+}
+
+// TestLeaseEndResetsUnansweredProduce: a produce request sent under the
+// lease and still unanswered when the lease ends has its connection reset
+// at the lease end (RST: what of it is still in the socket's send buffer
+// is discarded, not delivered into the broker later), not at
+// produce_timeout. Once the lease is back the partition confirms what
+// landed, and the destination equals the source record by record.
+func TestLeaseEndResetsUnansweredProduce(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		events []ProduceEvent
+	)
+	x := newKfakePair(t, func(c *Config) {
+		c.ProduceTimeout = 20 * time.Second
+		c.ProduceObserver = func(ev ProduceEvent) {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
+	})
+	x.mirrorCaughtUp("t", 1, 10)
+	var (
+		held    atomic.Int32
+		holding atomic.Bool
+	)
+	holding.Store(true)
+	wake := make(chan struct{})
+	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		if holding.Load() {
+			held.Add(1)
+			x.dst.SleepControl(func() { <-wake })
+		}
+		return nil, nil, false
+	})
+	leaseEnd := time.Now().Add(1500 * time.Millisecond)
+	x.ctl.mu.Lock()
+	x.ctl.deadline = leaseEnd
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "t", 10, 10)
+	waitUntil(t, 5*time.Second, "a produce held unanswered by the destination", func() bool { return held.Load() > 0 })
+	waitUntil(t, 5*time.Second, "the unanswered produce ended by a reset at the lease end", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range events {
+			if !ev.Answered && ev.EndedAt.After(leaseEnd) {
+				return true
+			}
+		}
+		return false
+	})
+	holding.Store(false)
+	close(wake)
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{}
+	x.ctl.mu.Unlock()
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
 }
