@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -793,5 +794,70 @@ func TestNewGenerationWalksFromTheDestination(t *testing.T) {
 	defer x.ctl.mu.Unlock()
 	if len(x.ctl.renewals) > 0 {
 		t.Fatalf("the resume needed a producer renewal (%v): it sent from its stale position", x.ctl.renewals)
+	}
+}
+
+// TestStartRetriesLeadershipChangesQuietly: a destination broker that
+// answers NOT_LEADER_OR_FOLLOWER for a partition it was just named leader
+// of (a topic just created: its leaders are not in every broker's own
+// state yet) makes the start retry from fresh metadata without reporting
+// FAILED (make bench saw 3,000 of 10,000 new partitions go FAILED, each a
+// warning and a raft command); the partition then mirrors.
+func TestStartRetriesLeadershipChangesQuietly(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("q", 1)
+	x.produce(x.src, "q", 0, 30)
+	var refused atomic.Int32
+	refuse := func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		if refused.Load() >= 2 {
+			return nil, nil, false
+		}
+		switch req := kr.(type) {
+		case *kmsg.FetchRequest:
+			resp := req.ResponseKind().(*kmsg.FetchResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewFetchResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewFetchResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			refused.Add(1)
+			return resp, nil, true
+		case *kmsg.ListOffsetsRequest:
+			resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewListOffsetsResponseTopic()
+				st.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewListOffsetsResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			refused.Add(1)
+			return resp, nil, true
+		}
+		return nil, nil, false
+	}
+	x.dst.ControlKey(int16(kmsg.Fetch), refuse)
+	x.dst.ControlKey(int16(kmsg.ListOffsets), refuse)
+	x.e.Assign(specs("q", 1))
+	x.waitCaughtUp("q", 1)
+	x.requireMirrored("q", 1)
+	if refused.Load() == 0 {
+		t.Fatal("the destination refused nothing: the start never met the leadership change")
+	}
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	for _, s := range x.ctl.states[Key{Mirror: "m", Topic: "q", Partition: 0}] {
+		if s == Failed {
+			t.Fatalf("reported FAILED on a leadership change at start (states %v)", x.ctl.states)
+		}
 	}
 }

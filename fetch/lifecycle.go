@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/fetch/kafka"
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
 
 // A partition's life in the engine: start (resume or handoff), FAILED with
@@ -51,8 +52,30 @@ func (e *Engine) runStart(p *partition, gen int, delay time.Duration) {
 		e.divergeLocked(p, reason)
 		return
 	}
+	var kerr *kwire.Error
+	if p.quietStarts == 0 {
+		p.quietSince = time.Now()
+	}
+	if errors.As(err, &kerr) && kwire.Classify(kerr.Code) == kwire.RefreshMetadata && time.Since(p.quietSince) < quietStartWindow {
+		// A leader that just moved, or a destination topic just created
+		// whose leaders are not in every broker's own state yet (seen:
+		// NOT_LEADER_OR_FOLLOWER from the leader the metadata named, for
+		// 3,000 of 10,000 new partitions): not yet a failure to report.
+		// Started again soon, from fresh metadata, still STARTING.
+		p.quietStarts++
+		e.log.Debug("partition start met a leadership change; starting again", zap.Stringer("partition", p.key()), zap.Error(err))
+		e.startLocked(p, min(e.cfg.RetryBackoff<<min(p.quietStarts, 10), time.Second))
+		return
+	}
 	e.failLocked(p, err)
 }
+
+// quietStartWindow is how long a partition's starts retry without
+// reporting FAILED while a broker answers that its leadership moved
+// (kwire.RefreshMetadata errors), from the first such answer; the next
+// one fails it. A broker took over 0.3 s to take the leadership of 1,000
+// partitions just created (make bench's idle step).
+const quietStartWindow = 10 * time.Second
 
 // failLocked puts p in FAILED and schedules a restart with backoff.
 func (e *Engine) failLocked(p *partition, err error) {

@@ -260,6 +260,11 @@ type partition struct {
 	own      ownSeqs
 	retryAt  time.Time
 	failures int
+	// quietStarts counts starts in a row that met a leadership change
+	// (runStart), the first of them at quietSince; a start that resumes
+	// clears it.
+	quietStarts int
+	quietSince  time.Time
 
 	// Mirrored (acknowledged) progress and translation.
 	pos   Position

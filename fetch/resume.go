@@ -263,6 +263,7 @@ func (e *Engine) mirrorFromLocked(p *partition, pid kafka.ProducerID, seq int32,
 	p.gapBelow = 0
 	// failures is reset by the first acknowledged batch, not here: a
 	// partition that fails again right after resuming backs off longer.
+	p.quietStarts = 0
 	e.setLifeLocked(p, lifeMirroring, "")
 	kick(e.kickRt)
 }
