@@ -329,23 +329,6 @@ func (e *Engine) Assign(specs []Spec) {
 			e.startLocked(p, 0)
 			continue
 		}
-		if ok && !p.releasing() && p.spec.Generation != s.Generation && p.life != lifeStarting {
-			// A new generation this engine did not ask for: the partition
-			// may have had another owner meanwhile, writing under the same
-			// producer identity (a takeover keeps it; DESIGN.md section 3)
-			// while this member was fenced and kept its in-memory position.
-			// That position, its queue and its sequence are not trusted:
-			// resume with a walk (issue 19: the generation was updated in
-			// place, and the next checkpoint moved back behind the other
-			// owner's).
-			e.log.Info("partition has a new generation; resuming with a walk", zap.Stringer("partition", k),
-				zap.Uint64("generation", s.Generation), zap.Uint64("was", p.spec.Generation))
-			p.spec = s
-			e.dropQueueLocked(p)
-			p.moveLife(lifeStarting)
-			e.startLocked(p, 0)
-			continue
-		}
 		if ok {
 			if p.spec.Generation != s.Generation {
 				p.spec.Generation = s.Generation
