@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,8 +36,12 @@ type lateAnswers struct {
 	// sender (each half the time), and the same for its renewals and
 	// forwarded commands (carryInProcess): a lossy link.
 	loss atomic.Int64
-	out  chan raft.RPC
-	done chan struct{}
+	// rng draws the losses; seeded from the tier's schedule seed, so a
+	// replay loses the same share in the same order of draws.
+	rngMu sync.Mutex
+	rng   *mrand.Rand
+	out   chan raft.RPC
+	done  chan struct{}
 }
 
 // emptyResponse is a zero answer of the type raft's transport expects for
@@ -60,13 +65,62 @@ func emptyResponse(cmd any) any {
 // lost draws whether one message on l's link is lost.
 func (l *lateAnswers) lost() bool {
 	p := l.loss.Load()
-	return p > 0 && mrand.Int64N(1000) < p
+	return p > 0 && l.draw(1000) < p
+}
+
+// draw is a number in [0, n) from the link's own generator.
+func (l *lateAnswers) draw(n int64) int64 {
+	l.rngMu.Lock()
+	defer l.rngMu.Unlock()
+	return l.rng.Int64N(n)
+}
+
+// seed restarts the link's generator from the schedule's seed and the
+// member's index.
+func (l *lateAnswers) seed(seed int64, member int) {
+	l.rngMu.Lock()
+	defer l.rngMu.Unlock()
+	l.rng = mrand.New(mrand.NewPCG(uint64(seed), uint64(member)))
 }
 
 func newLateAnswers(tr *raft.InmemTransport) *lateAnswers {
-	l := &lateAnswers{InmemTransport: tr, out: make(chan raft.RPC), done: make(chan struct{})}
+	l := &lateAnswers{InmemTransport: tr, rng: mrand.New(mrand.NewPCG(mrand.Uint64(), 0)), out: make(chan raft.RPC), done: make(chan struct{})}
 	go l.relay()
 	return l
+}
+
+// The member's own requests cross its lossy link too: a lossy leader
+// loses its heartbeats and log entries, not only the requests it is sent.
+// Replication goes without a pipeline, so each of its requests is drawn.
+
+var errSentLost = errors.New("request lost on a lossy link (sent)")
+
+// send makes one of the member's own requests, unless the link loses it.
+func (l *lateAnswers) send(call func() error) error {
+	if l.lost() {
+		return errSentLost
+	}
+	return call()
+}
+
+func (l *lateAnswers) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+func (l *lateAnswers) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	return l.send(func() error { return l.InmemTransport.AppendEntries(id, target, args, resp) })
+}
+
+func (l *lateAnswers) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return l.send(func() error { return l.InmemTransport.RequestVote(id, target, args, resp) })
+}
+
+func (l *lateAnswers) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return l.send(func() error { return l.InmemTransport.RequestPreVote(id, target, args, resp) })
+}
+
+func (l *lateAnswers) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	return l.send(func() error { return l.InmemTransport.TimeoutNow(id, target, args, resp) })
 }
 
 func (l *lateAnswers) Consumer() <-chan raft.RPC { return l.out }
@@ -90,7 +144,7 @@ func (l *lateAnswers) relay() {
 			return
 		}
 		if l.lost() {
-			if mrand.IntN(2) == 0 { // the request is lost
+			if l.draw(2) == 0 { // the request is lost
 				rpc.Respond(emptyResponse(rpc.Command), errors.New("request lost on a lossy link"))
 				continue
 			}

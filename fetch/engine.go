@@ -291,7 +291,9 @@ func (e *Engine) RetainSources(keep map[string]bool) {
 // Assign starts the given partitions that the engine does not hold yet
 // (each resumes from its checkpoint, or continues from its handoff) and
 // updates the generation of held ones; a held partition whose producer
-// identity changed resumes under the new one. Partitions not named are
+// identity changed resumes under the new one, and one whose generation
+// changed across a fence of its owner (Spec.Fences) resumes with the walk.
+// Partitions not named are
 // left alone: the caller releases (Release, HandOff, Stop) or drops (Drop)
 // them.
 func (e *Engine) Assign(specs []Spec) {
@@ -329,7 +331,24 @@ func (e *Engine) Assign(specs []Spec) {
 			e.startLocked(p, 0)
 			continue
 		}
+		if ok && !p.releasing() && p.spec.Generation != s.Generation && p.spec.Fences != s.Fences {
+			// A new generation across a fence of this member: another
+			// owner may have written under the same producer identity
+			// while this one was fenced and kept its in-memory position,
+			// queue and sequence (issue 19: the next checkpoint moved back
+			// behind the other owner's). Resume with the walk.
+			e.log.Info("partition has a new generation since this member was fenced; resuming with a walk", zap.Stringer("partition", k),
+				zap.Uint64("generation", s.Generation), zap.Uint64("was", p.spec.Generation))
+			p.spec = s
+			e.dropQueueLocked(p)
+			p.moveLife(lifeStarting)
+			e.startLocked(p, 0)
+			continue
+		}
 		if ok {
+			// The same generation after a fence: the state, read with the
+			// lease back, shows nobody else owned it meanwhile.
+			p.spec.Fences = s.Fences
 			if p.spec.Generation != s.Generation {
 				p.spec.Generation = s.Generation
 				e.queueReportLocked(p)
@@ -406,6 +425,14 @@ func (e *Engine) HeldVersioned() ([]Key, uint64) {
 		out = append(out, k)
 	}
 	return out, e.heldVersion
+}
+
+// HeldVersion is the version HeldVersioned would report, without listing
+// the partitions: a caller polling for a change copies nothing.
+func (e *Engine) HeldVersion() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.heldVersion
 }
 
 // updateLocked snapshots p's progress for a checkpoint write and clears

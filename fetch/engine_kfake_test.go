@@ -644,12 +644,7 @@ func TestCheckpointWrittenOnlyUnderTheLease(t *testing.T) {
 // FAILED told just before the move stays shown while it mirrors).
 func TestNewGenerationReReportsState(t *testing.T) {
 	x := newKfakePair(t)
-	x.createTopic("g", 1)
-	x.produce(x.src, "g", 0, 50)
-	sp := specs("g", 1)
-	sp[0].Generation = 1
-	x.e.Assign(sp)
-	x.waitCaughtUp("g", 1)
+	sp := x.mirroredAt("g", 1, 50)
 	k := sp[0].Key
 	x.ctl.mu.Lock()
 	pid := x.ctl.saved[k]
@@ -720,6 +715,92 @@ func TestStartWaitsForTheDestination(t *testing.T) {
 	defer e.Close(ctx) //nolint:errcheck // nothing held
 	if refused != 1 {
 		t.Fatalf("NOT_CONTROLLER was answered %d times, want 1 (the test did not exercise the retry)", refused)
+	}
+}
+
+// TestNewGenerationWalksFromTheDestination: a partition held here gets a
+// new generation under the same producer identity after another member
+// owned it meanwhile and wrote under that identity (a takeover keeps it,
+// fetch/DESIGN.md section 3) while this engine was fenced and kept its
+// in-memory position (the owner's dropAll skips a partition busy with a
+// job). The spec's fence count says so: the engine resumes with a walk
+// instead of trusting that position: no renewal is needed, its checkpoint
+// never moves back behind the other owner's, and the destination equals
+// the source record by record (issue 19: the generation was updated in
+// place). A new generation with no fence between (a rebalance that kept
+// the partition here) is taken in place, without a restart: a walk there
+// turned a handoff inexact (TestGroupJoinDrainLeave).
+func TestNewGenerationWalksFromTheDestination(t *testing.T) {
+	x := newKfakePair(t)
+	sp := x.mirroredAt("g", 1, 50)
+	k := sp[0].Key
+	starts := func() int {
+		x.e.mu.Lock()
+		defer x.e.mu.Unlock()
+		return x.e.parts[k].gen
+	}
+	before := starts()
+	x.ctl.mu.Lock()
+	pid := x.ctl.saved[k]
+	x.ctl.mu.Unlock()
+	sp[0].Generation, sp[0].Producer = 2, &pid // no fence between: in place
+	x.e.Assign(sp)
+	if n := starts(); n != before {
+		t.Fatalf("a new generation with no fence between restarted the partition (%d starts, was %d)", n, before)
+	}
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Now().Add(-time.Millisecond) // fenced: this member lost its lease
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "g", 50, 30)
+	time.Sleep(300 * time.Millisecond) // fetched and queued here, not sent
+
+	// Another owner takes over under the same identity and mirrors them.
+	ctl2 := newFakeControl()
+	e2 := New(Config{Destination: x.dst.ListenAddrs(), Checkpoint: 100 * time.Millisecond, RetryBackoff: 20 * time.Millisecond}, ctl2, zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e2.SetSource("m", Source{Bootstrap: x.src.ListenAddrs()})
+	sp2 := specs("g", 1)
+	sp2[0].Generation, sp2[0].Producer = 3, &pid
+	e2.Assign(sp2)
+	waitUntil(t, 20*time.Second, "the other owner's checkpoint at 80", func() bool {
+		pos, ok, err := e2.Checkpointed(ctx, k)
+		return err == nil && ok && pos.SourceOffset == 80
+	})
+	if err := e2.Drop(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The partition comes back here under a new generation.
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{}
+	x.ctl.mu.Unlock()
+	sp[0].Generation, sp[0].Producer, sp[0].Fences = 4, &pid, 1
+	x.e.Assign(sp)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		pos, ok, err := x.e.Checkpointed(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && pos.SourceOffset < 80 {
+			t.Fatalf("the checkpoint moved back to %d behind the other owner's 80", pos.SourceOffset)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	x.produce(x.src, "g", 80, 20)
+	x.waitCaughtUp("g", 1)
+	x.requireMirrored("g", 1)
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	if len(x.ctl.renewals) > 0 {
+		t.Fatalf("the resume needed a producer renewal (%v): it sent from its stale position", x.ctl.renewals)
 	}
 }
 

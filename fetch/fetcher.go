@@ -300,7 +300,7 @@ func (e *Engine) respreadLocked(mirror string, src *source) {
 		kick(f.kick)
 	}
 	for broker, addr := range addrs {
-		e.fetchersLocked(mirror, src, broker, addr)
+		e.fetchersLocked(mirror, src, broker, addr, nil)
 	}
 }
 

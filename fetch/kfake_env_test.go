@@ -27,6 +27,7 @@ type fakeControl struct {
 	renewals []Key
 	saved    map[Key]kafka.ProducerID
 	deadline time.Time // zero: a lease that never ends
+	losses   uint64    // LeaseLosses
 	gaps     [][2]int64
 }
 
@@ -60,6 +61,12 @@ func (c *fakeControl) RecordGap(_ context.Context, k Key, _ uint64, from, to int
 	defer c.mu.Unlock()
 	c.gaps = append(c.gaps, [2]int64{from, to})
 	return nil
+}
+
+func (c *fakeControl) LeaseLosses() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.losses
 }
 
 func (c *fakeControl) WriteDeadline() time.Time {
@@ -112,6 +119,20 @@ func newKfakePair(t *testing.T, with ...func(*Config)) *kfakePair {
 	})
 	x.e.SetSource("m", Source{Bootstrap: src.ListenAddrs()})
 	return x
+}
+
+// mirroredAt creates a one-partition topic with n records, assigns it
+// under generation gen and waits until it is mirrored; it returns the
+// specs assigned.
+func (x *kfakePair) mirroredAt(topic string, gen uint64, n int) []Spec {
+	x.t.Helper()
+	x.createTopic(topic, 1)
+	x.produce(x.src, topic, 0, n)
+	sp := specs(topic, 1)
+	sp[0].Generation = gen
+	x.e.Assign(sp)
+	x.waitCaughtUp(topic, 1)
+	return sp
 }
 
 func (x *kfakePair) client(cl *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {

@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,5 +55,65 @@ func TestIdleSessionLongPolls(t *testing.T) {
 		return x.caughtUp("b", 1)
 	})
 	x.requireMirrored("a", 4)
+	x.requireMirrored("b", 1)
+}
+
+// TestRoutingEndsOnlyItsLoopsLongPoll: with two fetch connections to the
+// source broker, both idle in long polls, a partition routed to the broker
+// ends the long poll of the one loop that fetches it, not the other's: a
+// partition whose leader flaps would otherwise reopen every idle session
+// of the broker (each interrupted poll closes its connection and starts a
+// new session with a full fetch).
+func TestRoutingEndsOnlyItsLoopsLongPoll(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) {
+		c.FetchMaxWait = 100 * time.Millisecond
+		c.IdleFetchMaxWait = 30 * time.Second
+	})
+	x.e.SetSource("m", Source{Bootstrap: x.src.ListenAddrs(), FetchConnections: 2})
+	x.mirrorCaughtUp("a", 8, 20)
+	slots := map[int]bool{}
+	for i := range int32(8) {
+		slots[fetchSlot(Key{Mirror: "m", Topic: "a", Partition: i}, 2)] = true
+	}
+	if len(slots) != 2 {
+		t.Fatalf("topic a's partitions use fetch slots %v; the test needs both", slots)
+	}
+
+	var (
+		full atomic.Int32 // fetches that open a new session
+		mu   sync.Mutex
+		long = map[int32]bool{} // sessions that sent a fetch waiting 6.4 s or more
+	)
+	x.src.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.src.KeepControl()
+		req := r.(*kmsg.FetchRequest)
+		if req.SessionEpoch <= 0 {
+			full.Add(1)
+		}
+		if req.MaxWaitMillis >= 6400 {
+			mu.Lock()
+			long[req.SessionID] = true
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	waitUntil(t, 20*time.Second, "both loops in long polls of 6.4 s or more", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(long) >= 2
+	})
+	time.Sleep(200 * time.Millisecond)
+	x.createTopic("b", 1)
+	x.produce(x.src, "b", 0, 10)
+	before := full.Load()
+	x.e.Assign(specs("b", 1))
+	waitUntil(t, 4*time.Second, "a partition routed during the long polls mirrored", func() bool {
+		return x.caughtUp("b", 1)
+	})
+	time.Sleep(time.Second)
+	if n := full.Load() - before; n != 1 {
+		t.Fatalf("%d fetch sessions opened anew after one partition was routed; want 1 (its own loop's)", n)
+	}
+	x.requireMirrored("a", 8)
 	x.requireMirrored("b", 1)
 }

@@ -91,12 +91,7 @@ func TestStaleRecordWrittenAgain(t *testing.T) {
 	defer func(d time.Duration) { restampCheck = d }(restampCheck)
 	restampCheck = 100 * time.Millisecond
 	x := newKfakePair(t)
-	x.createTopic("restamp", 1)
-	x.produce(x.src, "restamp", 0, 50)
-	sp := specs("restamp", 1)
-	sp[0].Generation = 20
-	x.e.Assign(sp)
-	x.waitCaughtUp("restamp", 1)
+	sp := x.mirroredAt("restamp", 20, 50)
 	k := sp[0].Key
 	waitUntil(t, 10*time.Second, "the owner's checkpoint at 50", func() bool {
 		cp, ok := x.e.store.checkpointOf(k)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -159,10 +158,13 @@ func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool
 		e.dropLocked(p)
 		e.mu.Unlock()
 		go func() {
-			fctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+30*time.Second)
-			defer cancel()
-			if err := e.forget(fctx, k, p); err != nil && e.ctx.Err() == nil {
-				e.log.Warn("a dropped partition's produce is still in flight; it stays listed until it ends", zap.Stringer("partition", k), zap.Error(err))
+			// Bound by the engine alone: the produce in flight ends within
+			// its own bound (produce_timeout + 10 s, sender.go). A bound
+			// here that gave up first would leave the partition listed
+			// and dropped, and a later Assign of it would find it so and
+			// never start it again.
+			if err := e.forget(e.ctx, k, p); err != nil && e.ctx.Err() == nil {
+				e.log.Warn("a dropped partition could not be forgotten", zap.Stringer("partition", k), zap.Error(err))
 			}
 		}()
 		return Position{}, false, fmt.Errorf("drain %s: %w; the partition is dropped: nothing more of it is sent, and its next run resumes from its checkpoint with a walk", k, ctx.Err())

@@ -78,7 +78,7 @@ func (e *Engine) route() {
 		// loop that exits at once, and p would never be fetched again.
 		if p.active() && p.srcLeader < 0 && e.sources[k.Mirror] == src {
 			p.srcLeader, p.srcEpoch = id, epoch
-			e.fetchersLocked(k.Mirror, src, id, addr)
+			e.fetchersLocked(k.Mirror, src, id, addr, &k)
 		}
 		e.mu.Unlock()
 	}
@@ -268,9 +268,14 @@ func (e *Engine) routeFailed(p *partition, side string, cl *kafka.Cluster, err e
 }
 
 // fetchersLocked wakes the fetch loops of source broker id, starting those
-// missing for that address (one per slot: source.fetchConns).
-func (e *Engine) fetchersLocked(mirror string, src *source, id int32, addr string) {
-	for slot := range src.fetchConns(id) {
+// missing (one per fetch connection, source.fetchConns). routed names the
+// partition just routed to the broker: only its loop's long poll ends
+// (a new loop starts with a short one), so a partition whose leader flaps
+// does not reopen every idle session of the broker (issue 20). nil: the
+// partitions were spread anew, and every loop's long poll ends.
+func (e *Engine) fetchersLocked(mirror string, src *source, id int32, addr string, routed *Key) {
+	n := src.fetchConns(id)
+	for slot := range n {
 		key := fetcherKey{id, slot}
 		w := src.fetchers[key]
 		if w == nil || w.addr != addr {
@@ -279,7 +284,9 @@ func (e *Engine) fetchersLocked(mirror string, src *source, id int32, addr strin
 			e.goLoop(func() { e.fetchLoop(mirror, src, w) })
 		}
 		kick(w.kick)
-		kick(w.routed)
+		if routed == nil || fetchSlot(*routed, n) == slot {
+			kick(w.routed)
+		}
 	}
 }
 

@@ -40,6 +40,9 @@ func (e *Engine) produceLoop(w *worker) {
 	}()
 	backoff := e.cfg.RetryBackoff
 	for e.ctx.Err() == nil {
+		// Read before the lease end the batch goes under: the lease-end
+		// reset trusts a renewal only under the same unbroken lease.
+		losses := e.ctl.LeaseLosses()
 		batch, writeBy, wait, verify, current := e.collectProduce(w)
 		if !current {
 			return // replaced: the broker moved to another address
@@ -76,12 +79,13 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		sent := err == nil
 		var res []kwire.ProduceResult
+		reset := false
 		if sent {
 			sentAt := time.Now()
 			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
-			fence := e.resetOnLeaseEnd(conn, writeBy)
+			fence := e.resetOnLeaseEnd(conn, writeBy, losses)
 			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, writeBy, parts)
-			if fence() {
+			if reset = fence(); reset {
 				e.log.Warn("the lease ended with a produce unanswered: its connection was reset, so nothing of it still in the send buffer is delivered",
 					zap.String("broker", w.addr), zap.Int("partitions", len(parts)))
 			}
@@ -119,6 +123,12 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		backoff = e.cfg.RetryBackoff
 		throttle := time.Until(conn.ThrottledUntil())
+		if reset {
+			// The answer came as the lease end reset the connection: it
+			// counts, but the connection is gone.
+			w.conn.Store(nil)
+			conn = nil
+		}
 		e.handleProduce(w, batch, res, throttle)
 		if throttle > 0 {
 			// The broker reads nothing from this connection until the
@@ -133,10 +143,12 @@ func (e *Engine) produceLoop(w *worker) {
 // ends while a request on it is unanswered: what of it is still in the
 // socket's send buffer is discarded, not delivered into the broker after
 // the lease (issue 19: the write deadline bounds the send buffer, not
-// delivery). writeBy is the lease end the request was sent under; at it
-// the lease is read again, and a renewed one is waited out instead. The
+// delivery). writeBy is the lease end the request was sent under, losses
+// the lease-loss count read before it (Control.LeaseLosses); at writeBy
+// the lease is read again, and one renewed with no loss since is waited
+// out instead. The
 // returned stop ends the watch and reports whether it reset conn.
-func (e *Engine) resetOnLeaseEnd(conn *kwire.Conn, writeBy time.Time) (stop func() bool) {
+func (e *Engine) resetOnLeaseEnd(conn *kwire.Conn, writeBy time.Time, losses uint64) (stop func() bool) {
 	var (
 		mu                sync.Mutex
 		timer             *time.Timer
@@ -150,7 +162,13 @@ func (e *Engine) resetOnLeaseEnd(conn *kwire.Conn, writeBy time.Time) (stop func
 			if stopped {
 				return
 			}
-			if next := e.ctl.WriteDeadline(); time.Now().Before(next) {
+			// A renewed lease is waited out, not one that lapsed and was
+			// granted again since the request was sent (a timer that
+			// fired late, the process frozen): the request went under
+			// the lapsed one. The count is read after the deadline: a
+			// loss is counted before any later grant's deadline exists.
+			next := e.ctl.WriteDeadline()
+			if e.ctl.LeaseLosses() == losses && time.Now().Before(next) {
 				arm(next)
 				return
 			}

@@ -56,6 +56,15 @@ type Spec struct {
 	// beyond (records deleted after the operator accepted) is DIVERGED
 	// again. 0: no bound.
 	AcceptGapBelow int64
+	// Fences is how many times the owner had lost its lease (been fenced)
+	// when it read the state this spec comes from. A held partition whose
+	// generation changed across a fence may have had another owner
+	// meanwhile, writing under the same producer identity (a takeover
+	// keeps it, DESIGN.md section 3): the engine resumes it with the walk
+	// instead of trusting its in-memory position. A generation that
+	// changed with no fence between (a producer renewal, a rebalance that
+	// kept the partition here) is taken over in place.
+	Fences uint64
 }
 
 // Handoff is a partition's exact position after a clean drain: every
@@ -123,6 +132,11 @@ type Control interface {
 	// request after it, and a request must be wholly written before it
 	// (design.md section 3, self-fencing).
 	WriteDeadline() time.Time
+	// LeaseLosses counts the times this member's lease was lost (it was
+	// fenced). A deadline read after a count that has not moved since
+	// comes from the same unbroken lease: a renewal, not a lease that
+	// lapsed and was granted again.
+	LeaseLosses() uint64
 }
 
 // Position is where a partition's mirroring stands.

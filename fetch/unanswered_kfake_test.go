@@ -232,57 +232,89 @@ func TestProduceConnectionUserTimeout(t *testing.T) {
 // lease and still unanswered when the lease ends has its connection reset
 // at the lease end (RST: what of it is still in the socket's send buffer
 // is discarded, not delivered into the broker later), not at
-// produce_timeout. Once the lease is back the partition confirms what
-// landed, and the destination equals the source record by record.
+// produce_timeout. A lease renewed before its end is waited out, but not
+// one that was lost and granted again since the request went out (a
+// lease-end timer that ran late, the process frozen): the request went
+// under the lapsed lease. Once the lease is back the partition confirms
+// what landed, and the destination equals the source record by record.
 func TestLeaseEndResetsUnansweredProduce(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		events []ProduceEvent
-	)
-	x := newKfakePair(t, func(c *Config) {
-		c.ProduceTimeout = 20 * time.Second
-		c.ProduceObserver = func(ev ProduceEvent) {
-			mu.Lock()
-			events = append(events, ev)
-			mu.Unlock()
-		}
-	})
-	x.mirrorCaughtUp("t", 1, 10)
-	var (
-		held    atomic.Int32
-		holding atomic.Bool
-	)
-	holding.Store(true)
-	wake := make(chan struct{})
-	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		x.dst.KeepControl()
-		if holding.Load() {
-			held.Add(1)
-			x.dst.SleepControl(func() { <-wake })
-		}
-		return nil, nil, false
-	})
-	leaseEnd := time.Now().Add(1500 * time.Millisecond)
-	x.ctl.mu.Lock()
-	x.ctl.deadline = leaseEnd
-	x.ctl.mu.Unlock()
-	x.produce(x.src, "t", 10, 10)
-	waitUntil(t, 5*time.Second, "a produce held unanswered by the destination", func() bool { return held.Load() > 0 })
-	waitUntil(t, 5*time.Second, "the unanswered produce ended by a reset at the lease end", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, ev := range events {
-			if !ev.Answered && ev.EndedAt.After(leaseEnd) {
-				return true
+	for _, tc := range []struct {
+		name      string
+		lost      bool // the renewal comes after a lease loss
+		renew     bool // a renewal before the lease end
+		wantReset bool
+	}{
+		{name: "lease ends", wantReset: true},
+		{name: "lease renewed", renew: true},
+		{name: "lease lost and granted again", renew: true, lost: true, wantReset: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu     sync.Mutex
+				events []ProduceEvent
+			)
+			x := newKfakePair(t, func(c *Config) {
+				c.ProduceTimeout = 20 * time.Second
+				c.ProduceObserver = func(ev ProduceEvent) {
+					mu.Lock()
+					events = append(events, ev)
+					mu.Unlock()
+				}
+			})
+			x.mirrorCaughtUp("t", 1, 10)
+			var (
+				held    atomic.Int32
+				holding atomic.Bool
+			)
+			holding.Store(true)
+			wake := make(chan struct{})
+			x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				x.dst.KeepControl()
+				if holding.Load() {
+					held.Add(1)
+					x.dst.SleepControl(func() { <-wake })
+				}
+				return nil, nil, false
+			})
+			leaseEnd := time.Now().Add(1500 * time.Millisecond)
+			x.ctl.mu.Lock()
+			x.ctl.deadline = leaseEnd
+			x.ctl.mu.Unlock()
+			x.produce(x.src, "t", 10, 10)
+			waitUntil(t, 5*time.Second, "a produce held unanswered by the destination", func() bool { return held.Load() > 0 })
+			if tc.renew {
+				x.ctl.mu.Lock()
+				x.ctl.deadline = time.Now().Add(time.Hour)
+				if tc.lost {
+					x.ctl.losses++
+				}
+				x.ctl.mu.Unlock()
 			}
-		}
-		return false
-	})
-	holding.Store(false)
-	close(wake)
-	x.ctl.mu.Lock()
-	x.ctl.deadline = time.Time{}
-	x.ctl.mu.Unlock()
-	x.waitCaughtUp("t", 1)
-	x.requireMirrored("t", 1)
+			resetAtEnd := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, ev := range events {
+					if !ev.Answered && ev.EndedAt.After(leaseEnd) {
+						return true
+					}
+				}
+				return false
+			}
+			if tc.wantReset {
+				waitUntil(t, 5*time.Second, "the unanswered produce ended by a reset at the lease end", resetAtEnd)
+			} else {
+				time.Sleep(time.Until(leaseEnd) + time.Second)
+				if resetAtEnd() {
+					t.Fatal("the produce was reset at the end of a lease renewed before it")
+				}
+			}
+			holding.Store(false)
+			close(wake)
+			x.ctl.mu.Lock()
+			x.ctl.deadline = time.Time{}
+			x.ctl.mu.Unlock()
+			x.waitCaughtUp("t", 1)
+			x.requireMirrored("t", 1)
+		})
+	}
 }

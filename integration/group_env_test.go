@@ -260,7 +260,11 @@ func waitTakenOver(t *testing.T, m *member, mirror, id string) time.Duration {
 		rows, err := m.client.Describe(context.Background(), mirror, "")
 		done := err == nil
 		for _, r := range rows {
-			if r.Owner == id || r.Owner == "" || r.State != "MIRRORING" || strings.HasPrefix(r.Reason, "resuming") {
+			// Offsets unknown (-1): the owner's data path does not hold
+			// the partition yet (the state says MIRRORING from the add
+			// on; an owner still waiting for its first lease has not
+			// started it, and a handoff of it then goes without a drain).
+			if r.Owner == id || r.Owner == "" || r.State != "MIRRORING" || strings.HasPrefix(r.Reason, "resuming") || r.DestinationOffset < 0 {
 				done = false
 			}
 		}

@@ -83,3 +83,9 @@ func (c *control) RecordGap(ctx context.Context, k fetch.Key, gen uint64, from, 
 
 // WriteDeadline is the end of this member's lease (lease.go).
 func (c *control) WriteDeadline() time.Time { return c.o.writeDeadline() }
+
+// LeaseLosses counts this member's lease losses (lease.go).
+func (c *control) LeaseLosses() uint64 {
+	_, losses := c.o.leaseSynced()
+	return losses
+}

@@ -129,7 +129,7 @@ func (o *Owner) ownerLoop() {
 		// or the engine's set of partitions changed, or after
 		// settledReconcileEvery: with 10,000 idle partitions the reconcile
 		// every second was a third of an idle member's CPU (issue 20).
-		if _, v := o.engine.HeldVersioned(); !settled || v != seen || time.Since(at) >= settledReconcileEvery {
+		if v := o.engine.HeldVersion(); !settled || v != seen || time.Since(at) >= settledReconcileEvery {
 			settled, seen = o.ownerReconcile()
 			at = time.Now()
 		}
@@ -164,60 +164,23 @@ type ownerJob struct {
 // do (no job, no drop, no partition busy with one), as of the engine's
 // held version.
 func (o *Owner) ownerReconcile() (settled bool, version uint64) {
-	if !o.leaseSynced() {
+	synced, fences := o.leaseSynced()
+	if !synced {
 		return false, 0 // the state may be behind the leader's: act on nothing
 	}
 	keys, version := o.engine.HeldVersioned()
-	specs := make([]fetch.Spec, 0, len(keys))
-	var jobs []ownerJob
-	sources := map[string]fetch.Source{}
-	owned := make(map[fetch.Key]bool, len(keys))
 	held := make(map[fetch.Key]bool, len(keys))
 	for _, k := range keys {
 		held[k] = true
 	}
-	me := o.cfg.NodeID
-	o.store.Read(func(s *raftstore.State) {
-		for _, t := range s.Topics {
-			mir, ok := s.Mirrors[t.Mirror]
-			if !ok {
-				continue
-			}
-			for i, p := range t.Partitions {
-				if p.Owner != me || p.State == raftstore.StateStopped {
-					continue
-				}
-				if _, ok := sources[t.Mirror]; !ok {
-					// Once per mirror: parsing its security properties
-					// for each of 10,000 partitions every second was a
-					// fifth of an idle member's CPU (issue 20).
-					sources[t.Mirror] = o.member.Source(*mir)
-				}
-				spec := specOf(t, int32(i), p)
-				owned[spec.Key] = true
-				lease := raftstore.Lease{Owner: me, Generation: p.Generation}
-				switch {
-				case t.State == raftstore.StateStopping || p.State == raftstore.StateStopping:
-					jobs = append(jobs, ownerJob{kind: "stop", spec: spec, lease: lease, clusterID: mir.SourceClusterID, topicID: t.SourceTopicID, reason: t.Reason})
-				case (t.State == raftstore.StatePaused || p.State == raftstore.StatePaused) && held[spec.Key]:
-					jobs = append(jobs, ownerJob{kind: "pause", spec: spec, lease: lease})
-				case t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed:
-				case p.State == raftstore.StateDiverged:
-					// Held stopped, with its position for describe; a
-					// divergence the leader found stops it here.
-					spec.Diverged = p.Reason
-					if spec.Diverged == "" {
-						spec.Diverged = "diverged"
-					}
-					specs = append(specs, spec)
-				case p.MoveTo != "":
-					jobs = append(jobs, ownerJob{kind: "handoff", spec: spec, lease: lease, moveTo: p.MoveTo})
-				default:
-					specs = append(specs, spec)
-				}
-			}
-		}
-	})
+	w := o.readOwned(held, fences)
+	if synced, now := o.leaseSynced(); !synced || now != fences {
+		// The lease was lost while the state was read: the specs carry
+		// the fence count from before it, and a generation changed by a
+		// takeover after the fence would be trusted in place.
+		return false, 0
+	}
+	specs, jobs, sources, owned := w.specs, w.jobs, w.sources, w.owned
 	for name, src := range sources {
 		o.engine.SetSource(name, src)
 	}
@@ -260,6 +223,68 @@ func (o *Owner) ownerReconcile() (settled bool, version uint64) {
 		}
 	}
 	return settled, version
+}
+
+// ownedWork is what the replicated state asks of this member's partitions.
+type ownedWork struct {
+	specs   []fetch.Spec // to mirror (or hold DIVERGED)
+	jobs    []ownerJob   // handoffs, stops, pauses
+	sources map[string]fetch.Source
+	owned   map[fetch.Key]bool
+}
+
+// readOwned reads the partitions the state leases to this member (held:
+// those the engine holds), each spec stamped with fences, the count of
+// lease losses it was read under (fetch.Spec.Fences).
+func (o *Owner) readOwned(held map[fetch.Key]bool, fences uint64) ownedWork {
+	specs := make([]fetch.Spec, 0, len(held))
+	var jobs []ownerJob
+	sources := map[string]fetch.Source{}
+	owned := make(map[fetch.Key]bool, len(held))
+	me := o.cfg.NodeID
+	o.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			mir, ok := s.Mirrors[t.Mirror]
+			if !ok {
+				continue
+			}
+			for i, p := range t.Partitions {
+				if p.Owner != me || p.State == raftstore.StateStopped {
+					continue
+				}
+				if _, ok := sources[t.Mirror]; !ok {
+					// Once per mirror: parsing its security properties
+					// for each of 10,000 partitions every second was a
+					// fifth of an idle member's CPU (issue 20).
+					sources[t.Mirror] = o.member.Source(*mir)
+				}
+				spec := specOf(t, int32(i), p)
+				spec.Fences = fences
+				owned[spec.Key] = true
+				lease := raftstore.Lease{Owner: me, Generation: p.Generation}
+				switch {
+				case t.State == raftstore.StateStopping || p.State == raftstore.StateStopping:
+					jobs = append(jobs, ownerJob{kind: "stop", spec: spec, lease: lease, clusterID: mir.SourceClusterID, topicID: t.SourceTopicID, reason: t.Reason})
+				case (t.State == raftstore.StatePaused || p.State == raftstore.StatePaused) && held[spec.Key]:
+					jobs = append(jobs, ownerJob{kind: "pause", spec: spec, lease: lease})
+				case t.State != raftstore.StateMirroring && t.State != raftstore.StateFailed:
+				case p.State == raftstore.StateDiverged:
+					// Held stopped, with its position for describe; a
+					// divergence the leader found stops it here.
+					spec.Diverged = p.Reason
+					if spec.Diverged == "" {
+						spec.Diverged = "diverged"
+					}
+					specs = append(specs, spec)
+				case p.MoveTo != "":
+					jobs = append(jobs, ownerJob{kind: "handoff", spec: spec, lease: lease, moveTo: p.MoveTo})
+				default:
+					specs = append(specs, spec)
+				}
+			}
+		}
+	})
+	return ownedWork{specs: specs, jobs: jobs, sources: sources, owned: owned}
 }
 
 // dropAll drops every partition the engine holds (lease lost); without a

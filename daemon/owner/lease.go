@@ -25,6 +25,10 @@ type leaseState struct {
 	fenced bool
 	// fencedAt is when the lease was last lost.
 	fencedAt time.Time
+	// losses counts the times the lease was lost: specs carry it
+	// (fetch.Spec.Fences), so the engine resumes with the walk a partition
+	// whose generation changed across a fence.
+	losses uint64
 	// checked is when leaseLoop last found the lease valid. Writes stop
 	// soon after it unless the loop runs again: a process that was paused
 	// (SIGSTOP, a VM freeze) gets heartbeats on waking before the loop sees
@@ -37,8 +41,25 @@ type leaseState struct {
 const leaseCheckSlack = 500 * time.Millisecond
 
 // leaseWindow is how long after its last contact with the leader a member
-// may write.
-func (o *Owner) leaseWindow() time.Duration { return o.cfg.LeaseTTL - o.cfg.LeaseMargin }
+// may write: lease_ttl - lease_margin, less the clock-rate allowance.
+func (o *Owner) leaseWindow() time.Duration {
+	return o.cfg.LeaseTTL - o.cfg.LeaseMargin - clockRateAllowance(o.cfg.LeaseTTL)
+}
+
+// maxClockRateError is how far a member's clock may run from the leader's,
+// as a fraction (500 ppm: the most NTP slews a clock, on top of crystal
+// error of tens of ppm). The member times its window and the leader its
+// lease_ttl each on its own monotonic clock; lease_margin covers the
+// request in flight and nothing else (config.CheckLease).
+const maxClockRateError = 500e-6
+
+// clockRateAllowance is what the window gives up so that a member whose
+// clock runs slow by maxClockRateError stops writing before a leader whose
+// clock runs fast by as much takes over: both errors over lease_ttl (1 ms
+// per second of it, 10 ms at the default 10 s).
+func clockRateAllowance(leaseTTL time.Duration) time.Duration {
+	return time.Duration(2 * maxClockRateError * float64(leaseTTL))
+}
 
 // writeDeadline is the end of this member's lease, or the zero time when it
 // has none.
@@ -56,11 +77,12 @@ func (o *Owner) writeDeadline() time.Time {
 	return dl
 }
 
-// leaseSynced reports whether the owner loop may act on the state.
-func (o *Owner) leaseSynced() bool {
+// leaseSynced reports whether the owner loop may act on the state, and
+// how many times the lease was lost so far.
+func (o *Owner) leaseSynced() (synced bool, losses uint64) {
 	o.lease.mu.Lock()
 	defer o.lease.mu.Unlock()
-	return o.lease.synced
+	return o.lease.synced, o.lease.losses
 }
 
 // leaseLoop watches the lease: when the last grant's renewal was sent
@@ -85,6 +107,7 @@ func (o *Owner) leaseLoop() {
 		lost := expired && !o.lease.fenced
 		if lost {
 			o.lease.fenced, o.lease.synced, o.lease.fencedAt = true, false, now
+			o.lease.losses++
 			o.log.Warn(LogLeaseLost,
 				zap.Duration("window", o.leaseWindow()), zap.Bool("paused", paused))
 		}
