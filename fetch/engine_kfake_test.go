@@ -722,8 +722,8 @@ func TestStartWaitsForTheDestination(t *testing.T) {
 // new generation under the same producer identity after another member
 // owned it meanwhile and wrote under that identity (a takeover keeps it,
 // fetch/DESIGN.md section 3) while this engine was fenced and kept its
-// in-memory position (the owner's dropAll skips a partition busy with a
-// job). The spec's fence count says so: the engine resumes with a walk
+// in-memory position (a reconcile that read the state before the fence
+// assigned it after the fence's drop). The spec's fence count says so: the engine resumes with a walk
 // instead of trusting that position: no renewal is needed, its checkpoint
 // never moves back behind the other owner's, and the destination equals
 // the source record by record (issue 19: the generation was updated in

@@ -202,6 +202,68 @@ func TestReleaseTimeoutStopsSending(t *testing.T) {
 	waitUntil(t, 10*time.Second, "the dropped partition leaving the engine", func() bool { return len(x.e.Statuses()) == 0 })
 }
 
+// TestDropEndsAWaitingDrain: a partition draining for a handoff when this
+// member is fenced (its queue cannot be sent) is dropped under the
+// handoff (the owner's dropAll, issue 19: a drain that went on once the
+// lease was back sent batches fetched under the lost one, though the
+// partition may have moved meanwhile). The waiting handoff ends at once,
+// unclean: no exact position, so the next owner walks; and nothing of the
+// queue is sent once the lease is back.
+func TestDropEndsAWaitingDrain(t *testing.T) {
+	x := newKfakePair(t)
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Now().Add(-time.Millisecond) // fenced
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "t", 10, 10)
+	waitUntil(t, 10*time.Second, "the new records fetched and queued", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].SourceEnd == 20
+	})
+	var produced atomic.Int32
+	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		produced.Add(1)
+		return nil, nil, false
+	})
+	type result struct {
+		h   *Handoff
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		h, err := x.e.HandOff(ctx, k)
+		done <- result{h, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // the drain waits on the fenced queue
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := x.e.Drop(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.h != nil {
+			t.Fatalf("the handoff of a dropped partition gave an exact position %+v; the next owner must walk", *r.h)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handoff still waited on the drain 5s after the partition was dropped")
+	}
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{} // the lease is back
+	x.ctl.mu.Unlock()
+	time.Sleep(time.Second)
+	if n := produced.Load(); n != 0 {
+		t.Fatalf("%d produce requests after the drop: the dropped queue was sent", n)
+	}
+	if len(x.e.Statuses()) != 0 {
+		t.Fatal("the dropped partition is still held")
+	}
+}
+
 // TestProduceConnectionUserTimeout: a produce connection gives up
 // unacknowledged request bytes after produce_timeout + 1 s
 // (TCP_USER_TIMEOUT) instead of the kernel's retransmissions for up to

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/zap/zaptest"
+
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
 	"github.com/kmirror/kmirror/fetch"
@@ -31,8 +34,9 @@ func (r *refusingMember) RenewLease(ctx context.Context) (api.LeaseGrant, error)
 // owner gives the engine carry the count they were read under, so the
 // engine resumes with the walk a partition whose generation changed
 // across a fence instead of trusting its in-memory position (issue 19;
-// fetch's TestNewGenerationWalksFromTheDestination: the dropAll at the
-// fence skips a partition busy with a job).
+// fetch's TestNewGenerationWalksFromTheDestination: a reconcile that read
+// the state before the fence can assign a partition after the fence's
+// drop).
 func TestSpecsCarryTheLeaseLosses(t *testing.T) {
 	o, store, key := ownedPartition(t)
 	m := &refusingMember{leaderMember: leaderMember{store}}
@@ -95,6 +99,46 @@ func TestLeaseWindowAllowsForClockRate(t *testing.T) {
 		if writesEnd > takeover {
 			t.Errorf("lease_ttl %s: the slow member's last request may land %s after its contact, the fast leader takes over at %s",
 				ttl, writesEnd, takeover)
+		}
+	}
+}
+
+// TestLeaseLossDropsPartitionsBusyWithAJob: on losing its lease the owner
+// drops every partition its engine holds, also one busy with a job (a
+// handoff's drain, a stop): its queue was fetched under the lost lease and
+// must not be sent once the lease is back, as the partition may have moved
+// meanwhile (issue 19: the dropAll skipped it, and the job's drain went on
+// under the next lease). The job then finds it dropped (fetch's
+// TestDropEndsAWaitingDrain).
+func TestLeaseLossDropsPartitionsBusyWithAJob(t *testing.T) {
+	o, _, key := ownedPartition(t)
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	e := fetch.New(fetch.Config{Destination: dst.ListenAddrs(), RetryBackoff: 50 * time.Millisecond}, o.Control(), zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	o.SetEngine(e)
+	k := fetch.Key{Mirror: key.Mirror, Topic: key.Topic, Partition: key.Partition}
+	e.SetSource(k.Mirror, fetch.Source{Bootstrap: dst.ListenAddrs()})
+	e.Assign([]fetch.Spec{{Key: k, Generation: 1}})
+	if len(e.Held()) != 1 {
+		t.Fatal("the engine does not hold the assigned partition")
+	}
+	if !o.owner.start(k, "handoff") {
+		t.Fatal("the partition is busy already")
+	}
+	defer o.owner.done(k)
+	o.dropAll()
+	for end := time.Now().Add(5 * time.Second); len(e.Held()) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("a partition busy with a job is still held 5s after the lease was lost")
 		}
 	}
 }

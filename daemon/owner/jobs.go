@@ -288,30 +288,46 @@ func (o *Owner) readOwned(held map[fetch.Key]bool, fences uint64) ownedWork {
 }
 
 // dropAll drops every partition the engine holds (lease lost); without a
-// data path (RunLease alone) there is none.
+// data path (RunLease alone) there is none. A partition busy with a job
+// (a handoff's drain, a stop, a pause) is dropped under it: its queue,
+// fetched under the lost lease, must not be sent once the lease is back
+// and the partition may have moved meanwhile (issue 19). The job then
+// finds it dropped: a drain ends unclean, and the handoff or stop settles
+// the position by the walk.
 func (o *Owner) dropAll() {
 	if o.engine == nil {
 		return
 	}
+	const what = "drop partition after losing the lease"
 	for _, k := range o.engine.Held() {
-		o.drop(k, "drop partition after losing the lease")
+		if !o.drop(k, what) {
+			o.member.Go(func() { o.dropNow(k, what) })
+		}
 	}
 }
 
 // drop stops partition k in the engine at once, in the background, unless
-// another job runs for it; what names the job in a failure's log line.
-func (o *Owner) drop(k fetch.Key, what string) {
+// another job runs for it (then it reports false); what names the job in a
+// failure's log line.
+func (o *Owner) drop(k fetch.Key, what string) bool {
 	if !o.owner.start(k, "drop") {
-		return
+		return false
 	}
 	o.member.Go(func() {
 		defer o.owner.done(k)
-		ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
-		defer cancel()
-		if err := o.engine.Drop(ctx, k); err != nil && o.ctx.Err() == nil {
-			o.log.Warn(what, zap.Stringer("partition", k), zap.Error(err))
-		}
+		o.dropNow(k, what)
 	})
+	return true
+}
+
+// dropNow stops partition k in the engine and waits for its produce in
+// flight, if any, to end.
+func (o *Owner) dropNow(k fetch.Key, what string) {
+	ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
+	defer cancel()
+	if err := o.engine.Drop(ctx, k); err != nil && o.ctx.Err() == nil {
+		o.log.Warn(what, zap.Stringer("partition", k), zap.Error(err))
+	}
 }
 
 // specOf is the engine's lease of partition i of t.
