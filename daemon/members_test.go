@@ -69,8 +69,20 @@ func TestAddMemberRefusesExistingID(t *testing.T) {
 // after each election).
 func TestUnheardMemberGetsNoPartitions(t *testing.T) {
 	g := newGroup(t, 3, 2*time.Second)
-	g.addTopic("t", 12)
 	g.runLeases()
+	// Each member's lease first: the owners here run their leases only,
+	// so a handoff never completes, and a member granted late (a loaded
+	// machine) would have its partitions taken over and never balanced
+	// back (seen once in CI).
+	waitFor(t, 20*time.Second, "every member holding its lease", func() bool {
+		for _, m := range g.members {
+			if !m.own.WriteDeadline().After(time.Now()) {
+				return false
+			}
+		}
+		return true
+	})
+	g.addTopic("t", 12)
 	l := g.leader()
 	ctx := context.Background()
 	if err := l.store.AddNonvoter("n9", "127.0.0.1:1"); err != nil {
@@ -81,9 +93,15 @@ func TestUnheardMemberGetsNoPartitions(t *testing.T) {
 	if err := l.store.Apply(ctx, raftstore.UpsertMember{Member: rec}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "12 partitions balanced over n1..n3", func() bool {
-		return isBalanced(ownerCounts(g.partitions(g.index(l))), "n1", "n2", "n3")
-	})
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		owners := ownerCounts(g.partitions(g.index(l)))
+		if isBalanced(owners, "n1", "n2", "n3") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("12 partitions not balanced over n1..n3 within 20s: owners %v", owners)
+		}
+	}
 	// The owners here run their leases only, so a handoff stays asked
 	// for (MoveTo) and never completes: count those too.
 	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
