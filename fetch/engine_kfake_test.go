@@ -750,6 +750,7 @@ func TestNewGenerationWalksFromTheDestination(t *testing.T) {
 	}
 	x.ctl.mu.Lock()
 	x.ctl.deadline = time.Now().Add(-time.Millisecond) // fenced: this member lost its lease
+	x.ctl.losses++
 	x.ctl.mu.Unlock()
 	x.produce(x.src, "g", 50, 30)
 	time.Sleep(300 * time.Millisecond) // fetched and queued here, not sent

@@ -198,13 +198,23 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 }
 
 // writeStopped records a partition's last mirrored position in the state
-// topic, readable with plain Kafka by the other side at failback.
-func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, rec any) error {
+// topic, readable with plain Kafka by the other side at failback. It is
+// stamped with the partition's generation gen and written only under this
+// member's lease, as checkpoints are: a reader keeps the record of the
+// highest generation, so an owner that lost its lease without noticing
+// cannot overwrite the position its successor recorded (issue 19).
+func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, gen uint64, rec any) error {
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}}, time.Time{})
+	var writeBy time.Time
+	if s.writeDeadline != nil {
+		if writeBy = s.writeDeadline(); !time.Now().Before(writeBy) {
+			return fmt.Errorf("last mirrored position of %s %w", k, errNoLease)
+		}
+	}
+	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v, Headers: genHeaders(gen)}}, writeBy)
 }
 
 func (s *offsetStore) close() {

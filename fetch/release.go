@@ -17,7 +17,10 @@ import (
 // Drop stops a partition at once, without draining its queue or writing a
 // checkpoint: its lease moved to another member, which resumes from the
 // last checkpoint with a walk. It returns once no produce of the partition
-// is in flight.
+// is in flight; if ctx ends first it returns ctx's error, and the
+// partition still leaves the engine once that produce ends (its own bound,
+// produce_timeout + 10 s): left listed and dropped, a later Assign would
+// find it so and never start it again.
 func (e *Engine) Drop(ctx context.Context, k Key) error {
 	e.mu.Lock()
 	p, ok := e.parts[k]
@@ -27,7 +30,11 @@ func (e *Engine) Drop(ctx context.Context, k Key) error {
 	}
 	e.dropLocked(p)
 	e.mu.Unlock()
-	return e.forget(ctx, k, p)
+	err := e.forget(ctx, k, p)
+	if err != nil {
+		go func() { _ = e.forget(e.ctx, k, p) }()
+	}
+	return err
 }
 
 // dropLocked stops p at once: no batch of it is collected for produce
@@ -396,9 +403,12 @@ func (e *UnverifiedError) Error() string {
 func (e *UnverifiedError) Unwrap() error { return e.Err }
 
 // RecordStopped writes a stopped partition's last mirrored position to the
-// state topic, where the other side can read it with plain Kafka.
-func (e *Engine) RecordStopped(ctx context.Context, k Key, rec any) error {
-	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, rec)
+// state topic, where the other side can read it with plain Kafka. gen is
+// the partition's lease generation the position was settled under: a
+// reader keeps the record of the highest. It fails without writing when
+// this member's lease has ended (Control.WriteDeadline).
+func (e *Engine) RecordStopped(ctx context.Context, k Key, gen uint64, rec any) error {
+	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, gen, rec)
 }
 
 // StoppedTranslation returns the translation of a partition this engine

@@ -162,21 +162,7 @@ func TestReleaseTimeoutStopsSending(t *testing.T) {
 	k := Key{Mirror: "m", Topic: "t", Partition: 0}
 	x.mirrorCaughtUp("t", 1, 10)
 
-	var (
-		held, afterWake atomic.Int32
-		woken           atomic.Bool
-	)
-	wake := make(chan struct{})
-	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		x.dst.KeepControl()
-		if woken.Load() {
-			afterWake.Add(1)
-			return nil, nil, false
-		}
-		held.Add(1)
-		x.dst.SleepControl(func() { <-wake })
-		return nil, nil, false
-	})
+	held, afterWake, wake := x.holdProduce()
 	for i := range 5 { // five source batches: one held in flight, the rest queued
 		x.produce(x.src, "t", 10+10*i, 10)
 	}
@@ -193,8 +179,7 @@ func TestReleaseTimeoutStopsSending(t *testing.T) {
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Release with its produce held: %v, want its context's deadline", err)
 	}
-	woken.Store(true)
-	close(wake)
+	wake()
 	time.Sleep(time.Second) // a DRAINING partition would send its queue now
 	if n := afterWake.Load(); n != 0 {
 		t.Fatalf("%d produce requests after the Release gave up: the timed-out drain kept sending", n)
@@ -262,6 +247,68 @@ func TestDropEndsAWaitingDrain(t *testing.T) {
 	if len(x.e.Statuses()) != 0 {
 		t.Fatal("the dropped partition is still held")
 	}
+}
+
+// TestPartitionAssignedBeforeALossSendsNothing: a partition the owner
+// assigned before its latest lease loss sends nothing once the lease is
+// back, until the owner assigns it again under the new lease (with the
+// new loss count): it may have moved meanwhile (issue 19: a partition a
+// lease loss did not drop went on sending what it fetched under the lost
+// lease).
+func TestPartitionAssignedBeforeALossSendsNothing(t *testing.T) {
+	x := newKfakePair(t)
+	x.mirrorCaughtUp("t", 1, 10)
+	var produced atomic.Int32
+	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		for _, tp := range r.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == "t" { // not the checkpoints
+				produced.Add(1)
+			}
+		}
+		return nil, nil, false
+	})
+	x.ctl.mu.Lock()
+	x.ctl.losses++ // lost and granted again: the deadline is ahead
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "t", 10, 10)
+	waitUntil(t, 10*time.Second, "the new records fetched", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].SourceEnd == 20
+	})
+	time.Sleep(time.Second)
+	if n := produced.Load(); n != 0 {
+		t.Fatalf("%d produce requests for a partition assigned before the lease loss", n)
+	}
+	sp := specs("t", 1)
+	sp[0].Fences = 1
+	x.e.Assign(sp)
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
+}
+
+// TestDropTimeoutStillForgets: a Drop whose context ends while the
+// partition's produce is still in flight returns that error, and the
+// partition leaves the engine all the same once the produce ends; left
+// listed and dropped, the next Assign of it would never start it again.
+func TestDropTimeoutStillForgets(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 20 * time.Second })
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+	held, _, wake := x.holdProduce()
+	x.produce(x.src, "t", 10, 10)
+	waitUntil(t, 10*time.Second, "a produce held by the destination", func() bool { return held.Load() > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := x.e.Drop(ctx, k)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drop with its produce held: %v, want its context's deadline", err)
+	}
+	wake()
+	waitUntil(t, 10*time.Second, "the dropped partition leaving the engine", func() bool { return len(x.e.Statuses()) == 0 })
+	x.e.Assign(specs("t", 1))
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
 }
 
 // TestProduceConnectionUserTimeout: a produce connection gives up
@@ -375,8 +422,35 @@ func TestLeaseEndResetsUnansweredProduce(t *testing.T) {
 			x.ctl.mu.Lock()
 			x.ctl.deadline = time.Time{}
 			x.ctl.mu.Unlock()
+			if tc.lost { // the owner assigns it again under the new lease
+				sp := specs("t", 1)
+				sp[0].Fences = 1
+				x.e.Assign(sp)
+			}
 			x.waitCaughtUp("t", 1)
 			x.requireMirrored("t", 1)
 		})
+	}
+}
+
+// holdProduce makes the destination hold every produce request (held
+// counts them) until wake; those after it pass (after counts them).
+func (x *kfakePair) holdProduce() (held, after *atomic.Int32, wake func()) {
+	held, after = new(atomic.Int32), new(atomic.Int32)
+	var woken atomic.Bool
+	ch := make(chan struct{})
+	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		if woken.Load() {
+			after.Add(1)
+			return nil, nil, false
+		}
+		held.Add(1)
+		x.dst.SleepControl(func() { <-ch })
+		return nil, nil, false
+	})
+	return held, after, func() {
+		woken.Store(true)
+		close(ch)
 	}
 }
