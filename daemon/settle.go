@@ -20,7 +20,7 @@ func (m *Member) SettleUnverified(ctx context.Context, mir raftstore.Mirror, t r
 		return raftstore.Position{}, "", fmt.Errorf("%s/%d has no recorded position", t.Topic, i)
 	}
 	p := t.Partitions[i]
-	spec := fetch.Spec{Key: fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i}, Generation: p.Generation, StartOffset: p.StartOffset,
+	spec := fetch.Spec{Key: fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i}, StartOffset: p.StartOffset,
 		SourceTopicID: t.SourceTopicID, DestTopicID: t.DestTopicID}
 	m.engine.SetSource(mir.Name, m.Source(mir))
 	pos, err := m.engine.SettleUnverified(ctx, spec, p.UnverifiedEnd)

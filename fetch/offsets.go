@@ -228,7 +228,7 @@ func (s *offsetStore) apply(r kwire.Record) {
 	if !ok {
 		return
 	}
-	if kind == kindCheckpoint || kind == kindSegment || kind == kindStopped {
+	if kind == kindCheckpoint || kind == kindSegment {
 		if g := genOf(r); g != 0 {
 			if g < s.gens[k] {
 				s.stale[k]++

@@ -199,11 +199,14 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 
 // writeStopped records a partition's last mirrored position in the state
 // topic, readable with plain Kafka by the other side at failback. It is
-// stamped with the partition's generation gen and written only under this
-// member's lease, as checkpoints are: a reader keeps the record of the
-// highest generation, so an owner that lost its lease without noticing
-// cannot overwrite the position its successor recorded (issue 19).
-func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, gen uint64, rec any) error {
+// written only under this member's lease, as checkpoints and produce
+// requests are, so an owner whose lease ended while its stop ran on
+// cannot replace the position its successor recorded (issue 19). Unlike
+// checkpoints it carries no generation for readers to compare: the state
+// topic outlives the raft group whose log indexes the generations are (a
+// group rebuilt from scratch starts over at low ones), and the last
+// record of a key is what compaction keeps anyway.
+func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, rec any) error {
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -214,7 +217,7 @@ func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, gen
 			return fmt.Errorf("last mirrored position of %s %w", k, errNoLease)
 		}
 	}
-	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v, Headers: genHeaders(gen)}}, writeBy)
+	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}}, writeBy)
 }
 
 func (s *offsetStore) close() {

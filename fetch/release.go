@@ -130,6 +130,7 @@ func (e *Engine) Stop(ctx context.Context, spec Spec) (Position, error) {
 
 // release is Release; settled reports that the position came from a walk.
 func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool, err error) {
+	losses := e.ctl.LeaseLosses()
 	e.mu.Lock()
 	p, ok := e.parts[k]
 	if !ok {
@@ -138,6 +139,13 @@ func (e *Engine) release(ctx context.Context, k Key) (pos Position, settled bool
 	}
 	if p.released == nil {
 		p.released = make(chan struct{})
+	}
+	if p.spec.Fences != losses && p.release != releaseDropped {
+		// Assigned before the latest lease loss: its queue may not be
+		// sent (collectProduce), so it cannot drain; it is dropped now
+		// and its position settled by the walk, instead of waiting out
+		// the caller's bound.
+		e.dropLocked(p)
 	}
 	if p.release != releaseDropped { // a release after a Drop finds it stopped
 		p.moveRelease(releaseDraining)
@@ -403,12 +411,11 @@ func (e *UnverifiedError) Error() string {
 func (e *UnverifiedError) Unwrap() error { return e.Err }
 
 // RecordStopped writes a stopped partition's last mirrored position to the
-// state topic, where the other side can read it with plain Kafka. gen is
-// the partition's lease generation the position was settled under: a
-// reader keeps the record of the highest. It fails without writing when
-// this member's lease has ended (Control.WriteDeadline).
-func (e *Engine) RecordStopped(ctx context.Context, k Key, gen uint64, rec any) error {
-	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, gen, rec)
+// state topic, where the other side can read it with plain Kafka. It fails
+// without writing when this member's lease has ended
+// (Control.WriteDeadline).
+func (e *Engine) RecordStopped(ctx context.Context, k Key, rec any) error {
+	return e.store.writeStopped(ctx, e.cfg.StateTopic, k, rec)
 }
 
 // StoppedTranslation returns the translation of a partition this engine

@@ -43,7 +43,7 @@ func (e *Engine) produceLoop(w *worker) {
 		// Read before the lease end the batch goes under: the lease-end
 		// reset trusts a renewal only under the same unbroken lease.
 		losses := e.ctl.LeaseLosses()
-		batch, writeBy, wait, verify, current := e.collectProduce(w, losses)
+		batch, writeBy, wait, verify, current := e.collectProduce(w)
 		if !current {
 			return // replaced: the broker moved to another address
 		}
@@ -213,12 +213,14 @@ func (e *Engine) observeProduce(batch []sent, res []kwire.ProduceResult, err err
 // broker, assigning sequence numbers the first time a batch is sent. wait
 // is how long to sleep when nothing is ready. writeBy is the end of this
 // member's lease: nothing is collected after it, and the request must be
-// written before it (self-fencing, design.md section 3). losses is the
-// lease-loss count read before writeBy: a partition assigned before the
-// latest loss (Spec.Fences) sends nothing until its owner assigns it again
-// under the new lease, since it may have moved meanwhile (issue 19).
-func (e *Engine) collectProduce(w *worker, losses uint64) (batch []sent, writeBy time.Time, wait time.Duration, verify []*partition, current bool) {
+// written before it (self-fencing, design.md section 3). A partition
+// assigned before the latest lease loss (Spec.Fences behind the count read
+// after writeBy, so writeBy is no later lease's than the count's) sends
+// nothing until its owner assigns it again under the new lease, since it
+// may have moved meanwhile (issue 19).
+func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wait time.Duration, verify []*partition, current bool) {
 	writeBy = e.ctl.WriteDeadline()
+	losses := e.ctl.LeaseLosses()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.senders[w.broker] != w {

@@ -287,6 +287,33 @@ func TestPartitionAssignedBeforeALossSendsNothing(t *testing.T) {
 	x.requireMirrored("t", 1)
 }
 
+// TestStopOfAPartitionAssignedBeforeALoss: a stop (or a handoff, a pause)
+// of a partition assigned before the latest lease loss, whose queue may
+// not be sent, does not wait out its bound on a drain that cannot happen:
+// the partition is dropped and its position settled by the walk at once.
+func TestStopOfAPartitionAssignedBeforeALoss(t *testing.T) {
+	x := newKfakePair(t)
+	x.mirrorCaughtUp("t", 1, 10)
+	x.ctl.mu.Lock()
+	x.ctl.losses++
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "t", 10, 10)
+	waitUntil(t, 10*time.Second, "the new records fetched", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].SourceEnd == 20
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	pos, err := x.e.Stop(ctx, specs("t", 1)[0])
+	if err != nil {
+		t.Fatalf("stop after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	if pos.SourceOffset != 10 || pos.DestinationOffset != 10 {
+		t.Fatalf("stop settled at %+v; want source 10, destination 10 (the queue fetched under the lost lease was not sent)", pos)
+	}
+}
+
 // TestDropTimeoutStillForgets: a Drop whose context ends while the
 // partition's produce is still in flight returns that error, and the
 // partition leaves the engine all the same once the produce ends; left

@@ -453,7 +453,7 @@ func (o *Owner) RecordLastMirrored(ctx context.Context, spec fetch.Spec, pos raf
 		o.log.Warn("destination cluster ID unknown for the last mirrored position", zap.Error(err))
 	}
 	k := spec.Key
-	return o.engine.RecordStopped(ctx, k, spec.Generation, truncate.LastMirrored{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition,
+	return o.engine.RecordStopped(ctx, k, truncate.LastMirrored{Mirror: k.Mirror, Topic: k.Topic, Partition: k.Partition,
 		SourceOffset: pos.SourceOffset, DestinationOffset: pos.DestinationOffset, SourceLeaderEpoch: pos.SourceLeaderEpoch,
 		SourceClusterID: pos.SourceClusterID, SourceTopicID: pos.SourceTopicID,
 		DestinationClusterID: dstCluster, DestinationTopicID: spec.DestTopicID,
