@@ -293,9 +293,8 @@ func (e *Engine) RetainSources(keep map[string]bool) {
 // updates the generation of held ones; a held partition whose producer
 // identity changed resumes under the new one, and one whose generation
 // changed across a fence of its owner (Spec.Fences) resumes with the walk.
-// Partitions not named are
-// left alone: the caller releases (Release, HandOff, Stop) or drops (Drop)
-// them.
+// Partitions not named are left alone: the caller releases (Release,
+// HandOff, Stop) or drops (Drop) them.
 func (e *Engine) Assign(specs []Spec) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

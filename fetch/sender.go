@@ -146,8 +146,8 @@ func (e *Engine) produceLoop(w *worker) {
 // delivery). writeBy is the lease end the request was sent under, losses
 // the lease-loss count read before it (Control.LeaseLosses); at writeBy
 // the lease is read again, and one renewed with no loss since is waited
-// out instead. The
-// returned stop ends the watch and reports whether it reset conn.
+// out instead. The returned stop ends the watch and reports whether it
+// reset conn.
 func (e *Engine) resetOnLeaseEnd(conn *kwire.Conn, writeBy time.Time, losses uint64) (stop func() bool) {
 	var (
 		mu                sync.Mutex
