@@ -28,6 +28,9 @@ type fakeControl struct {
 	saved    map[Key]kafka.ProducerID
 	deadline time.Time // zero: a lease that never ends
 	losses   uint64    // LeaseLosses
+	// onDeadline, when set, runs (under mu) in each WriteDeadline call
+	// until it reports true: a lease event between a caller's reads.
+	onDeadline func(*fakeControl) bool
 	gaps     [][2]int64
 }
 
@@ -72,6 +75,9 @@ func (c *fakeControl) LeaseLosses() uint64 {
 func (c *fakeControl) WriteDeadline() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if f := c.onDeadline; f != nil && f(c) {
+		c.onDeadline = nil
+	}
 	if c.deadline.IsZero() {
 		return time.Now().Add(time.Hour)
 	}

@@ -258,16 +258,7 @@ func TestDropEndsAWaitingDrain(t *testing.T) {
 func TestPartitionAssignedBeforeALossSendsNothing(t *testing.T) {
 	x := newKfakePair(t)
 	x.mirrorCaughtUp("t", 1, 10)
-	var produced atomic.Int32
-	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		x.dst.KeepControl()
-		for _, tp := range r.(*kmsg.ProduceRequest).Topics {
-			if tp.Topic == "t" { // not the checkpoints
-				produced.Add(1)
-			}
-		}
-		return nil, nil, false
-	})
+	produced := x.countProduce("t")
 	x.ctl.mu.Lock()
 	x.ctl.losses++ // lost and granted again: the deadline is ahead
 	x.ctl.mu.Unlock()
@@ -276,15 +267,42 @@ func TestPartitionAssignedBeforeALossSendsNothing(t *testing.T) {
 		st := x.e.Statuses()
 		return len(st) == 1 && st[0].SourceEnd == 20
 	})
-	time.Sleep(time.Second)
-	if n := produced.Load(); n != 0 {
-		t.Fatalf("%d produce requests for a partition assigned before the lease loss", n)
+	x.requireHeldUntilReassigned(produced)
+}
+
+// TestLossBetweenTheReadsSendsNothing: a lease lost and granted again
+// between the sender's read of the loss count and its read of the write
+// deadline must not let a partition assigned before the loss send under
+// the new lease: the count the guard compares is read after the deadline.
+func TestLossBetweenTheReadsSendsNothing(t *testing.T) {
+	x := newKfakePair(t)
+	x.mirrorCaughtUp("t", 1, 10)
+	time.Sleep(300 * time.Millisecond) // the checkpoint written: nothing dirty
+	produced := x.countProduce("t")
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Now().Add(-time.Millisecond) // fenced: the new records stay queued
+	x.ctl.mu.Unlock()
+	x.produce(x.src, "t", 10, 10)
+	waitUntil(t, 10*time.Second, "the new records fetched", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].SourceEnd == 20
+	})
+	// A new lease, granted after a loss counted just as the sender reads
+	// the deadline of the round that would send: the second read (the
+	// first round only checks the destination topic, idle over 200 ms:
+	// destinationVerifyGap).
+	calls := 0
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{}
+	x.ctl.onDeadline = func(c *fakeControl) bool {
+		if calls++; calls < 2 {
+			return false
+		}
+		c.losses++
+		return true
 	}
-	sp := specs("t", 1)
-	sp[0].Fences = 1
-	x.e.Assign(sp)
-	x.waitCaughtUp("t", 1)
-	x.requireMirrored("t", 1)
+	x.ctl.mu.Unlock()
+	x.requireHeldUntilReassigned(produced)
 }
 
 // TestStopOfAPartitionAssignedBeforeALoss: a stop (or a handoff, a pause)
@@ -480,4 +498,37 @@ func (x *kfakePair) holdProduce() (held, after *atomic.Int32, wake func()) {
 		woken.Store(true)
 		close(ch)
 	}
+}
+
+// countProduce counts the produce requests carrying a batch of topic (not
+// the checkpoints).
+func (x *kfakePair) countProduce(topic string) *atomic.Int32 {
+	n := new(atomic.Int32)
+	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		for _, tp := range r.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == topic {
+				n.Add(1)
+			}
+		}
+		return nil, nil, false
+	})
+	return n
+}
+
+// requireHeldUntilReassigned checks that partition t/0, assigned before
+// a lease loss (fakeControl.losses 1), sends nothing for a second
+// (produced counts its produce requests), then that it mirrors once
+// assigned again under the new count.
+func (x *kfakePair) requireHeldUntilReassigned(produced *atomic.Int32) {
+	x.t.Helper()
+	time.Sleep(time.Second)
+	if n := produced.Load(); n != 0 {
+		x.t.Fatalf("%d produce requests for a partition assigned before the lease loss", n)
+	}
+	sp := specs("t", 1)
+	sp[0].Fences = 1
+	x.e.Assign(sp)
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
 }

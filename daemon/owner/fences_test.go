@@ -112,21 +112,9 @@ func TestLeaseWindowAllowsForClockRate(t *testing.T) {
 // TestDropEndsAWaitingDrain).
 func TestLeaseLossDropsPartitionsBusyWithAJob(t *testing.T) {
 	o, _, key := ownedPartition(t)
-	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dst.Close)
-	e := fetch.New(fetch.Config{Destination: dst.ListenAddrs(), RetryBackoff: 50 * time.Millisecond}, o.Control(), zaptest.NewLogger(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	o.SetEngine(e)
+	e, dst := ownerEngine(t, o)
 	k := fetch.Key{Mirror: key.Mirror, Topic: key.Topic, Partition: key.Partition}
-	e.SetSource(k.Mirror, fetch.Source{Bootstrap: dst.ListenAddrs()})
+	e.SetSource(k.Mirror, fetch.Source{Bootstrap: dst})
 	e.Assign([]fetch.Spec{{Key: k, Generation: 1}})
 	if len(e.Held()) != 1 {
 		t.Fatal("the engine does not hold the assigned partition")
@@ -140,5 +128,67 @@ func TestLeaseLossDropsPartitionsBusyWithAJob(t *testing.T) {
 		if time.Now().After(end) {
 			t.Fatal("a partition busy with a job is still held 5s after the lease was lost")
 		}
+	}
+}
+
+// ownerEngine gives o a started data path whose destination is a kfake
+// cluster (its addresses returned): enough to hold partitions.
+func ownerEngine(t *testing.T, o *Owner) (*fetch.Engine, []string) {
+	t.Helper()
+	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dst.Close)
+	e := fetch.New(fetch.Config{Destination: dst.ListenAddrs(), RetryBackoff: 50 * time.Millisecond}, o.Control(), zaptest.NewLogger(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	o.SetEngine(e)
+	return e, dst.ListenAddrs()
+}
+
+// sourceHook is a group's only member that runs hook whenever the owner
+// asks it how to reach a mirror's source (while the owner reads the
+// state).
+type sourceHook struct {
+	leaderMember
+	hook func()
+}
+
+func (s sourceHook) Source(raftstore.Mirror) fetch.Source {
+	s.hook()
+	return fetch.Source{}
+}
+
+// TestReconcileReadingAcrossALossActsOnNothing: a lease lost while the
+// owner reads the state makes the reconcile act on nothing: its specs
+// carry the loss count from before the loss, and a generation a takeover
+// changed after the fence would be taken in place (Spec.Fences). The next
+// reconcile, with the lease back, assigns under the new count.
+func TestReconcileReadingAcrossALossActsOnNothing(t *testing.T) {
+	o, store, _ := ownedPartition(t)
+	e, _ := ownerEngine(t, o)
+	bumped := false
+	o.member = sourceHook{leaderMember{store}, func() {
+		if !bumped { // the lease lost and granted again during the read
+			bumped = true
+			o.lease.mu.Lock()
+			o.lease.losses++
+			o.lease.mu.Unlock()
+		}
+	}}
+	o.lease.mu.Lock()
+	o.lease.synced = true
+	o.lease.mu.Unlock()
+	if settled, _ := o.ownerReconcile(); settled || len(e.Held()) != 0 {
+		t.Fatalf("a reconcile that read the state across a lease loss acted: settled %v, %d partitions assigned", settled, len(e.Held()))
+	}
+	o.ownerReconcile()
+	if len(e.Held()) != 1 {
+		t.Fatalf("the next reconcile assigned %d partitions, want 1", len(e.Held()))
 	}
 }
