@@ -31,7 +31,7 @@ type fakeControl struct {
 	// onDeadline, when set, runs (under mu) in each WriteDeadline call
 	// until it reports true: a lease event between a caller's reads.
 	onDeadline func(*fakeControl) bool
-	gaps     [][2]int64
+	gaps       [][2]int64
 }
 
 func newFakeControl() *fakeControl {
