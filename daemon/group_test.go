@@ -32,7 +32,10 @@ type group struct {
 	// cut marks a member cut off from the others beyond raft (isolate):
 	// its lease renewals and forwarded commands fail too.
 	cut []atomic.Bool
-	ttl time.Duration
+	// clocks are the members' clocks (raftstore.Clock): the process
+	// clock's rate until a test sets another.
+	clocks []*rateClock
+	ttl    time.Duration
 }
 
 func newGroup(t testing.TB, n int, ttl time.Duration) *group {
@@ -63,8 +66,9 @@ func newGroupWith(t testing.TB, n int, ttl time.Duration, dest *kafka.Admin) *gr
 	}
 	for i := range n {
 		id := peers[i].ID
+		g.clocks = append(g.clocks, newRateClock())
 		store, err := raftstore.Open(raftstore.Config{
-			NodeID: id, InMemory: true, Transport: g.late[i], Bootstrap: true, Peers: peers,
+			NodeID: id, InMemory: true, Transport: g.late[i], Bootstrap: true, Peers: peers, Clock: g.clocks[i],
 			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 			LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 			Logger: logger.Named(id),

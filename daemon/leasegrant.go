@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/raftstore"
@@ -60,7 +59,7 @@ func (m *Member) grantLease(ctx context.Context, id string) (api.LeaseGrant, err
 	}
 	var idx uint64
 	m.store.Read(func(s *raftstore.State) { idx = s.Index })
-	m.store.RecordLeaseGrant(id, time.Now())
+	m.store.RecordLeaseGrant(id, m.store.Clock().Now())
 	return api.LeaseGrant{Leader: m.cfg.NodeID, StateIndex: idx}, nil
 }
 

@@ -247,6 +247,8 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history, hold *wri
 		time.Sleep(5 * time.Millisecond)
 		dl := m.own.WriteDeadline()
 		now := time.Now()
+		// The drain is timed on the member's clock, as its engine's is.
+		local := m.store.Clock().Now()
 		if dl.IsZero() {
 			held = nil
 		}
@@ -259,10 +261,10 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history, hold *wri
 				// release under the lease.
 				since, ok := draining[o.key]
 				if !ok {
-					draining[o.key] = now
+					draining[o.key] = local
 					continue
 				}
-				if now.Sub(since) >= inFlight && now.Before(dl) {
+				if local.Sub(since) >= inFlight && now.Before(dl) {
 					l := g.currentLeader()
 					if l != nil {
 						cmd := raftstore.ReleasePartition{Key: o.key, Lease: raftstore.Lease{Owner: m.cfg.NodeID, Generation: o.info.Generation}}
@@ -342,7 +344,8 @@ func tierSeed(t *testing.T) int64 {
 // only), a member cut off and healed, a link losing a share of its
 // messages both ways (raft requests or answers, renewals and their
 // grants), a member frozen (its lease loops and
-// data path held; the data path wakes first). The writes recorded must keep one
+// data path held; the data path wakes first); every member's clock runs
+// at its own rate within the bound the lease allows for. The writes recorded must keep one
 // writer per partition at any moment, and once the faults end every
 // partition is written again by a member that holds its lease. The seed is
 // printed; KMIRROR_TIER_SEED replays it.
@@ -360,6 +363,11 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 		g.setLease(i, ttl, tierLeaseMargin, tierProduceTimeout)
 		g.late[i].seed(seed, i)
 		ids[i] = g.members[i].cfg.NodeID
+		// Each member's clock runs at its own rate, within the bound the
+		// lease window allows for (owner.maxClockRateError).
+		rate := 1 + (2*rng.Float64()-1)*maxClockRateError
+		g.clocks[i].SetRate(rate)
+		t.Logf("%s's clock runs at %+.0f ppm", ids[i], (rate-1)*1e6)
 	}
 	g.addTopic("tier", parts)
 	// Per-member settings: one member's file has a longer lease (a

@@ -51,7 +51,7 @@ func Open(cfg Config) (*Store, error) {
 	// raft blocks on NotifyCh: watchLeadership drains it.
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
-	s := &Store{log: logger.Named("raftstore"), fsm: NewFSM(), leadership: make(chan bool, 16), failing: map[string]time.Time{}, closed: make(chan struct{})}
+	s := &Store{log: logger.Named("raftstore"), fsm: NewFSM(), leadership: make(chan bool, 16), failing: map[string]time.Time{}, closed: make(chan struct{}), clock: ClockOrSystem(cfg.Clock)}
 
 	trans := cfg.Transport
 	cleanup := func() {

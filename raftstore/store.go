@@ -61,6 +61,10 @@ type Config struct {
 	// InMemory keeps the log and snapshots in memory (tests); DataDir is
 	// then unused.
 	InMemory bool
+	// Clock times leadership changes, lease grants and contact for the
+	// lease; nil: the process clock (tests run members on clocks of other
+	// rates).
+	Clock Clock
 }
 
 // Validate reports the first setting that cannot work, naming the field.
@@ -154,6 +158,7 @@ type Store struct {
 	// (LeaderCaughtUp).
 	barrierTerm atomic.Uint64
 	closed      chan struct{}
+	clock       Clock
 
 	closeOnce sync.Once
 	closeErr  error
@@ -238,6 +243,9 @@ func (s *Store) Read(fn func(*State)) { s.fsm.Read(fn) }
 // Watch notifies on every change of the local state; see FSM.Watch.
 func (s *Store) Watch() (<-chan struct{}, func()) { return s.fsm.Watch() }
 
+// Clock is the clock this member's lease is timed on (Config.Clock).
+func (s *Store) Clock() Clock { return s.clock }
+
 // IsLeader reports whether this member currently is the raft leader.
 func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 
@@ -255,7 +263,7 @@ func (s *Store) watch(notify <-chan bool) {
 			if !ok {
 				return
 			}
-			now := time.Now()
+			now := s.clock.Now()
 			s.mu.Lock()
 			if leader {
 				s.leaderSince = now
@@ -288,7 +296,11 @@ func (s *Store) watchHeartbeats() {
 			s.mu.Lock()
 			switch d := o.Data.(type) {
 			case raft.FailedHeartbeatObservation:
-				s.failing[string(d.PeerID)] = d.LastContact
+				last := d.LastContact
+				if !last.IsZero() {
+					last = s.clock.Local(last)
+				}
+				s.failing[string(d.PeerID)] = last
 			case raft.ResumedHeartbeatObservation:
 				delete(s.failing, string(d.PeerID))
 			}
@@ -309,7 +321,7 @@ func (s *Store) PeerContact(id string) time.Time {
 	defer s.mu.Unlock()
 	last, failing := s.failing[id]
 	if !failing {
-		return time.Now()
+		return s.clock.Now()
 	}
 	if last.Before(s.leaderSince) {
 		return s.leaderSince
@@ -362,9 +374,12 @@ func (s *Store) LeaseGrant(id string) (at time.Time, granted bool) {
 // section 3, self-fencing).
 func (s *Store) LeaseContact() time.Time {
 	if s.raft.State() == raft.Leader {
-		return time.Now()
+		return s.clock.Now()
 	}
 	lc := s.raft.LastContact()
+	if !lc.IsZero() {
+		lc = s.clock.Local(lc)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leftLeadership.After(lc) {

@@ -37,6 +37,7 @@ func (s *inputsStore) LeaseGrant(id string) (time.Time, bool) {
 }
 
 func (s *inputsStore) PeerContact(string) time.Time { return time.Now() }
+func (s *inputsStore) Clock() raftstore.Clock       { return raftstore.SystemClock{} }
 
 // TestPlanInputsShowAMemberExpiring: a settled leader round is repeated
 // only when planInputs changes (or the state does), so what placement

@@ -266,11 +266,12 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 			grants[id] = mem.LeaseProtocol >= raftstore.LeaseProtocolGrant
 		}
 	})
+	now := l.store.Clock().Now()
 	return func(id string) bool {
 		if id == l.cfg.NodeID {
 			return true
 		}
-		return inConfig[id] && time.Since(LeaseContact(l.store, id, grants[id])) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
+		return inConfig[id] && now.Sub(LeaseContact(l.store, id, grants[id])) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
 	}, inConfig
 }
 

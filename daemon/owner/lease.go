@@ -74,7 +74,8 @@ func (o *Owner) writeDeadline() time.Time {
 	if bound := checked.Add(leaseCheckSlack); bound.Before(dl) {
 		dl = bound
 	}
-	return dl
+	// The data path and the kernel compare it with the process clock.
+	return o.store.Clock().Real(dl)
 }
 
 // leaseSynced reports whether the owner loop may act on the state, and
@@ -93,10 +94,11 @@ func (o *Owner) leaseSynced() (synced bool, losses uint64) {
 func (o *Owner) leaseLoop() {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	last := time.Now()
+	clock := o.store.Clock()
+	last := clock.Now()
 	for {
 		o.waitCheckUnpaused()
-		now := time.Now()
+		now := clock.Now()
 		// A gap between two runs of this loop longer than the window means
 		// the process was paused: its partitions may have moved meanwhile,
 		// even if raft has heard from the leader since it woke.

@@ -25,6 +25,9 @@ type Store interface {
 	LeaseContact() time.Time
 	// Leader is the raft leader's address and ID ("" when none is known).
 	Leader() (addr, id string)
+	// Clock is this member's clock: the lease's times are read on it
+	// (raftstore.Clock).
+	Clock() raftstore.Clock
 }
 
 // Member is what the owner duties ask of the member they run on.

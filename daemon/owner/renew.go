@@ -105,7 +105,7 @@ func (o *Owner) renewLoop() {
 // longer than the window is abandoned: its grant would end before it came.
 func (o *Owner) renewOnce() {
 	_, leaderID := o.store.Leader()
-	sent := time.Now()
+	sent := o.store.Clock().Now()
 	ctx, cancel := context.WithTimeout(o.leaseCtx, o.leaseWindow())
 	grant, err := o.member.RenewLease(ctx)
 	cancel()

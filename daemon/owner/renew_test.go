@@ -29,6 +29,7 @@ func (s *renewStore) Read(fn func(*raftstore.State)) {
 func (s *renewStore) Watch() (<-chan struct{}, func()) { return make(chan struct{}), func() {} }
 func (s *renewStore) LeaseContact() time.Time          { return s.contact }
 func (s *renewStore) Leader() (string, string)         { return "", s.leader }
+func (s *renewStore) Clock() raftstore.Clock           { return raftstore.SystemClock{} }
 
 // grantingMember answers renewals after delay with grant, or err.
 type grantingMember struct {
