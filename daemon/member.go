@@ -194,6 +194,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 		Checkpoint:          cfg.CheckpointInterval,
 		InternalRF:          cfg.Destination.ReplicationFactor,
 		ProduceTimeout:      cfg.ProduceTimeout,
+		ProduceWindow:       cfg.ProduceWindow,
 	}, m.own.Control(), log)
 	m.own.SetEngine(m.engine)
 	// The data path starts once the destination answers, however long

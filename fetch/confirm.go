@@ -122,8 +122,11 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 		p.dirty = true
 	}
 	p.nextSeq, p.own = w.nextSeq, w.own
-	if len(p.queue) > 0 && p.queue[0].seqSet && p.queue[0].seq != p.nextSeq {
-		p.queue[0].seqSet = false // collectProduce numbers it again
+	if h := p.headBatch(); h != nil && h.seqSet && h.seq != p.nextSeq {
+		// collectProduce numbers them again, each after the one before.
+		for _, it := range p.queue {
+			it.seqSet = false
+		}
 	}
 	e.noteDuplicatesLocked(p, w.duplicates)
 	p.moveSend(sendIdle)

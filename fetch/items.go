@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"sort"
+	"time"
 
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
 )
@@ -21,7 +22,8 @@ type item struct {
 	epoch      int32 // source partition leader epoch of the batch
 	seq        int32 // base sequence, fixed the first time the batch is sent
 	seqSet     bool
-	size       int64 // bytes charged to the memory budget
+	sentAt     time.Time // when it was last sent
+	size       int64     // bytes charged to the memory budget
 }
 
 func (it *item) skip() bool { return it.batch == nil }

@@ -123,6 +123,9 @@ func (e *Engine) divergeLocked(p *partition, reason string) {
 func (e *Engine) dropQueueLocked(p *partition) {
 	e.inUse -= p.queued
 	p.queue, p.queued = nil, 0
+	// The restart walks the destination: a void window needs no confirm
+	// of its own once its answers are in.
+	p.voided, p.voidRenew = "", false
 	if p.send == sendConfirming {
 		p.moveSend(sendIdle) // the restart walks; an in-flight produce is waited for
 	}

@@ -125,7 +125,7 @@ var (
 	}
 	sendMoves = [][]sendPhase{
 		sendIdle:       {sendIdle, sendInflight, sendConfirming},
-		sendInflight:   {sendIdle},
+		sendInflight:   {sendIdle, sendInflight},
 		sendConfirming: {sendConfirming, sendIdle},
 	}
 	fetchMoves = [][]fetchPhase{
@@ -225,8 +225,21 @@ type partition struct {
 	// out of its answer): srcEnd is as of then. srcAsked is when a fetch
 	// for it was sent that has had no answer yet (zero: none).
 	srcAnswered, srcAsked time.Time
-	// sentAt is when the batch in flight was sent (send is sendInflight).
+	// sentAt is when the oldest batch in flight was sent (send is
+	// sendInflight).
 	sentAt time.Time
+	// inflight counts the partition's batches in produce requests that
+	// await their answers: the first inflight batches of the queue (skip
+	// items aside), all on the connection inflightOn. send is sendInflight
+	// while it is above 0 (sender.go, the produce window).
+	inflight   int
+	inflightOn *pipe
+	// voided says why the answers of the batches still in flight are not
+	// acted on: an earlier batch of the window failed or its outcome is
+	// unknown, so what landed is established once they are all answered
+	// (confirm, or renewIdentity when voidRenew).
+	voided    string
+	voidRenew bool
 	// dstUnanswered is when a produce of this partition was sent that the
 	// destination never answered (the request timed out after it was
 	// written), while no produce of it has been answered since; zero
@@ -308,6 +321,56 @@ func (p *partition) wantsFetch(limit int64) bool {
 
 // drained reports whether a draining partition has nothing left to send.
 func (p *partition) drained() bool { return len(p.queue) == 0 && p.send != sendInflight }
+
+// headBatch is the first batch of the queue (skip items aside), or nil.
+func (p *partition) headBatch() *item {
+	for _, it := range p.queue {
+		if !it.skip() {
+			return it
+		}
+	}
+	return nil
+}
+
+// nextToSend is the queue index of the first batch not in flight (-1:
+// none) and the batch in flight before it (nil: none).
+func (p *partition) nextToSend() (idx int, prev *item) {
+	n := 0
+	for i, it := range p.queue {
+		if it.skip() {
+			continue
+		}
+		if n == p.inflight {
+			return i, prev
+		}
+		n++
+		prev = it
+	}
+	return -1, prev
+}
+
+// inflightEnd is the queue index after the last batch in flight (0: none).
+func (p *partition) inflightEnd() int {
+	n := 0
+	for i, it := range p.queue {
+		if n == p.inflight {
+			return i
+		}
+		if !it.skip() {
+			n++
+		}
+	}
+	return len(p.queue)
+}
+
+// popSkips applies the skip items at the head of the queue (every
+// batch before them is acknowledged).
+func (p *partition) popSkips() {
+	for len(p.queue) > 0 && p.queue[0].skip() {
+		p.skipped(p.queue[0])
+		p.queue = p.queue[1:]
+	}
+}
 
 // ack applies a successful produce of the queue head at destination
 // offset base.

@@ -149,13 +149,13 @@ func (e *Engine) checkSourceTruncation(ctx context.Context, cl *kafka.Cluster, p
 		return nil // restarted meanwhile: its next route checks again
 	}
 	cut := end.EndOffset
+	keep := 0
 	if cut >= p.pos.SourceOffset {
-		keep := 0
 		for keep < len(p.queue) && p.queue[keep].srcNext <= cut {
 			keep++
 		}
 		straddles := keep < len(p.queue) && p.queue[keep].srcFirst < cut
-		inFlightLost := p.send == sendInflight && keep == 0 && len(p.queue) > 0
+		inFlightLost := keep < p.inflightEnd()
 		if !straddles && !inFlightLost {
 			for _, it := range p.queue[keep:] {
 				p.queued -= it.size
@@ -171,7 +171,8 @@ func (e *Engine) checkSourceTruncation(ctx context.Context, cl *kafka.Cluster, p
 	}
 	hi := p.pos.SourceOffset - 1 // mirrored and lost
 	if cut >= p.pos.SourceOffset && len(p.queue) > 0 {
-		hi = p.queue[0].srcNext - 1 // in a batch being written, or one that straddles the cut
+		// In a batch being written, or one that straddles the cut.
+		hi = p.queue[max(keep, p.inflightEnd()-1)].srcNext - 1
 	}
 	return &Divergence{Key: k, Reason: fmt.Sprintf("the source lost offsets %d..%d of %s after kmirror mirrored them: its new leader "+
 		"(leader epoch %d) ends leader epoch %d at offset %d, before what was mirrored (an unclean leader election on the source). "+

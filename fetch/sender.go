@@ -27,118 +27,6 @@ type sent struct {
 	gen uint64
 }
 
-// produceLoop is the produce loop for one destination broker: each request
-// carries the head batch of every ready partition that broker leads, so
-// each partition has at most one batch in flight and retries resend the
-// same bytes with the same sequence numbers.
-func (e *Engine) produceLoop(w *worker) {
-	var conn *kwire.Conn
-	defer func() {
-		if conn != nil {
-			conn.Abort()
-		}
-	}()
-	backoff := e.cfg.RetryBackoff
-	for e.ctx.Err() == nil {
-		// Read before the lease end the batch goes under: the lease-end
-		// reset trusts a renewal only under the same unbroken lease.
-		losses := e.ctl.LeaseLosses()
-		batch, writeBy, wait, verify, current := e.collectProduce(w)
-		if !current {
-			return // replaced: the broker moved to another address
-		}
-		if len(verify) > 0 {
-			e.verifyDestinationTopics(verify)
-			continue
-		}
-		if len(batch) == 0 {
-			select {
-			case <-e.ctx.Done():
-				return
-			case <-w.kick:
-			case <-time.After(wait):
-			}
-			continue
-		}
-		parts := make([]kwire.ProducePartition, len(batch))
-		for i, s := range batch {
-			k := s.p.key()
-			parts[i] = kwire.ProducePartition{Topic: k.Topic, Partition: k.Partition, Batch: s.it.batch}
-		}
-		var err error
-		if conn == nil {
-			if conn, err = e.dest.Dial(e.ctx, w.addr); err == nil {
-				// Unacknowledged request bytes are given up with the
-				// produce answer's bound, not retransmitted into the
-				// broker after the lease (issue 19).
-				if uerr := conn.SetUserTimeout(e.cfg.ProduceTimeout + time.Second); uerr != nil {
-					e.log.Warn("produce connection keeps the kernel's retransmission timeout", zap.String("broker", w.addr), zap.Error(uerr))
-				}
-				w.conn.Store(conn)
-			}
-		}
-		sent := err == nil
-		var res []kwire.ProduceResult
-		reset := false
-		if sent {
-			sentAt := time.Now()
-			ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
-			fence := e.resetOnLeaseEnd(conn, writeBy, losses)
-			res, err = conn.Produce(ctx, -1, e.cfg.ProduceTimeout, writeBy, parts)
-			if reset = fence(); reset {
-				e.log.Warn("the lease ended with a produce unanswered: its connection was reset, so nothing of it still in the send buffer is delivered",
-					zap.String("broker", w.addr), zap.Int("partitions", len(parts)))
-			}
-			cancel()
-			// A request the broker never wholly received (the lease ran out
-			// while writing it, or the connection broke) was not appended.
-			sent = !errors.Is(err, kwire.ErrNotSent)
-			if sent && e.cfg.ProduceObserver != nil {
-				e.observeProduce(batch, res, err, sentAt, writeBy)
-			}
-		}
-		if err != nil {
-			if conn != nil {
-				// A reset, not a close: a request still in the send
-				// buffer is discarded, not delivered after the lease.
-				w.conn.Store(nil)
-				conn.Abort()
-				conn = nil
-			}
-			if e.ctx.Err() != nil {
-				return
-			}
-			if sent {
-				// The request may have been appended: confirm before resending.
-				e.log.Warn("produce outcome unknown; verifying against the destination", zap.String("broker", w.addr), zap.Error(err))
-				e.unknownOutcome(batch, err)
-			} else {
-				// Nothing was sent: send once routed again.
-				e.log.Warn("produce failed", zap.String("broker", w.addr), zap.Error(err))
-				e.unsend(batch, err)
-			}
-			sleepCtx(e.ctx, backoff)
-			backoff = min(2*backoff, e.cfg.MaxRetryBackoff)
-			continue
-		}
-		backoff = e.cfg.RetryBackoff
-		throttle := time.Until(conn.ThrottledUntil())
-		if reset {
-			// The answer came as the lease end reset the connection: it
-			// counts, but the connection is gone.
-			w.conn.Store(nil)
-			conn = nil
-		}
-		e.handleProduce(w, batch, res, throttle)
-		if throttle > 0 {
-			// The broker reads nothing from this connection until the
-			// throttle ends (KIP-219): a request sent now would wait
-			// unread and count against produce_timeout.
-			sleepCtx(e.ctx, throttle)
-		}
-	}
-}
-
 // resetOnLeaseEnd resets conn (RST, SO_LINGER 0) if this member's lease
 // ends while a request on it is unanswered: what of it is still in the
 // socket's send buffer is discarded, not delivered into the broker after
@@ -209,16 +97,19 @@ func (e *Engine) observeProduce(batch []sent, res []kwire.ProduceResult, err err
 	}
 }
 
-// collectProduce takes the head batch of every ready partition led by
-// broker, assigning sequence numbers the first time a batch is sent. wait
-// is how long to sleep when nothing is ready. writeBy is the end of this
-// member's lease: nothing is collected after it, and the request must be
-// written before it (self-fencing, design.md section 3). A partition
-// assigned before the latest lease loss (Spec.Fences behind the count read
-// after writeBy, so writeBy is no later lease's than the count's) sends
-// nothing until its owner assigns it again under the new lease, since it
-// may have moved meanwhile (issue 19).
-func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wait time.Duration, verify []*partition, current bool) {
+// collectProduce takes the next batch of every ready partition led by
+// broker that has room in its window on pp (fewer than
+// Config.ProduceWindow batches in flight, all on pp, none failed),
+// assigning sequence numbers the first time a batch is sent: each follows
+// the batch before it. wait is how long to sleep when nothing is ready.
+// writeBy is the end of this member's lease: nothing is collected after
+// it, and the request must be written before it (self-fencing, design.md
+// section 3). A partition assigned before the latest lease loss
+// (Spec.Fences behind the count read after writeBy, so writeBy is no
+// later lease's than the count's) sends nothing until its owner assigns
+// it again under the new lease, since it may have moved meanwhile (issue
+// 19).
+func (e *Engine) collectProduce(w *worker, pp *pipe) (batch []sent, writeBy time.Time, wait time.Duration, verify []*partition, current bool) {
 	writeBy = e.ctl.WriteDeadline()
 	losses := e.ctl.LeaseLosses()
 	e.mu.Lock()
@@ -232,17 +123,24 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 	fenced := !now.Before(writeBy)
 	size := 0
 	for _, p := range e.parts {
-		if p.dstLeader != broker || !p.active() || p.send != sendIdle {
+		if p.dstLeader != broker || !p.active() {
 			continue
 		}
-		for len(p.queue) > 0 && p.queue[0].skip() {
-			p.skipped(p.queue[0])
-			p.queue = p.queue[1:]
-		}
-		if len(p.queue) == 0 {
-			if p.releasing() && p.released != nil {
-				closeOnce(p)
+		switch {
+		case p.send == sendIdle:
+			p.popSkips()
+			if len(p.queue) == 0 {
+				if p.releasing() && p.released != nil {
+					closeOnce(p)
+				}
+				continue
 			}
+		case p.send == sendInflight && p.inflightOn == pp && p.inflight < e.cfg.ProduceWindow && p.voided == "":
+		default:
+			continue
+		}
+		idx, prev := p.nextToSend()
+		if idx < 0 {
 			continue
 		}
 		if now.Before(p.retryAt) {
@@ -259,32 +157,90 @@ func (e *Engine) collectProduce(w *worker) (batch []sent, writeBy time.Time, wai
 			wait = min(wait, 100*time.Millisecond)
 			continue
 		}
-		if now.Sub(p.dstVerified) > destinationVerifyGap {
+		if now.Sub(p.dstVerified) > destinationVerifyGap && p.inflight == 0 {
 			verify = append(verify, p)
 			continue
 		}
-		it := p.queue[0]
+		it := p.queue[idx]
 		if size > 0 && size+len(it.batch) > maxProduceBytes {
 			wait = 0
 			continue
 		}
 		if !it.seqSet {
 			it.seq = p.nextSeq
+			if prev != nil {
+				it.seq = kwire.NextSequence(prev.seq, prev.count)
+			}
 			it.seqSet = true
 			it.batch.Rewrite(p.producer.ID, p.producer.Epoch, it.seq)
 		}
-		p.moveSend(sendInflight)
+		if p.inflight == 0 {
+			p.moveSend(sendInflight)
+			p.inflightOn = pp
+		}
+		p.inflight++
+		it.sentAt = now
 		size += len(it.batch)
 		batch = append(batch, sent{p: p, it: it, key: p.spec.Key, gen: p.spec.Generation})
 	}
 	if len(verify) > 0 {
 		// Verify first; nothing collected is sent in this round.
 		for _, s := range batch {
-			s.p.moveSend(sendIdle)
+			if s.p.inflight--; s.p.inflight == 0 {
+				s.p.inflightOn = nil
+				s.p.moveSend(sendIdle)
+			}
 		}
 		return nil, writeBy, 0, verify, true
 	}
 	return batch, writeBy, wait, nil, true
+}
+
+// answeredLocked takes a batch of p's off its window once its request
+// ended (answered, failed, or never sent), and reports whether the
+// outcome is to be acted on: the batch is still p's first (it was not
+// dropped meanwhile) and no earlier batch of the window failed.
+func (e *Engine) answeredLocked(p *partition, it *item) bool {
+	if p.inflight--; p.inflight == 0 {
+		p.inflightOn = nil
+		p.moveSend(sendIdle)
+	}
+	return p.voided == "" && p.headBatch() == it
+}
+
+// windowFaultLocked handles a failure of p's first batch in flight: act
+// now if no later batch of p is in flight; otherwise their answers are
+// void (a broker refuses a batch whose predecessor it did not append,
+// OUT_OF_ORDER_SEQUENCE, and may have appended one after a predecessor
+// that timed out), and once they are all in, what landed is confirmed
+// (renew: the producer identity is renewed instead).
+func (e *Engine) windowFaultLocked(p *partition, why string, renew bool, act func()) {
+	if p.inflight == 0 {
+		act()
+		return
+	}
+	p.voided, p.voidRenew = why, renew
+	p.produceErr = why
+}
+
+// settleVoidLocked acts on p's void window once its last batch in flight
+// has ended.
+func (e *Engine) settleVoidLocked(p *partition) {
+	if p.inflight > 0 || p.voided == "" {
+		return
+	}
+	why, renew := p.voided, p.voidRenew
+	p.voided, p.voidRenew = "", false
+	if !p.active() {
+		return
+	}
+	if renew {
+		e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
+			zap.Stringer("partition", p.key()), zap.String("error", why))
+		e.handBackLocked(p, why)
+		return
+	}
+	e.confirmLocked(p, why)
 }
 
 // destinationVerifyGap is how long a partition may go without a produce
@@ -337,15 +293,20 @@ func (e *Engine) verifyDestinationTopics(ps []*partition) {
 }
 
 // unsend returns batches that were not sent (the connection could not be
-// opened) to their queues, to be sent once routed again.
+// opened, or the request was not wholly written) to their queues, to be
+// sent once routed again.
 func (e *Engine) unsend(batch []sent, err error) {
 	e.mu.Lock()
 	for _, s := range batch {
-		s.p.moveSend(sendIdle)
-		s.p.dstLeader = -1
-		s.p.produceErr = err.Error()
-		if kafka.SecurityFailure(err) && s.p.active() && !s.p.releasing() {
-			e.failLocked(s.p, err)
+		p := s.p
+		e.answeredLocked(p, s.it)
+		// Batches of p still in flight before it settle on their own
+		// connection (a failure there voids the window).
+		e.settleVoidLocked(p)
+		p.dstLeader = -1
+		p.produceErr = err.Error()
+		if kafka.SecurityFailure(err) && p.active() && !p.releasing() {
+			e.failLocked(p, err)
 		}
 	}
 	e.mu.Unlock()
@@ -359,12 +320,17 @@ func (e *Engine) unknownOutcome(batch []sent, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range batch {
-		if unanswered && s.p.dstUnanswered.IsZero() {
-			s.p.dstUnanswered = s.p.sentAt
+		p := s.p
+		if unanswered && p.dstUnanswered.IsZero() {
+			p.dstUnanswered = p.sentAt
 		}
-		s.p.moveSend(sendIdle)
-		if s.p.active() && len(s.p.queue) > 0 && s.p.queue[0] == s.it {
-			e.confirmLocked(s.p, fmt.Sprintf("produce to destination %s/%d: outcome unknown (%v)", s.p.key().Topic, s.p.key().Partition, err))
+		if !e.answeredLocked(p, s.it) {
+			e.settleVoidLocked(p)
+			continue
+		}
+		if p.active() {
+			why := fmt.Sprintf("produce to destination %s/%d: outcome unknown (%v)", p.key().Topic, p.key().Partition, err)
+			e.windowFaultLocked(p, why, false, func() { e.confirmLocked(p, why) })
 		}
 	}
 }
@@ -392,14 +358,15 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 		p, it := s.p, s.it
 		p.throttled = throttled
 		p.dstUnanswered = time.Time{}
-		p.moveSend(sendIdle)
-		k := p.key()
-		if len(p.queue) == 0 || p.queue[0] != it {
-			continue // dropped meanwhile (failed or diverged)
+		if !e.answeredLocked(p, it) {
+			e.settleVoidLocked(p) // dropped meanwhile (failed or diverged), or void
+			continue
 		}
+		k := p.key()
 		r, ok := byKey[Key{Topic: k.Topic, Partition: k.Partition}]
 		if !ok {
-			e.confirmLocked(p, fmt.Sprintf("destination %s/%d: the produce response has no answer for the partition", k.Topic, k.Partition))
+			why := fmt.Sprintf("destination %s/%d: the produce response has no answer for the partition", k.Topic, k.Partition)
+			e.windowFaultLocked(p, why, false, func() { e.confirmLocked(p, why) })
 			continue
 		}
 		if r.Err != 0 {
@@ -411,10 +378,12 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 			// one of kmirror's own batches. confirm reads which.
 			e.log.Warn("batch landed at an unexpected destination offset; verifying what the destination holds",
 				zap.Stringer("partition", k), zap.Int64("offset", r.BaseOffset), zap.Int64("expected", p.pos.DestinationOffset))
-			e.confirmLocked(p, fmt.Sprintf("destination %s/%d: batch for source offsets %d..%d landed at offset %d, expected %d",
-				k.Topic, k.Partition, it.srcFirst, it.srcNext-1, r.BaseOffset, p.pos.DestinationOffset))
+			why := fmt.Sprintf("destination %s/%d: batch for source offsets %d..%d landed at offset %d, expected %d",
+				k.Topic, k.Partition, it.srcFirst, it.srcNext-1, r.BaseOffset, p.pos.DestinationOffset)
+			e.windowFaultLocked(p, why, false, func() { e.confirmLocked(p, why) })
 			continue
 		}
+		p.popSkips()
 		p.ack(it, r.BaseOffset)
 		p.dstVerified = time.Now()
 		p.produceErr = ""
@@ -422,14 +391,15 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 		p.queued -= it.size
 		e.inUse -= it.size
 		p.failures = 0
-		if p.releasing() && p.drained() {
-			for len(p.queue) > 0 && p.queue[0].skip() {
-				p.skipped(p.queue[0])
-				p.queue = p.queue[1:]
+		// Skip items right behind it: every batch before them is in.
+		p.popSkips()
+		if p.inflight > 0 {
+			if h := p.headBatch(); h != nil {
+				p.sentAt = h.sentAt
 			}
-			if p.released != nil {
-				closeOnce(p)
-			}
+		}
+		if p.releasing() && p.drained() && p.released != nil {
+			closeOnce(p)
 		}
 	}
 	e.kickFetchersLocked()
@@ -496,27 +466,30 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 		// The broker lost our producer state (expiry, retention), a late
 		// copy reset it, or another owner fenced this epoch: stop and let
 		// the control plane renew it; the walk after that verifies.
-		e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
-			zap.Stringer("partition", p.key()), zap.String("error", msg))
-		e.handBackLocked(p, msg)
+		e.windowFaultLocked(p, msg, true, func() {
+			e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
+				zap.Stringer("partition", p.key()), zap.String("error", msg))
+			e.handBackLocked(p, msg)
+		})
 	case resendRerouted:
 		p.dstLeader = -1
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
-		p.produceErr = msg
 		kick(e.kickRt)
+		e.windowFaultLocked(p, msg, false, func() { p.produceErr = msg })
 	case resendAsIs:
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)
-		p.produceErr = msg
+		e.windowFaultLocked(p, msg, false, func() { p.produceErr = msg })
 	case confirmFirst:
-		e.confirmLocked(p, msg)
+		e.windowFaultLocked(p, msg, false, func() { e.confirmLocked(p, msg) })
 	default:
-		if r.Err == kwire.CodeMessageTooLarge && len(p.queue) > 0 {
-			it := p.queue[0]
+		if it := p.headBatch(); r.Err == kwire.CodeMessageTooLarge && it != nil {
 			msg += fmt.Sprintf(": the batch of source offsets %d..%d is %d bytes, more than destination topic %s accepts; "+
 				"raise max.message.bytes of that topic to at least %d (kafka-configs.sh --alter --entity-type topics --entity-name %s "+
 				"--add-config max.message.bytes=%d); kmirror retries the same batch",
 				it.srcFirst, it.srcNext-1, len(it.batch), r.Topic, len(it.batch), r.Topic, len(it.batch))
 		}
+		// The partition restarts with a walk once every batch of it in
+		// flight has ended (waitIdle): no confirm of its own.
 		e.failLocked(p, fmt.Errorf("%s", msg))
 	}
 }

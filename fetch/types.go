@@ -228,11 +228,16 @@ type Config struct {
 	FetchMaxBytes    int32
 	PartitionBytes   int32 // per-partition fetch size
 	ProduceTimeout   time.Duration
-	OffsetsTopic     string // internal topic: checkpoints and translation log
-	StateTopic       string // internal topic: last mirrored positions
-	InternalRF       int16  // replication factor of internal topics (-1: broker default)
-	RetryBackoff     time.Duration
-	MaxRetryBackoff  time.Duration
+	// ProduceWindow is how many produce requests may await their answers
+	// on one destination connection, and so how many batches of one
+	// partition may be in flight (1..MaxProduceWindow; 0: the maximum).
+	// 1 sends a partition's next batch only once the last is answered.
+	ProduceWindow   int
+	OffsetsTopic    string // internal topic: checkpoints and translation log
+	StateTopic      string // internal topic: last mirrored positions
+	InternalRF      int16  // replication factor of internal topics (-1: broker default)
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
 	// ProduceObserver, when set, is told of every batch this engine sent
 	// in a produce request the broker may have received, once the request
 	// ended (answered, failed or timed out). It runs on the produce loop:
@@ -240,6 +245,14 @@ type Config struct {
 	// with it (issue 19); nil in a member.
 	ProduceObserver func(ProduceEvent)
 }
+
+// MaxProduceWindow is the most produce requests kmirror keeps awaiting
+// answers on one destination connection: an idempotent producer's limit
+// (max.in.flight.requests.per.connection 5), as a broker keeps the
+// metadata of a producer's last 5 batches per partition to de-duplicate a
+// resend (ProducerStateManager, KIP-98), and a partition has at most one
+// batch in each request.
+const MaxProduceWindow = 5
 
 // ProduceEvent is one batch of one produce request (Config.ProduceObserver).
 type ProduceEvent struct {
@@ -284,6 +297,9 @@ func (c *Config) Defaults() {
 	def(&c.FetchMaxWait, 500*time.Millisecond)
 	def(&c.IdleFetchMaxWait, 5*time.Second)
 	def(&c.ProduceTimeout, 5*time.Second)
+	if c.ProduceWindow <= 0 || c.ProduceWindow > MaxProduceWindow {
+		c.ProduceWindow = MaxProduceWindow
+	}
 	def(&c.RetryBackoff, 100*time.Millisecond)
 	def(&c.MaxRetryBackoff, 5*time.Second)
 	if c.FetchMaxBytes == 0 {

@@ -52,6 +52,11 @@ type Config struct {
 	// broker's replication wait); it must be below LeaseMargin so a member
 	// that stopped writing has nothing in flight when its lease ends.
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+	// ProduceWindow is how many produce requests may await their answers
+	// on one destination connection, so how many batches of a partition
+	// may be in flight (1..5, fetch.Config.ProduceWindow; 5, the
+	// idempotent producer's limit, by default).
+	ProduceWindow int `yaml:"produce_window"`
 	// API secures the HTTP API: TLS and a bearer token.
 	API APIConfig `yaml:"api"`
 	// Raft secures the raft transport with mutual TLS.
@@ -125,6 +130,7 @@ const (
 	DefaultLeaseTTL           = 10 * time.Second
 	DefaultLeaseMargin        = 4 * time.Second
 	DefaultProduceTimeout     = 2 * time.Second
+	DefaultProduceWindow      = 5
 )
 
 // MinLeaseWindow is the least write window (lease_ttl - lease_margin) a
@@ -162,6 +168,7 @@ func DefaultConfig() Config {
 		LeaseTTL:            DefaultLeaseTTL,
 		LeaseMargin:         DefaultLeaseMargin,
 		ProduceTimeout:      DefaultProduceTimeout,
+		ProduceWindow:       DefaultProduceWindow,
 		API:                 APIConfig{OpenRoutes: append([]string(nil), openableRoutes...)},
 	}
 }

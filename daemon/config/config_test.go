@@ -46,6 +46,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		LeaseTTL:            10 * time.Second,
 		LeaseMargin:         4 * time.Second,
 		ProduceTimeout:      2 * time.Second,
+		ProduceWindow:       5,
 		API:                 APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -75,6 +76,7 @@ checkpoint_interval: 500ms
 lease_ttl: 15s
 lease_margin: 5s
 produce_timeout: 3s
+produce_window: 2
 api: {insecure: true}
 test_hooks: true
 `))
@@ -104,6 +106,7 @@ test_hooks: true
 		LeaseTTL:            15 * time.Second,
 		LeaseMargin:         5 * time.Second,
 		ProduceTimeout:      3 * time.Second,
+		ProduceWindow:       2,
 		API:                 APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}, Insecure: true},
 		TestHooks:           true,
 	}
@@ -182,6 +185,9 @@ func TestParseConfigErrors(t *testing.T) {
 		}},
 		{"bad size", minimalConfig + "memory_budget: 1GB\n", []string{
 			`line 6: memory_budget: invalid size "1GB"`, "KiB, MiB, GiB or TiB",
+		}},
+		{"produce window too large", minimalConfig + "produce_window: 6\n", []string{
+			"produce_window: 6 is not allowed: use 1 to 5",
 		}},
 		{"size too small", minimalConfig + "memory_budget: 1024\n", []string{
 			"memory_budget: 1KiB is too small: use at least 1MiB",

@@ -58,6 +58,10 @@ func (c *Config) Validate() error {
 	if rf := c.Destination.ReplicationFactor; rf != -1 && rf < 1 {
 		errs.add("destination.replication_factor", "%d is not allowed: use -1 (broker default) or 1 or more", rf)
 	}
+	if c.ProduceWindow < 1 || c.ProduceWindow > DefaultProduceWindow {
+		errs.add("produce_window", "%d is not allowed: use 1 to %d (produce requests awaiting answers per destination connection; "+
+			"a broker de-duplicates an idempotent producer's last %d batches per partition)", c.ProduceWindow, DefaultProduceWindow, DefaultProduceWindow)
+	}
 	if c.MemoryBudget < MiB {
 		errs.add("memory_budget", "%s is too small: use at least 1MiB, such as 256MiB or 1GiB", c.MemoryBudget)
 	}

@@ -138,7 +138,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 
 	b.step(5, "kmirror (b): mirroring the source backlog %s into the destination with %d members", backlogTopic, b.cfg.Members)
-	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.clientAddr(b.dst), b.destinationYAML(), b.cfg.Members, b.cfg.CPUProfile); err != nil {
+	if b.group, err = startGroup(ctx, b.cfg.Kmirror, b.dir, b.clientAddr(b.dst), b.destinationYAML(), b.memberYAML(), b.cfg.Members, b.cfg.CPUProfile); err != nil {
 		return err
 	}
 	for _, m := range b.group.members {

@@ -124,7 +124,7 @@ func TestStartGroupReportsEarlyExit(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'config is wrong' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := startGroup(context.Background(), bin, dir, "127.0.0.1:9092", "", 3, false)
+	_, err := startGroup(context.Background(), bin, dir, "127.0.0.1:9092", "", "", 3, false)
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "config is wrong") {
 		t.Fatalf("startGroup of a binary that exits at once: %v; want the exit status and the log tail", err)
 	}

@@ -34,6 +34,8 @@ type config struct {
 	// CPUProfile: each member writes a Go CPU profile, summarised at the
 	// end (the top functions by CPU).
 	CPUProfile bool
+	// ProduceWindow is kmirror's produce_window (0: its default).
+	ProduceWindow int
 	// RTT > 0 puts the source cluster behind a delay line
 	// (harness.DelayLine): the backlog is mirrored once across a 0 ms
 	// link and once, from a second topic of the same size, across RTT.
@@ -57,6 +59,9 @@ func (c config) Validate() error {
 	}
 	if c.RTT > 0 && c.Security != securityPlaintext {
 		errs = append(errs, fmt.Errorf("--rtt with --security %s: the delay line runs plaintext clusters only", c.Security))
+	}
+	if c.ProduceWindow < 0 || c.ProduceWindow > 5 {
+		errs = append(errs, fmt.Errorf("--produce-window %d: use 0 (kmirror's default) or 1 to 5", c.ProduceWindow))
 	}
 	if c.IdlePartitions < 0 || c.IdlePartitions > 100000 {
 		errs = append(errs, fmt.Errorf("--idle-partitions %d: use 0 (skip the idle measurement) up to 100000", c.IdlePartitions))

@@ -63,6 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.IntFlag{Name: "members", Value: 3, Usage: "`COUNT` of kmirror members in the group (1 for the single-member figure)"},
 			&cli.DurationFlag{Name: "rtt", Usage: "put the source cluster behind a delay line of this round trip (`DURATION`, such as 50ms; needs root) and mirror the backlog across a 0 ms link and across it"},
 			&cli.IntFlag{Name: "source-send-buffer", Usage: "the source broker's socket.send.buffer.bytes (`BYTES`; 0: Kafka's default 102400, -1: the kernel's autotuning up to net.core.wmem_max)"},
+			&cli.IntFlag{Name: "produce-window", Usage: "kmirror's produce_window (`COUNT` of produce requests awaiting answers per destination connection, 1-5; 0: kmirror's default)"},
 			&cli.BoolFlag{Name: "cpu-profile", Usage: "each kmirror member writes a Go CPU profile of its run into the bench folder; the top functions are printed at the end"},
 			&cli.StringFlag{Name: "security", Value: securityPlaintext, Usage: "`MODE` of the connections under test: plaintext, or sasl_ssl (TLS and SCRAM-SHA-512 for kmirror and the baseline producer on both clusters)"},
 		},
@@ -109,6 +110,7 @@ func configFromFlags(c *cli.Context) (config, error) {
 		Members:          c.Int("members"),
 		Security:         c.String("security"),
 		CPUProfile:       c.Bool("cpu-profile"),
+		ProduceWindow:    c.Int("produce-window"),
 		RTT:              c.Duration("rtt"),
 		SourceSendBuffer: c.Int("source-send-buffer"),
 	}

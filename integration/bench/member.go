@@ -49,8 +49,9 @@ type group struct {
 // answers (a new group forms once a quorum is up).
 //
 // With profile set each member writes a Go CPU profile of its whole run to
-// dir/<id>.cpu.pprof (member.profile).
-func startGroup(ctx context.Context, bin, dir, destination, destSecurity string, n int, profile bool) (*group, error) {
+// dir/<id>.cpu.pprof (member.profile). extra is more top-level YAML of
+// every member's config ("" for none).
+func startGroup(ctx context.Context, bin, dir, destination, destSecurity, extra string, n int, profile bool) (*group, error) {
 	type addrs struct{ http, raft string }
 	as := make([]addrs, n)
 	var peers, servers []string
@@ -79,11 +80,11 @@ raft_listen: %s
 checkpoint_interval: 1s
 memory_budget: 256MiB
 log_level: info
-peers:
+%speers:
 %s
 destination:
   bootstrap_servers: [%s]
-%s`, id, filepath.Join(dir, id+"-data"), as[i].http, as[i].raft, strings.Join(peers, "\n"), destination, destSecurity)
+%s`, id, filepath.Join(dir, id+"-data"), as[i].http, as[i].raft, extra, strings.Join(peers, "\n"), destination, destSecurity)
 		m, err := spawnMember(bin, dir, id, cfg, "http://"+as[i].http, profile)
 		if err != nil {
 			g.kill()
@@ -370,4 +371,13 @@ func clockTicks() int64 {
 		}
 	}
 	return 100
+}
+
+// memberYAML is the top-level config every member gets beyond the
+// group's: produce_window when set.
+func (b *bench) memberYAML() string {
+	if b.cfg.ProduceWindow == 0 {
+		return ""
+	}
+	return fmt.Sprintf("produce_window: %d\n", b.cfg.ProduceWindow)
 }

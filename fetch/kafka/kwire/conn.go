@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go/protocol"
@@ -30,9 +31,11 @@ const (
 
 type versionRange struct{ min, max int16 }
 
-// Conn is one connection to one broker. It is not safe for concurrent use:
-// Kafka answers requests on a connection in order and kmirror keeps one
-// request in flight per connection.
+// Conn is one connection to one broker. It is not safe for concurrent use,
+// with one exception: produce requests may be pipelined, one goroutine
+// sending them (SendProduce) while another reads their answers
+// (ReceiveProduce); Kafka answers a connection's requests in the order
+// sent. Abort may be called from any goroutine.
 type Conn struct {
 	addr string
 	nc   net.Conn
@@ -49,17 +52,23 @@ type Conn struct {
 	// hint); sasl is set when the connection authenticates with SASL.
 	requests int
 	sasl     bool
-	// throttledUntil is when the broker's last throttle_time_ms ends: it
-	// mutes the connection until then (KIP-219), so nothing should be
-	// sent on it before.
-	throttledUntil time.Time
+	// throttledUntil is when the broker's last throttle_time_ms ends
+	// (UnixNano; 0: none): it mutes the connection until then (KIP-219),
+	// so nothing should be sent on it before. Written by the goroutine
+	// that reads answers, read by the one that sends.
+	throttledUntil atomic.Int64
 }
 
 // ThrottledUntil is when the throttle the broker last asked for on this
 // connection ends (zero: none). Per KIP-219 a broker answers a request
 // over quota at once, with throttle_time_ms, and then reads nothing from
 // the connection for that long: a request sent meanwhile waits unread.
-func (c *Conn) ThrottledUntil() time.Time { return c.throttledUntil }
+func (c *Conn) ThrottledUntil() time.Time {
+	if n := c.throttledUntil.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // Dial connects to addr, secures the connection as sec says (TLS
 // handshake, then ApiVersions, then SASL), and checks that the broker
@@ -233,6 +242,26 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 		c.requests++
 		defer func() { err = c.firstRequestHint(err) }()
 	}
+	defer c.deadline(ctx)()
+	if dl, ok := ctx.Deadline(); !writeBy.IsZero() && (!ok || writeBy.Before(dl)) {
+		c.nc.SetWriteDeadline(writeBy)
+	}
+	if err := c.writeRequest(w); err != nil {
+		return nil, err
+	}
+	var src io.Reader = c.br
+	if answerWithin > 0 {
+		a := &answerReader{ctx: ctx, nc: c.nc, r: c.br}
+		a.limit, _ = ctx.Deadline()
+		a.extend(answerWithin + AnswerSlack)
+		src = a
+	}
+	return c.readAnswer(src, c.corr, alloc)
+}
+
+// writeRequest writes the request in w under the connection's current
+// write deadline; a request not wholly written fails with ErrNotSent.
+func (c *Conn) writeRequest(w *writer) error {
 	reqSize := w.size()
 	binary.BigEndian.PutUint32(w.b, uint32(reqSize-4))
 	c.wbuf = w.b
@@ -247,11 +276,8 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 	} else {
 		c.small = 0
 	}
-	defer c.deadline(ctx)()
-	if dl, ok := ctx.Deadline(); !writeBy.IsZero() && (!ok || writeBy.Before(dl)) {
-		c.nc.SetWriteDeadline(writeBy)
-	}
 	var n int64
+	var err error
 	if len(w.refs) == 0 {
 		var m int
 		m, err = c.nc.Write(w.b)
@@ -261,21 +287,20 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 		n, err = bufs.WriteTo(c.nc)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %d of %d bytes written to %s: %w", ErrNotSent, n, reqSize, c.addr, err)
+		return fmt.Errorf("%w: %d of %d bytes written to %s: %w", ErrNotSent, n, reqSize, c.addr, err)
 	}
-	var src io.Reader = c.br
-	if answerWithin > 0 {
-		a := &answerReader{ctx: ctx, nc: c.nc, r: c.br}
-		a.limit, _ = ctx.Deadline()
-		a.extend(answerWithin + AnswerSlack)
-		src = a
-	}
+	return nil
+}
+
+// readAnswer reads one answer from src, which must carry correlation ID
+// corr (Kafka answers a connection's requests in the order sent).
+func (c *Conn) readAnswer(src io.Reader, corr int32, alloc func(int) []byte) ([]byte, error) {
 	var hdr [8]byte
 	if _, err := io.ReadFull(src, hdr[:]); err != nil {
 		return nil, err
 	}
 	size := int32(binary.BigEndian.Uint32(hdr[:4]))
-	corr := int32(binary.BigEndian.Uint32(hdr[4:]))
+	got := int32(binary.BigEndian.Uint32(hdr[4:]))
 	if string(hdr[:4]) == "HTTP" {
 		return nil, fmt.Errorf("%s answered in HTTP, not the Kafka protocol: it is not a Kafka listener "+
 			"(use a broker's host:port from its listeners or advertised.listeners)", c.addr)
@@ -283,13 +308,13 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 	if size < 4 || size > 1<<30 {
 		return nil, fmt.Errorf("%s sent a response of %d bytes, which no Kafka broker sends: is it a Kafka listener?", c.addr, size)
 	}
-	if corr != c.corr {
-		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, corr, c.corr)
+	if got != corr {
+		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, got, corr)
 	}
 	if alloc == nil {
 		alloc = func(n int) []byte { return make([]byte, n) }
 	}
-	body = alloc(int(size) - 4)
+	body := alloc(int(size) - 4)
 	if _, err := io.ReadFull(src, body); err != nil {
 		return nil, err
 	}

@@ -193,7 +193,15 @@ func (c *Conn) authenticate(ctx context.Context, sec *Security) error {
 // request after ApiVersions: a SASL listener refuses any other request
 // before authentication and closes the connection.
 func (c *Conn) firstRequestHint(err error) error {
-	if err == nil || c.requests > 1 || c.sasl || !closedByPeer(err) {
+	if c.requests > 1 {
+		return err
+	}
+	return c.hintFirst(err)
+}
+
+// hintFirst is firstRequestHint for an error of the first request.
+func (c *Conn) hintFirst(err error) error {
+	if err == nil || c.sasl || !closedByPeer(err) {
 		return err
 	}
 	return fmt.Errorf("%w (the broker closed the connection at kmirror's first request: if its listener uses SASL, "+

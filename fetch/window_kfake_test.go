@@ -1,0 +1,190 @@
+package fetch
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// inflightOf is partition k's count of batches in flight.
+func (x *kfakePair) inflightOf(k Key) int {
+	x.e.mu.Lock()
+	defer x.e.mu.Unlock()
+	for _, p := range x.e.parts {
+		if p.key() == k {
+			return p.inflight
+		}
+	}
+	return -1
+}
+
+// sourceBatches writes n single-record batches to topic's partition 0 on
+// the source, from record from, and waits until the engine has seen them.
+func (x *kfakePair) sourceBatches(topic string, from, n int) {
+	x.t.Helper()
+	for i := range n {
+		x.produce(x.src, topic, from+i, 1)
+	}
+	waitUntil(x.t, 10*time.Second, "the source's new end seen", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].SourceEnd == int64(from+n)
+	})
+}
+
+// TestProduceWindowKeepsBatchesInFlight: while the destination holds a
+// partition's first produce, the engine sends the partition's next
+// batches behind it, up to Config.ProduceWindow in flight (one with a
+// window of 1); once the destination answers, every record is mirrored
+// once, in order.
+func TestProduceWindowKeepsBatchesInFlight(t *testing.T) {
+	for _, window := range []int{MaxProduceWindow, 1} {
+		t.Run(map[int]string{1: "window 1", MaxProduceWindow: "window 5"}[window], func(t *testing.T) {
+			x := newKfakePair(t, func(c *Config) { c.ProduceWindow = window; c.ProduceTimeout = 20 * time.Second })
+			k := Key{Mirror: "m", Topic: "t", Partition: 0}
+			x.mirrorCaughtUp("t", 1, 10)
+			held, _, wake := x.holdProduce()
+			x.sourceBatches("t", 10, 8)
+			waitUntil(t, 10*time.Second, "a produce held by the destination", func() bool { return held.Load() > 0 })
+			waitUntil(t, 10*time.Second, "the window full", func() bool { return x.inflightOf(k) >= window })
+			time.Sleep(300 * time.Millisecond) // no more than the window goes out
+			if n := x.inflightOf(k); n != window {
+				t.Fatalf("%d batches in flight behind a held produce, want the window's %d", n, window)
+			}
+			wake()
+			x.waitCaughtUp("t", 1)
+			x.requireMirrored("t", 1)
+		})
+	}
+}
+
+// failFirstProduce makes the destination answer the first produce of
+// topic, once at least inflight batches of k are in flight, with code for
+// every partition in it, before appending anything; later ones are
+// handled as usual.
+func (x *kfakePair) failFirstProduce(topic string, k Key, inflight int, code int16) {
+	var done atomic.Bool
+	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		if done.Load() || len(req.Topics) == 0 || req.Topics[0].Topic != topic {
+			return nil, nil, false
+		}
+		done.Store(true)
+		x.dst.SleepControl(func() {
+			deadline := time.Now().Add(10 * time.Second)
+			for x.inflightOf(k) < inflight && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestWindowFailureVoidsTheBatchesBehind: the destination fails the
+// first batch of a full window without appending it, with an error that
+// says it was not appended (NOT_ENOUGH_REPLICAS) or one that leaves it
+// open (REQUEST_TIMED_OUT: a broker may time out after the append). The
+// batches behind it then meet OUT_OF_ORDER_SEQUENCE_NUMBER, which here
+// says nothing about the producer's identity: the engine must not ask for
+// a new producer epoch for them, and must not confirm what landed before
+// the window's answers are all in (a walk would miss a batch still in
+// flight); it then resends what is missing. Every record lands once, in
+// order.
+func TestWindowFailureVoidsTheBatchesBehind(t *testing.T) {
+	for name, code := range map[string]int16{"NOT_ENOUGH_REPLICAS": kerr.NotEnoughReplicas.Code, "REQUEST_TIMED_OUT": kerr.RequestTimedOut.Code} {
+		t.Run(name, func(t *testing.T) {
+			x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 20 * time.Second })
+			k := Key{Mirror: "m", Topic: "t", Partition: 0}
+			x.mirrorCaughtUp("t", 1, 10)
+			x.failFirstProduce("t", k, 3, code)
+			x.sourceBatches("t", 10, 8)
+			x.waitCaughtUp("t", 1)
+			x.requireMirrored("t", 1)
+			x.ctl.mu.Lock()
+			renewals := len(x.ctl.renewals)
+			x.ctl.mu.Unlock()
+			if renewals != 0 {
+				t.Fatalf("%d producer renewals asked for: the batches behind a failed one were taken for an identity fault", renewals)
+			}
+		})
+	}
+}
+
+// TestWindowUnansweredFirstBatchConfirms: the destination holds the first
+// batch of a full window past produce_timeout + AnswerSlack and appends it
+// afterwards: its outcome is unknown, the connection is reset and the
+// batches behind it are void; the engine confirms what landed and
+// resends the rest, and every record lands once, in order.
+func TestWindowUnansweredFirstBatchConfirms(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 300 * time.Millisecond })
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+	var done, ended atomic.Bool
+	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		req := r.(*kmsg.ProduceRequest)
+		if done.Load() || len(req.Topics) == 0 || req.Topics[0].Topic != "t" {
+			return nil, nil, false
+		}
+		done.Store(true)
+		x.dst.SleepControl(func() {
+			for x.inflightOf(k) < 3 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(2 * time.Second) // past 300 ms + AnswerSlack
+			ended.Store(true)
+		})
+		return nil, nil, false // then appended, or found a duplicate
+	})
+	x.sourceBatches("t", 10, 8)
+	x.waitCaughtUp("t", 1)
+	waitUntil(t, 10*time.Second, "the held produce handled", ended.Load)
+	time.Sleep(200 * time.Millisecond)
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
+}
+
+// TestWindowShrinksNearTheLeaseEnd: a request with n requests ahead of it
+// on its connection is written only up to n produce timeouts before the
+// lease's end (the broker handles them one at a time), so every request is
+// answered within produce_timeout of the lease's end. With 10 s of lease
+// left and a 4 s produce timeout, a held partition has 3 batches in
+// flight, not 5; once the lease is renewed far ahead, the rest go out.
+func TestWindowShrinksNearTheLeaseEnd(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 4 * time.Second })
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+	held, _, wake := x.holdProduce()
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Now().Add(10 * time.Second)
+	x.ctl.mu.Unlock()
+	x.sourceBatches("t", 10, 8)
+	waitUntil(t, 10*time.Second, "a produce held by the destination", func() bool { return held.Load() > 0 })
+	waitUntil(t, 3*time.Second, "three batches in flight", func() bool { return x.inflightOf(k) >= 3 })
+	time.Sleep(300 * time.Millisecond)
+	if n := x.inflightOf(k); n != 3 {
+		t.Fatalf("%d batches in flight with 10 s of lease left and a 4 s produce timeout, want 3", n)
+	}
+	x.ctl.mu.Lock()
+	x.ctl.deadline = time.Time{} // renewed: a lease that never ends
+	x.ctl.mu.Unlock()
+	waitUntil(t, 3*time.Second, "the full window in flight", func() bool { return x.inflightOf(k) == MaxProduceWindow })
+	wake()
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
+}
