@@ -87,7 +87,7 @@ func (c *fakeControl) WriteDeadline() time.Time {
 // kfakePair is a source and a destination kfake cluster and an engine
 // mirroring from one into the other.
 type kfakePair struct {
-	t        *testing.T
+	t        testing.TB
 	src, dst *kfake.Cluster
 	ctl      *fakeControl
 	e        *Engine
@@ -95,14 +95,21 @@ type kfakePair struct {
 
 // newKfakePair starts both clusters and the engine; with sets the engine's
 // Config beyond the fixture's.
-func newKfakePair(t *testing.T, with ...func(*Config)) *kfakePair {
+func newKfakePair(t testing.TB, with ...func(*Config)) *kfakePair {
+	t.Helper()
+	return newKfakePairDst(t, nil, with...)
+}
+
+// newKfakePairDst is newKfakePair with more options for the destination
+// cluster.
+func newKfakePairDst(t testing.TB, dstOpts []kfake.Opt, with ...func(*Config)) *kfakePair {
 	t.Helper()
 	src, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	dst, err := kfake.NewCluster(kfake.NumBrokers(1))
+	dst, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, dstOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +280,7 @@ func specs(topic string, partitions int32) []Spec {
 }
 
 // waitUntil polls cond every 10 ms until it holds, or fails the test after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
