@@ -122,6 +122,7 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 		p.dirty = true
 	}
 	p.nextSeq, p.own = w.nextSeq, w.own
+	p.acked = false // one batch at a time until the broker acknowledges one
 	if h := p.headBatch(); h != nil && h.seqSet && h.seq != p.nextSeq {
 		// collectProduce numbers them again, each after the one before.
 		for _, it := range p.queue {

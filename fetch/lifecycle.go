@@ -125,7 +125,8 @@ func (e *Engine) dropQueueLocked(p *partition) {
 	p.queue, p.queued = nil, 0
 	// The restart walks the destination: a void window needs no confirm
 	// of its own once its answers are in.
-	p.voided, p.voidRenew = "", false
+	p.voided, p.voidRenew, p.voidSpan = "", false, 0
+	p.acked = false
 	if p.send == sendConfirming {
 		p.moveSend(sendIdle) // the restart walks; an in-flight produce is waited for
 	}

@@ -240,6 +240,17 @@ type partition struct {
 	// (confirm, or renewIdentity when voidRenew).
 	voided    string
 	voidRenew bool
+	// voidSpan is how many batches from the queue's head a void window
+	// sent (the failed first one included): any of them may still land
+	// until the void settles (inflightEnd).
+	voidSpan int
+	// ackedMaxTs is the newest record timestamp (ms) of the batch last
+	// acknowledged in this run of the partition (since its start, last
+	// confirm or identity renewal); acked says there is one. The window
+	// widens only while the broker surely knows the producer
+	// (windowAllowed).
+	ackedMaxTs int64
+	acked      bool
 	// dstUnanswered is when a produce of this partition was sent that the
 	// destination never answered (the request timed out after it was
 	// written), while no produce of it has been answered since; zero
@@ -349,11 +360,16 @@ func (p *partition) nextToSend() (idx int, prev *item) {
 	return -1, prev
 }
 
-// inflightEnd is the queue index after the last batch in flight (0: none).
+// inflightEnd is the queue index after the last batch in flight, or
+// sent in a void window that has not settled (0: none).
 func (p *partition) inflightEnd() int {
+	inflight := p.inflight
+	if p.voided != "" {
+		inflight = max(inflight, p.voidSpan)
+	}
 	n := 0
 	for i, it := range p.queue {
-		if n == p.inflight {
+		if n == inflight {
 			return i
 		}
 		if !it.skip() {
@@ -361,6 +377,24 @@ func (p *partition) inflightEnd() int {
 		}
 	}
 	return len(p.queue)
+}
+
+// windowRecordAge is how old a batch's newest record may be for the
+// window to widen past it: a broker forgets an idempotent producer whose
+// last batch's newest timestamp is older than producer.id.expiration.ms
+// (1 day by default, checked every 10 minutes; ProducerStateManager), and
+// a broker that has forgotten it appends a batch at any sequence (fact
+// 2), so a batch behind one it refused would land in its place.
+const windowRecordAge = 10 * time.Minute
+
+// windowAllowed reports whether a batch may be sent behind prev, which
+// is in flight: the broker knows the producer now (a batch of this run
+// was acknowledged, with recent records) and still will when the batch
+// arrives, whatever becomes of prev (prev's records are recent too).
+// Otherwise the partition sends one batch at a time.
+func (p *partition) windowAllowed(prev *item, now time.Time) bool {
+	oldest := now.Add(-windowRecordAge).UnixMilli()
+	return p.acked && p.ackedMaxTs >= oldest && prev.batch.MaxTimestamp() >= oldest
 }
 
 // popSkips applies the skip items at the head of the queue (every

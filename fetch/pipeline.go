@@ -85,6 +85,14 @@ func (e *Engine) produceLoop(w *worker) {
 		if pp == nil {
 			pp = newPipe(e.cfg.ProduceWindow)
 		}
+		if pp.conn != nil {
+			if throttle := time.Until(pp.conn.ThrottledUntil()); throttle > 0 {
+				// The broker reads nothing from this connection until the
+				// throttle ends (KIP-219): a request sent now would wait
+				// unread and count against produce_timeout.
+				sleepCtx(e.ctx, throttle)
+			}
+		}
 		// A slot in the window before anything is collected.
 		select {
 		case pp.slots <- struct{}{}:
@@ -96,7 +104,13 @@ func (e *Engine) produceLoop(w *worker) {
 		// written by n produce timeouts before the lease's end, so it is
 		// still answered within produce_timeout of that end, as a
 		// request alone is (lease_margin covers it; fetch/DESIGN.md).
-		ahead := time.Duration(len(pp.slots)-1) * e.cfg.ProduceTimeout
+		// A throttled connection is read again only once the throttle
+		// ends (KIP-219), which delays every request behind it.
+		var throttle time.Duration
+		if pp.conn != nil {
+			throttle = max(time.Until(pp.conn.ThrottledUntil()), 0)
+		}
+		ahead := time.Duration(len(pp.slots)-1)*e.cfg.ProduceTimeout + throttle
 		if ahead > 0 && !time.Now().Before(e.ctl.WriteDeadline().Add(-ahead)) {
 			<-pp.slots
 			select {
@@ -161,14 +175,15 @@ func (e *Engine) produceLoop(w *worker) {
 		req, err := pp.conn.SendProduce(ctx, -1, e.cfg.ProduceTimeout, writeBy.Add(-ahead), parts)
 		cancel()
 		if err != nil {
-			// Not wholly written (the lease ran out while writing it, or
-			// the connection broke): the broker drops the partial request
-			// with the connection, so nothing of it was appended. A reset,
-			// not a close: nothing of it is delivered after the lease.
+			// Not wholly written (its deadline passed while the broker,
+			// busy with the requests ahead, read nothing more, or the
+			// connection broke): a partial request is never handled, and
+			// is dropped with the connection. The answers owed for the
+			// requests ahead are read first (receive resets the connection
+			// once they are in), so they are not made unknown.
 			fence()
 			<-pp.slots
 			pp.broken.Store(true)
-			pp.conn.Abort()
 			if e.ctx.Err() != nil {
 				return
 			}
@@ -177,12 +192,6 @@ func (e *Engine) produceLoop(w *worker) {
 			continue
 		}
 		pp.pending <- pendingProduce{batch: batch, req: req, sentAt: sentAt, writeBy: writeBy, fence: fence}
-		if throttle := time.Until(pp.conn.ThrottledUntil()); throttle > 0 {
-			// The broker reads nothing from this connection until the
-			// throttle ends (KIP-219): a request sent now would wait
-			// unread and count against produce_timeout.
-			sleepCtx(e.ctx, throttle)
-		}
 	}
 }
 

@@ -248,6 +248,7 @@ func (e *Engine) staleStartLocked(p *partition, gen int) bool {
 func (e *Engine) mirrorFromLocked(p *partition, pid kafka.ProducerID, seq int32, own ownSeqs, pos Position, xl Translation) {
 	p.producer, p.spec.Producer, p.resumed = pid, &pid, true
 	p.nextSeq, p.own = seq, own
+	p.acked = false // one batch at a time until the broker acknowledges one
 	if p.send == sendConfirming {
 		p.moveSend(sendIdle)
 	}

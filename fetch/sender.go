@@ -140,7 +140,7 @@ func (e *Engine) collectProduce(w *worker, pp *pipe) (batch []sent, writeBy time
 			continue
 		}
 		idx, prev := p.nextToSend()
-		if idx < 0 {
+		if idx < 0 || (prev != nil && !p.windowAllowed(prev, now)) {
 			continue
 		}
 		if now.Before(p.retryAt) {
@@ -219,7 +219,7 @@ func (e *Engine) windowFaultLocked(p *partition, why string, renew bool, act fun
 		act()
 		return
 	}
-	p.voided, p.voidRenew = why, renew
+	p.voided, p.voidRenew, p.voidSpan = why, renew, p.inflight+1
 	p.produceErr = why
 }
 
@@ -230,7 +230,7 @@ func (e *Engine) settleVoidLocked(p *partition) {
 		return
 	}
 	why, renew := p.voided, p.voidRenew
-	p.voided, p.voidRenew = "", false
+	p.voided, p.voidRenew, p.voidSpan = "", false, 0
 	if !p.active() {
 		return
 	}
@@ -385,6 +385,7 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 		}
 		p.popSkips()
 		p.ack(it, r.BaseOffset)
+		p.acked, p.ackedMaxTs = true, it.batch.MaxTimestamp()
 		p.dstVerified = time.Now()
 		p.produceErr = ""
 		p.queue = p.queue[1:]

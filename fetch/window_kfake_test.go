@@ -1,11 +1,14 @@
 package fetch
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -184,6 +187,36 @@ func TestWindowShrinksNearTheLeaseEnd(t *testing.T) {
 	x.ctl.deadline = time.Time{} // renewed: a lease that never ends
 	x.ctl.mu.Unlock()
 	waitUntil(t, 3*time.Second, "the full window in flight", func() bool { return x.inflightOf(k) == MaxProduceWindow })
+	wake()
+	x.waitCaughtUp("t", 1)
+	x.requireMirrored("t", 1)
+}
+
+// TestWindowSendsOldRecordsOneAtATime: a broker forgets an idempotent
+// producer whose last batch's records are older than
+// producer.id.expiration.ms, and then appends a batch at any sequence, so
+// a batch sent behind one it refuses could land in that one's place. The
+// window therefore widens only behind batches of recent records (and once
+// the broker acknowledged one in this run): batches of records an hour
+// old go one at a time, even behind a held produce.
+func TestWindowSendsOldRecordsOneAtATime(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 20 * time.Second })
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+	held, _, wake := x.holdProduce()
+	prod := x.client(x.src, kgo.DefaultProduceTopic("t"))
+	old := time.Now().Add(-time.Hour)
+	for i := range 8 {
+		r := &kgo.Record{Key: []byte("k"), Value: []byte(fmt.Sprintf("old%d", i)), Timestamp: old.Add(time.Duration(i) * time.Millisecond)}
+		if err := prod.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 10*time.Second, "a produce held by the destination", func() bool { return held.Load() > 0 })
+	time.Sleep(500 * time.Millisecond) // the rest fetched and queued
+	if n := x.inflightOf(k); n != 1 {
+		t.Fatalf("%d batches of hour-old records in flight, want 1", n)
+	}
 	wake()
 	x.waitCaughtUp("t", 1)
 	x.requireMirrored("t", 1)

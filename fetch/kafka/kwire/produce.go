@@ -98,7 +98,7 @@ func (c *Conn) SendProduce(ctx context.Context, acks int16, timeout time.Duratio
 // ReceiveProduce reads the answer to p, which must be the oldest request
 // pending on the connection. Its first byte must come within p's timeout
 // + AnswerSlack (counted from now: an earlier request's answer came
-// first), each later read within AnswerSlack of the one before, all
+// first; from the end of a throttle an earlier answer asked for), each later read within AnswerSlack of the one before, all
 // within ctx's deadline, or it fails with os.ErrDeadlineExceeded: the
 // outcome is then unknown (the broker may have appended the batches), as
 // it is for every request still pending behind p.
@@ -110,7 +110,9 @@ func (c *Conn) ReceiveProduce(ctx context.Context, p PendingProduce) ([]ProduceR
 	}
 	stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(time.Now()) })
 	defer stop()
-	a.extend(p.timeout + AnswerSlack)
+	// A throttle the broker asked for in an earlier answer mutes the
+	// connection until it ends: p is handled only then.
+	a.extend(p.timeout + AnswerSlack + max(time.Until(c.ThrottledUntil()), 0))
 	body, err := c.readAnswer(a, p.corr, nil)
 	if err != nil {
 		if p.first {
