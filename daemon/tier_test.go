@@ -247,7 +247,9 @@ func (g *group) playWriter(ctx context.Context, m *Member, h *history, hold *wri
 		time.Sleep(5 * time.Millisecond)
 		dl := m.own.WriteDeadline()
 		now := time.Now()
-		// The drain is timed on the member's clock, as its engine's is.
+		// The played drain waits on the member's clock (the engine's
+		// waits for its answers instead; at 500 ppm the two differ by
+		// under a millisecond).
 		local := m.store.Clock().Now()
 		if dl.IsZero() {
 			held = nil

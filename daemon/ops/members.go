@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/config"
@@ -56,9 +55,10 @@ func (o *Ops) Members(ctx context.Context) ([]api.MemberStatus, error) {
 		}
 		row.LeaseGrantedMs = -1
 		if srv.ID != o.cfg.NodeID {
-			row.LastContactMs = time.Since(o.store.PeerContact(srv.ID)).Milliseconds()
+			now := o.store.Clock().Now()
+			row.LastContactMs = now.Sub(o.store.PeerContact(srv.ID)).Milliseconds()
 			if at, granted := o.store.LeaseGrant(srv.ID); granted {
-				row.LeaseGrantedMs = time.Since(at).Milliseconds()
+				row.LeaseGrantedMs = now.Sub(at).Milliseconds()
 			}
 		}
 		failing := srv.ID != o.cfg.NodeID && o.store.PeerFailing(srv.ID)

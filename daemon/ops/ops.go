@@ -40,6 +40,9 @@ type Store interface {
 	// LeaseGrant is when the leader last granted member id a lease in
 	// this leadership (granted), else when it became leader.
 	LeaseGrant(id string) (at time.Time, granted bool)
+	// Clock is the clock PeerContact and LeaseGrant are stamped on
+	// (raftstore.Clock).
+	Clock() raftstore.Clock
 	PeerDialError(addr string) error
 }
 
