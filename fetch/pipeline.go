@@ -113,12 +113,7 @@ func (e *Engine) produceLoop(w *worker) {
 		ahead := time.Duration(len(pp.slots)-1)*e.cfg.ProduceTimeout + throttle
 		if ahead > 0 && !time.Now().Before(e.ctl.WriteDeadline().Add(-ahead)) {
 			<-pp.slots
-			select {
-			case <-e.ctx.Done():
-				return
-			case <-w.kick:
-			case <-time.After(100 * time.Millisecond):
-			}
+			e.waitKick(w, 100*time.Millisecond)
 			continue
 		}
 		// Read before the lease end the batch goes under: the lease-end
@@ -136,12 +131,7 @@ func (e *Engine) produceLoop(w *worker) {
 		}
 		if len(batch) == 0 {
 			<-pp.slots
-			select {
-			case <-e.ctx.Done():
-				return
-			case <-w.kick:
-			case <-time.After(wait):
-			}
+			e.waitKick(w, wait)
 			continue
 		}
 		parts := make([]kwire.ProducePartition, len(batch))
@@ -192,6 +182,18 @@ func (e *Engine) produceLoop(w *worker) {
 			continue
 		}
 		pp.pending <- pendingProduce{batch: batch, req: req, sentAt: sentAt, writeBy: writeBy, fence: fence}
+	}
+}
+
+// waitKick waits until w is kicked (an answer freed the window, a batch
+// was queued), d passes, or the engine stops (the loop then ends).
+func (e *Engine) waitKick(w *worker, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.ctx.Done():
+	case <-w.kick:
+	case <-t.C:
 	}
 }
 

@@ -186,10 +186,7 @@ func (e *Engine) collectProduce(w *worker, pp *pipe) (batch []sent, writeBy time
 	if len(verify) > 0 {
 		// Verify first; nothing collected is sent in this round.
 		for _, s := range batch {
-			if s.p.inflight--; s.p.inflight == 0 {
-				s.p.inflightOn = nil
-				s.p.moveSend(sendIdle)
-			}
+			e.answeredLocked(s.p, s.it)
 		}
 		return nil, writeBy, 0, verify, true
 	}
@@ -235,12 +232,20 @@ func (e *Engine) settleVoidLocked(p *partition) {
 		return
 	}
 	if renew {
-		e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
-			zap.Stringer("partition", p.key()), zap.String("error", why))
-		e.handBackLocked(p, why)
+		e.renewIdentityLocked(p, why)
 		return
 	}
 	e.confirmLocked(p, why)
+}
+
+// renewIdentityLocked stops p and asks the control plane for a new
+// producer epoch: the broker lost the producer's state (expiry,
+// retention), a late copy reset it, or another owner fenced this epoch;
+// the walk after the renewal verifies.
+func (e *Engine) renewIdentityLocked(p *partition, why string) {
+	e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
+		zap.Stringer("partition", p.key()), zap.String("error", why))
+	e.handBackLocked(p, why)
 }
 
 // destinationVerifyGap is how long a partition may go without a produce
@@ -464,14 +469,7 @@ func (e *Engine) produceErrorLocked(p *partition, r kwire.ProduceResult) {
 	}
 	switch classifyProduceError(r.Err) {
 	case renewIdentity:
-		// The broker lost our producer state (expiry, retention), a late
-		// copy reset it, or another owner fenced this epoch: stop and let
-		// the control plane renew it; the walk after that verifies.
-		e.windowFaultLocked(p, msg, true, func() {
-			e.log.Warn("destination refused the producer identity; asking the control plane for a new epoch",
-				zap.Stringer("partition", p.key()), zap.String("error", msg))
-			e.handBackLocked(p, msg)
-		})
+		e.windowFaultLocked(p, msg, true, func() { e.renewIdentityLocked(p, msg) })
 	case resendRerouted:
 		p.dstLeader = -1
 		p.retryAt = time.Now().Add(e.cfg.RetryBackoff)

@@ -63,11 +63,11 @@ func TestProduceWindowKeepsBatchesInFlight(t *testing.T) {
 	}
 }
 
-// failFirstProduce makes the destination answer the first produce of
-// topic, once at least inflight batches of k are in flight, with code for
-// every partition in it, before appending anything; later ones are
+// onFirstProduce hands the destination's first produce request for topic
+// to handle (kfake's control: its answer, or nil and false to let the
+// broker handle it, after whatever handle waited for); the others are
 // handled as usual.
-func (x *kfakePair) failFirstProduce(topic string, k Key, inflight int, code int16) {
+func (x *kfakePair) onFirstProduce(topic string, handle func(*kmsg.ProduceRequest) (kmsg.Response, error, bool)) {
 	var done atomic.Bool
 	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		x.dst.KeepControl()
@@ -76,12 +76,28 @@ func (x *kfakePair) failFirstProduce(topic string, k Key, inflight int, code int
 			return nil, nil, false
 		}
 		done.Store(true)
-		x.dst.SleepControl(func() {
-			deadline := time.Now().Add(10 * time.Second)
-			for x.inflightOf(k) < inflight && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-		})
+		return handle(req)
+	})
+}
+
+// waitInflight sleeps, in kfake's control, until at least n batches of k
+// are in flight (10 s at most).
+func (x *kfakePair) waitInflight(k Key, n int) {
+	x.dst.SleepControl(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for x.inflightOf(k) < n && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+// failFirstProduce makes the destination answer the first produce of
+// topic, once at least inflight batches of k are in flight, with code for
+// every partition in it, before appending anything; later ones are
+// handled as usual.
+func (x *kfakePair) failFirstProduce(topic string, k Key, inflight int, code int16) {
+	x.onFirstProduce(topic, func(req *kmsg.ProduceRequest) (kmsg.Response, error, bool) {
+		x.waitInflight(k, inflight)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
 			st := kmsg.NewProduceResponseTopic()
@@ -137,18 +153,10 @@ func TestWindowUnansweredFirstBatchConfirms(t *testing.T) {
 	x := newKfakePair(t, func(c *Config) { c.ProduceTimeout = 300 * time.Millisecond })
 	k := Key{Mirror: "m", Topic: "t", Partition: 0}
 	x.mirrorCaughtUp("t", 1, 10)
-	var done, ended atomic.Bool
-	x.dst.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		x.dst.KeepControl()
-		req := r.(*kmsg.ProduceRequest)
-		if done.Load() || len(req.Topics) == 0 || req.Topics[0].Topic != "t" {
-			return nil, nil, false
-		}
-		done.Store(true)
+	var ended atomic.Bool
+	x.onFirstProduce("t", func(*kmsg.ProduceRequest) (kmsg.Response, error, bool) {
+		x.waitInflight(k, 3)
 		x.dst.SleepControl(func() {
-			for x.inflightOf(k) < 3 {
-				time.Sleep(5 * time.Millisecond)
-			}
 			time.Sleep(2 * time.Second) // past 300 ms + AnswerSlack
 			ended.Store(true)
 		})

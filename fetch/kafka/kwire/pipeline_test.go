@@ -13,37 +13,57 @@ import (
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
-// TestPipelinedProduceAnswersInOrder: five produce requests written to one
-// connection before any answer is read come back in the order sent, each
-// with its own answer (correlation ID), the batches appended in that order.
-func TestPipelinedProduceAnswersInOrder(t *testing.T) {
+// kfakeBroker starts a one-broker kfake cluster with topic t and returns
+// its address.
+func kfakeBroker(t *testing.T) string {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	conn, err := Dial(context.Background(), c.ListenAddrs()[0], "test", nil)
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
+}
+
+// dialTest connects to addr, closed when the test ends.
+func dialTest(t *testing.T, addr string) *Conn {
+	t.Helper()
+	conn, err := Dial(context.Background(), addr, "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// sendBatch sends a produce of a batch of n records to t/0.
+func sendBatch(t *testing.T, ctx context.Context, conn *Conn, n int) PendingProduce {
+	t.Helper()
+	recs := make([]Record, n)
+	for j := range recs {
+		recs[j] = Record{Timestamp: 1700000000000, Value: []byte{byte(n), byte(j)}}
+	}
+	b, err := EncodeBatch(recs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := conn.SendProduce(ctx, -1, time.Second, time.Time{}, []ProducePartition{{Topic: "t", Partition: 0, Batch: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPipelinedProduceAnswersInOrder: five produce requests written to one
+// connection before any answer is read come back in the order sent, each
+// with its own answer (correlation ID), the batches appended in that order.
+func TestPipelinedProduceAnswersInOrder(t *testing.T) {
+	conn := dialTest(t, kfakeBroker(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var pending []PendingProduce
 	for i := range 5 {
-		recs := make([]Record, i+1) // batch i holds i+1 records
-		for j := range recs {
-			recs[j] = Record{Timestamp: 1700000000000, Value: []byte{byte(i), byte(j)}}
-		}
-		b, err := EncodeBatch(recs, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := conn.SendProduce(ctx, -1, time.Second, time.Time{}, []ProducePartition{{Topic: "t", Partition: 0, Batch: b}})
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		pending = append(pending, p)
+		pending = append(pending, sendBatch(t, ctx, conn, i+1)) // batch i holds i+1 records
 	}
 	next := int64(0)
 	for i, p := range pending {
@@ -62,30 +82,12 @@ func TestPipelinedProduceAnswersInOrder(t *testing.T) {
 // later request first fails on the correlation ID instead of taking the
 // earlier request's answer for it.
 func TestPipelinedProduceNamesAnAnswerOutOfTurn(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	conn, err := Dial(context.Background(), c.ListenAddrs()[0], "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTest(t, kfakeBroker(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := EncodeBatch([]Record{{Timestamp: 1700000000000, Value: []byte("v")}}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.SendProduce(ctx, -1, time.Second, time.Time{}, []ProducePartition{{Topic: "t", Partition: 0, Batch: b}}); err != nil {
-		t.Fatal(err)
-	}
-	second, err := conn.SendProduce(ctx, -1, time.Second, time.Time{}, []ProducePartition{{Topic: "t", Partition: 0, Batch: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = conn.ReceiveProduce(ctx, second)
+	sendBatch(t, ctx, conn, 1)
+	second := sendBatch(t, ctx, conn, 1)
+	_, err := conn.ReceiveProduce(ctx, second)
 	if err == nil || !strings.Contains(err.Error(), "correlation ID") {
 		t.Fatalf("the second request's answer read first: %v, want a correlation ID mismatch", err)
 	}
@@ -96,21 +98,12 @@ func TestPipelinedProduceNamesAnAnswerOutOfTurn(t *testing.T) {
 // os.ErrDeadlineExceeded within the broker's bound plus AnswerSlack, also
 // with no context deadline (issue 18's bound, for a pipelined connection).
 func TestPipelinedAnswersOverAStalledLinkFailWithinBound(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	px, err := harness.NewProxy(c.ListenAddrs()[0])
+	px, err := harness.NewProxy(kfakeBroker(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer px.Close()
-	conn, err := Dial(context.Background(), px.Addr(), "test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTest(t, px.Addr())
 	px.Stall(true)
 	const bound = 200 * time.Millisecond
 	var pending []PendingProduce

@@ -41,8 +41,6 @@ type PendingProduce struct {
 	// first: the connection's first request after ApiVersions (a broker
 	// that closes the connection there is likely a SASL listener).
 	first bool
-	// Written is when the request's last byte was written.
-	Written time.Time
 }
 
 // SendProduce writes one Produce (v8) with acks=all (-1) or the given acks
@@ -91,17 +89,17 @@ func (c *Conn) SendProduce(ctx context.Context, acks int16, timeout time.Duratio
 	if err != nil {
 		return p, fmt.Errorf("produce to %s: %w", c.addr, err)
 	}
-	p.Written = time.Now()
 	return p, nil
 }
 
 // ReceiveProduce reads the answer to p, which must be the oldest request
 // pending on the connection. Its first byte must come within p's timeout
-// + AnswerSlack (counted from now: an earlier request's answer came
-// first; from the end of a throttle an earlier answer asked for), each later read within AnswerSlack of the one before, all
-// within ctx's deadline, or it fails with os.ErrDeadlineExceeded: the
-// outcome is then unknown (the broker may have appended the batches), as
-// it is for every request still pending behind p.
+// + AnswerSlack, counted from now (an earlier request's answer came
+// first) or from the end of a throttle an earlier answer asked for; each
+// later read within AnswerSlack of the one before; all within ctx's
+// deadline. Otherwise it fails with os.ErrDeadlineExceeded: the outcome
+// is then unknown (the broker may have appended the batches), as it is
+// for every request still pending behind p.
 func (c *Conn) ReceiveProduce(ctx context.Context, p PendingProduce) ([]ProduceResult, error) {
 	a := &answerReader{ctx: ctx, nc: c.nc, r: c.br}
 	var ok bool
