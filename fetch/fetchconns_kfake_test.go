@@ -81,7 +81,7 @@ func TestFetchConnsForRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		rtt  time.Duration
 		want int
-	}{{0, 1}, {200 * time.Microsecond, 1}, {9 * time.Millisecond, 1}, {10 * time.Millisecond, 2}, {50 * time.Millisecond, 6}, {time.Second, maxFetchConns}} {
+	}{{0, 1}, {200 * time.Microsecond, 1}, {4 * time.Millisecond, 1}, {5 * time.Millisecond, 2}, {20 * time.Millisecond, 5}, {50 * time.Millisecond, maxFetchConns}, {time.Second, maxFetchConns}} {
 		if got := fetchConnsFor(tc.rtt); got != tc.want {
 			t.Errorf("fetchConnsFor(%v) = %d, want %d", tc.rtt, got, tc.want)
 		}

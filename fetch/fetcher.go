@@ -112,6 +112,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 	sess := session{parts: map[Key]fetchWant{}, ends: map[Key]sourceEnd{}}
 	backoff := e.cfg.RetryBackoff
 	var sized time.Time // when slot 0 last sized the broker's fetch loops
+	var answered int    // bytes of records in the last answer
 	var poll longPoll
 	for e.ctx.Err() == nil {
 		// Routing news from before this round is in want already.
@@ -119,7 +120,7 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		case <-w.routed:
 		default:
 		}
-		want, busy, current := e.fetchWanted(mirror, src, w)
+		want, load, current := e.fetchWanted(mirror, src, w)
 		if !current {
 			return // replaced: the broker moved to another address
 		}
@@ -148,15 +149,16 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		var err error
 		if conn == nil {
 			if conn, err = src.cl.Dial(e.ctx, w.addr); err == nil && w.slot == 0 {
-				e.sizeFetchConns(mirror, src, w, conn.RTT())
+				e.sizeFetchConns(mirror, src, w, conn.RTT(false))
 				sized = time.Now()
 			}
 		} else if w.slot == 0 && time.Since(sized) >= resizeEvery {
-			// Routes change: the kernel keeps measuring the round trip.
-			e.sizeFetchConns(mirror, src, w, conn.RTT())
+			// Routes change: the kernel keeps measuring the round trip,
+			// and follows a change fast only while bulk data comes in.
+			e.sizeFetchConns(mirror, src, w, conn.RTT(answered >= bulkAnswer))
 			sized = time.Now()
 		}
-		req.MaxWait = poll.wait(e.cfg, want, busy)
+		req.MaxWait = poll.wait(e.cfg, want, load)
 		var res *kwire.FetchResponse
 		interrupted := false
 		if err == nil {
@@ -221,9 +223,11 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		e.markAnswered(want)
 		poll.answered(res.Partitions)
 		sess.advance(want, res.SessionID, mirror, res.Partitions)
+		answered = 0
 		for _, fp := range res.Partitions {
-			src.cl.FetchedBytes.Add(int64(len(fp.Records)))
+			answered += len(fp.Records)
 		}
+		src.cl.FetchedBytes.Add(int64(answered))
 		e.seedSourceEnds(want, restarted, sess.ends)
 		errored := e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions)
 		// handleFetch copied out every batch it keeps: the buffer is
@@ -240,21 +244,28 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 // maxFetchConns bounds the fetch loops per source broker.
 const maxFetchConns = 8
 
+// bulkAnswer is the least answer (bytes of records) after which the
+// receive side's round-trip estimate is fresh (kwire.Conn.RTT): dozens
+// of full-sized segments even at a 64 KiB MSS.
+const bulkAnswer = 4 << 20
+
 // resizeEvery is how often a source broker's first fetch loop sizes its
 // fetch loops again from the round trip the kernel keeps measuring.
 const resizeEvery = time.Second
 
 // fetchConnsFor is how many fetch connections a source broker at round
-// trip rtt gets: one per 10 ms, up to maxFetchConns. Each connection has
+// trip rtt gets: one per 5 ms, up to maxFetchConns. Each connection has
 // one fetch in flight (a fetch session answers one request at a time), so
 // a connection moves at most its fetch size per round trip, and no more
 // than the source broker's send buffer (socket.send.buffer.bytes, Kafka's
 // default 100 KiB) per round trip whatever the fetch size: across 50 ms
 // that is about 4 MB/s. Several connections over disjoint partitions keep
 // more of the bandwidth-delay product in flight (issue 20); on a LAN one
-// is enough.
+// is enough. One per 5 ms gives a 50 ms link the most: with one per 10 ms
+// (6 at 50 ms), 8 partitions shared 6 fetches, and the two that
+// shared one fetch ran at half the speed of the others (bench --rtt 50ms).
 func fetchConnsFor(rtt time.Duration) int {
-	return min(1+int(rtt/(10*time.Millisecond)), maxFetchConns)
+	return min(1+int(rtt/(5*time.Millisecond)), maxFetchConns)
 }
 
 // fetchSlot is the fetch loop (of conns) that fetches partition k: spread
@@ -356,20 +367,20 @@ func (e *Engine) reroute(keys []Key, err error) {
 // fetchWanted returns the partitions a broker's fetch loop should fetch
 // now: those it leads with room in their queues, none when the memory
 // budget is spent. current is false when the loop was replaced.
-func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]fetchWant, busy, current bool) {
+func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Key]fetchWant, load loopLoad, current bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := fetcherKey{w.broker, w.slot}
 	if src.fetchers[key] != w || e.sources[mirror] != src {
-		return nil, false, false
+		return nil, load, false
 	}
 	conns := src.fetchConns(w.broker)
 	if w.slot >= conns {
 		delete(src.fetchers, key) // fewer loops now: a later increase starts it anew
-		return nil, false, false
+		return nil, load, false
 	}
 	if e.cfg.MemoryBudget-e.inUse < minFetchBudget {
-		return nil, true, true
+		return nil, loopLoad{busy: true}, true
 	}
 	// Across a long round trip each fetch carries more of a partition
 	// (as many times its fetch size as there are loops, up to 4), and a
@@ -382,9 +393,12 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 			continue
 		}
 		if p.queued > 0 {
-			busy = true
+			load.busy = true
 		}
 		if !p.wantsFetch(limit) {
+			if p.queued >= limit {
+				load.held = true
+			}
 			continue
 		}
 		if p.fetchBytes == 0 {
@@ -395,7 +409,7 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 			LeaderEpoch: p.srcEpoch, MaxBytes: max(p.fetchBytes, e.cfg.PartitionBytes*scale),
 		}, run: p, gen: p.gen}
 	}
-	return want, busy, true
+	return want, load, true
 }
 
 // seedSourceEnds gives restarted partitions that have no source end yet

@@ -14,11 +14,28 @@ type longPoll struct {
 	idle  int           // idle answers in a row
 	asked map[Key]bool  // the partitions of the last request
 	last  time.Duration // the last request's wait
+	held  bool          // the last request left out a partition with a full queue
 }
 
-// wait returns the MaxWait of the next request for want; busy: a
-// partition of this loop has batches queued for produce.
-func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, busy bool) time.Duration {
+// loopLoad is what a fetch loop's partitions have queued for produce.
+type loopLoad struct {
+	busy bool // one has batches queued
+	// held: one is left out of the fetch because its queue is full
+	// (fetchWanted's limit). It may ask again as soon as its queue
+	// drains, which a fetch waiting at the broker for the others would
+	// delay by up to FetchMaxWait: across a 50 ms round trip such waits
+	// halved the copy rate (issue 20).
+	held bool
+}
+
+// heldFetchMaxWait is the first wait of a fetch that leaves out a
+// partition with a full queue; it doubles up to FetchMaxWait while the
+// answers stay empty (a queue that does not drain, a destination that
+// is down, costs the broker few fetches).
+const heldFetchMaxWait = 10 * time.Millisecond
+
+// wait returns the MaxWait of the next request for want.
+func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, load loopLoad) time.Duration {
 	same := len(want) == len(l.asked)
 	for k := range want {
 		if !same {
@@ -32,9 +49,16 @@ func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, busy bool) time.Dura
 			l.asked[k] = true
 		}
 	}
-	if busy || !same || l.idle < 2 {
+	wasHeld := l.held
+	l.held = load.held
+	switch {
+	case load.held && (!wasHeld || l.idle == 0):
+		l.last = min(heldFetchMaxWait, cfg.FetchMaxWait)
+	case load.held:
+		l.last = min(2*l.last, cfg.FetchMaxWait)
+	case load.busy || !same || l.idle < 2:
 		l.last = cfg.FetchMaxWait
-	} else {
+	default:
 		l.last = min(max(2*l.last, cfg.FetchMaxWait), max(cfg.IdleFetchMaxWait, cfg.FetchMaxWait))
 	}
 	return l.last

@@ -117,3 +117,61 @@ func TestRoutingEndsOnlyItsLoopsLongPoll(t *testing.T) {
 	x.requireMirrored("a", 8)
 	x.requireMirrored("b", 1)
 }
+
+// TestHeldPartitionIsFetchedBeforeTheLongPollEnds: a partition whose
+// queue is full is left out of its loop's fetches; when the loop's other
+// partitions are idle, the fetch for them waits at the broker, and the
+// held partition, drained meanwhile, could not be asked for until that
+// wait ran out. Such waits halved the copy rate across a 50 ms round
+// trip (issue 20). A loop holding a partition asks for short waits
+// (heldFetchMaxWait, doubling while answers stay empty), so a partition
+// that fills its queue dozens of times is mirrored long before even one
+// FetchMaxWait (5 s here) would have run out.
+func TestHeldPartitionIsFetchedBeforeTheLongPollEnds(t *testing.T) {
+	const maxWait = 3 * time.Second
+	x := newKfakePair(t, func(c *Config) {
+		c.FetchMaxWait = maxWait
+		c.PartitionBytes = 512 // the queue limit is two of these
+	})
+	var asked, left atomic.Int32 // fetches that asked for "busy", that left it out
+	x.src.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		x.src.KeepControl()
+		req := r.(*kmsg.FetchRequest)
+		for _, tp := range req.Topics {
+			if tp.Topic == "busy" {
+				asked.Add(1)
+			}
+		}
+		for _, tp := range req.ForgottenTopics {
+			if tp.Topic == "busy" {
+				left.Add(1)
+			}
+		}
+		return nil, nil, false
+	})
+	x.mirrorCaughtUp("idle", 1, 0)
+	x.mirrorCaughtUp("busy", 1, 0)
+	// The loop may have gone into a wait for "idle" alone before "busy"
+	// was routed to it: from the fetch that asks for both on, records
+	// end each wait at once.
+	waitUntil(t, 2*maxWait, "a fetch for the busy partition", func() bool { return asked.Load() > 0 })
+	// Slow answers keep the queue full: fetches outrun produces.
+	x.dst.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		x.dst.KeepControl()
+		x.dst.SleepControl(func() { time.Sleep(20 * time.Millisecond) })
+		return nil, nil, false
+	})
+	start := time.Now()
+	for i := 0; i < 40; i++ {
+		x.produce(x.src, "busy", i*10, 10) // 40 batches of about 300 bytes
+	}
+	waitUntil(t, maxWait, "40 batches mirrored through a queue limit of about 3 of them", func() bool {
+		return x.caughtUp("busy", 1)
+	})
+	if left.Load() == 0 {
+		t.Fatal("no fetch left the busy partition out: its queue never filled, so this test proves nothing")
+	}
+	t.Logf("mirrored in %v; %d fetches left the busy partition out", time.Since(start).Round(time.Millisecond), left.Load())
+	x.requireMirrored("busy", 1)
+	x.requireMirrored("idle", 1)
+}

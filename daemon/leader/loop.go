@@ -266,12 +266,16 @@ func (l *Leader) Alive() (alive func(id string) bool, inConfig map[string]bool) 
 			grants[id] = mem.LeaseProtocol >= raftstore.LeaseProtocolGrant
 		}
 	})
-	now := l.store.Clock().Now()
+	clock := l.store.Clock()
 	return func(id string) bool {
 		if id == l.cfg.NodeID {
 			return true
 		}
-		return inConfig[id] && now.Sub(LeaseContact(l.store, id, grants[id])) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
+		// The clock is read at every call, after the contact: a time read
+		// once when Alive was called would keep a member alive past its
+		// lease for as long as the caller kept the closure.
+		contact := LeaseContact(l.store, id, grants[id])
+		return inConfig[id] && clock.Now().Sub(contact) < TakeoverAfter(l.cfg.LeaseTTL, ttls[id])
 	}, inConfig
 }
 

@@ -2,6 +2,7 @@ package kwire
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -68,14 +69,36 @@ func (c *Conn) UserTimeout() (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, gerr
 }
 
-// RTT is the kernel's smoothed round-trip time of the connection (TCP_INFO;
-// from the handshake on): 0 on a connection that is not TCP or when the
-// kernel does not say.
-func (c *Conn) RTT() time.Duration {
+// RTT is the connection's round-trip time as the kernel measures it
+// (TCPRoundTrip): 0 on a connection that is not TCP or when the kernel
+// does not say.
+func (c *Conn) RTT(bulk bool) time.Duration {
 	if c.tcp == nil {
 		return 0
 	}
-	rc, err := c.tcp.SyscallConn()
+	return TCPRoundTrip(c.tcp, bulk)
+}
+
+// TCPRoundTrip is a TCP connection's round-trip time as the kernel
+// measures it (TCP_INFO): the least round trip of what this side sent
+// (tcpi_min_rtt, over the kernel's window of 5 minutes, from the
+// handshake on), or, with bulk set, the larger of that and the receive
+// side's estimate (tcpi_rcv_rtt); 0 when the kernel does not say.
+//
+// Not the smoothed tcpi_rtt: a request the broker holds (a fetch long
+// poll) is acknowledged only by the broker's delayed ACK, some 40 ms
+// later, and tcpi_rtt counts that delay: on loopback it read 5 ms after a
+// few long polls. And a side that mostly receives, as a fetch connection
+// does, sends about one segment per request, so when the path's round
+// trip grows under an open connection, the send side's figures take
+// dozens of requests to follow (tcpi_min_rtt only drops). tcpi_rcv_rtt is
+// sampled from every full-sized segment received (with TCP timestamps,
+// Linux's default) and follows within one large answer; but a segment
+// that follows a wait on the other side (a long poll answered with data)
+// counts the wait too, so it is only worth reading just after bulk data
+// came in (bulk).
+func TCPRoundTrip(tc *net.TCPConn, bulk bool) time.Duration {
+	rc, err := tc.SyscallConn()
 	if err != nil {
 		return 0
 	}
@@ -85,5 +108,12 @@ func (c *Conn) RTT() time.Duration {
 	}); err != nil || info == nil {
 		return 0
 	}
-	return time.Duration(info.Rtt) * time.Microsecond
+	rtt := info.Min_rtt
+	if rtt == 0 {
+		rtt = info.Rtt // kernels before 4.6 do not say
+	}
+	if bulk {
+		rtt = max(rtt, info.Rcv_rtt)
+	}
+	return time.Duration(rtt) * time.Microsecond
 }
