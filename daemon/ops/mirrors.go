@@ -393,7 +393,7 @@ func (o *Ops) Translate(ctx context.Context, mirror, topic string, partition int
 
 // staleAfter is when a partition's live view is shown as stale: a
 // healthy owner hears from the source leader at least every fetch wait
-// (500 ms; up to fetch.Config.IdleFetchMaxWait, 5 s, while its fetch
+// (100 ms; up to fetch.Config.IdleFetchMaxWait, 5 s, while its fetch
 // session is idle) and from the destination within produce_timeout.
 const staleAfter = 10 * time.Second
 

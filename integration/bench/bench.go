@@ -41,6 +41,7 @@ type bench struct {
 
 	src, dst *harness.Cluster
 	line     *harness.DelayLine // in front of src with --rtt
+	dstLine  *harness.DelayLine // in front of dst with --destination-rtt
 	tls      tlsSetup           // --security sasl_ssl files
 	logs     []*os.File         // the clusters' JVM output, closed after them
 	group    *group
@@ -240,6 +241,13 @@ func (b *bench) startClusters(ctx context.Context) error {
 		}
 		b.line = line
 	}
+	if b.cfg.DestinationRTT > 0 {
+		line, err := harness.NewDelayLine(b.cfg.DestinationRTT)
+		if err != nil {
+			return fmt.Errorf("--destination-rtt: %w", err)
+		}
+		b.dstLine = line
+	}
 	var (
 		wg   sync.WaitGroup
 		errs [2]error
@@ -252,6 +260,12 @@ func (b *bench) startClusters(ctx context.Context) error {
 				if b.cfg.SourceSendBuffer != 0 {
 					o.BrokerProps = map[string]string{"socket.send.buffer.bytes": fmt.Sprint(b.cfg.SourceSendBuffer)}
 				}
+			} else if b.dstLine != nil {
+				o.DelayLine = b.dstLine
+				// Kafka's default receive buffer (100 KiB) would cap every
+				// connection at 100 KiB per round trip, the baseline's and
+				// kmirror's alike, and hide the produce window.
+				o.BrokerProps = map[string]string{"socket.receive.buffer.bytes": "-1"}
 			}
 			cl, err := harness.Start(ctx, o)
 			if err != nil {
@@ -270,6 +284,9 @@ func (b *bench) startClusters(ctx context.Context) error {
 		return err
 	}
 	b.printf("source %s, destination %s", b.src.Bootstrap(), b.dst.Bootstrap())
+	if b.dstLine != nil {
+		b.printf("the destination is behind a delay line of %v round trip (every write to it crosses it)", b.cfg.DestinationRTT)
+	}
 	return nil
 }
 
@@ -291,11 +308,13 @@ func (b *bench) closeClusters() {
 		}
 	}
 	b.src, b.dst = nil, nil
-	if b.line != nil {
-		if err := b.line.Close(); err != nil {
-			b.printf("closing the delay line: %v", err)
+	for _, l := range []**harness.DelayLine{&b.line, &b.dstLine} {
+		if *l != nil {
+			if err := (*l).Close(); err != nil {
+				b.printf("closing a delay line: %v", err)
+			}
+			*l = nil
 		}
-		b.line = nil
 	}
 	for _, f := range b.logs {
 		f.Close()
@@ -335,6 +354,13 @@ func (b *bench) printSummary() {
 	fmt.Fprintf(&s, "kmirror (source backlog → destination): %.2f MB/s, %.0f rec/s, %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
 		b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib)
 	fmt.Fprintf(&s, "ratio kmirror/baseline: %.2f  (target ≥ 0.5)\n", b.ratio())
+	if b.cfg.DestinationRTT > 0 {
+		window := "kmirror's default"
+		if b.cfg.ProduceWindow > 0 {
+			window = fmt.Sprint(b.cfg.ProduceWindow)
+		}
+		fmt.Fprintf(&s, "(the destination across a %v round trip, its socket.receive.buffer.bytes -1: the baseline and kmirror wrote across it; batch.size %d; produce_window %s)\n", b.cfg.DestinationRTT, b.cfg.BatchSize, window)
+	}
 	if w := b.wan; w != nil {
 		buf := "Kafka's default 102400 bytes"
 		switch n := b.cfg.SourceSendBuffer; {

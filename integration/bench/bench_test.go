@@ -129,3 +129,33 @@ func TestStartGroupReportsEarlyExit(t *testing.T) {
 		t.Fatalf("startGroup of a binary that exits at once: %v; want the exit status and the log tail", err)
 	}
 }
+
+// TestValidateDestinationRTT: --destination-rtt out of range, or with a
+// security mode the delay line cannot carry, is named in the error.
+func TestValidateDestinationRTT(t *testing.T) {
+	base := config{Bytes: 1 << 20, RecordSize: 1024, Partitions: 8, Members: 1, Security: securityPlaintext,
+		Compression: "lz4", SkipLatency: true, IdleSeconds: 1, BatchSize: 262144, Kmirror: "/bin/true"}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("a valid config: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		with func(*config)
+		want string
+	}{
+		{"negative", func(c *config) { c.DestinationRTT = -time.Millisecond }, "--destination-rtt -1ms: use 0"},
+		{"too long", func(c *config) { c.DestinationRTT = 3 * time.Second }, "--destination-rtt 3s: use 0"},
+		{"over TLS", func(c *config) { c.DestinationRTT = 5 * time.Millisecond; c.Security = "sasl_ssl" }, "--destination-rtt with --security sasl_ssl"},
+	} {
+		c := base
+		tc.with(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+	c := base
+	c.DestinationRTT = 5 * time.Millisecond
+	if err := c.Validate(); err != nil {
+		t.Fatalf("--destination-rtt 5ms: %v", err)
+	}
+}

@@ -40,6 +40,15 @@ type config struct {
 	// (harness.DelayLine): the backlog is mirrored once across a 0 ms
 	// link and once, from a second topic of the same size, across RTT.
 	RTT time.Duration
+	// DestinationRTT > 0 puts the destination cluster behind a delay line
+	// of its own for the whole run: every write to it (the baseline, the
+	// copies, the latency run) crosses it, which shows what the produce
+	// window (ProduceWindow) hides on real brokers.
+	DestinationRTT time.Duration
+	// BatchSize is the batch.size of the producers that fill the backlog
+	// and run the baseline (bytes): small batches show what the produce
+	// window does (one batch per partition per produce request).
+	BatchSize int
 	// SourceSendBuffer is the source broker's socket.send.buffer.bytes
 	// (0: Kafka's default, 102400; -1: the kernel's autotuning).
 	SourceSendBuffer int
@@ -59,6 +68,15 @@ func (c config) Validate() error {
 	}
 	if c.RTT > 0 && c.Security != securityPlaintext {
 		errs = append(errs, fmt.Errorf("--rtt with --security %s: the delay line runs plaintext clusters only", c.Security))
+	}
+	if c.DestinationRTT < 0 || c.DestinationRTT > 2*time.Second {
+		errs = append(errs, fmt.Errorf("--destination-rtt %v: use 0 (no delay line) up to 2s, such as 5ms", c.DestinationRTT))
+	}
+	if c.DestinationRTT > 0 && c.Security != securityPlaintext {
+		errs = append(errs, fmt.Errorf("--destination-rtt with --security %s: the delay line runs plaintext clusters only", c.Security))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 16<<20 {
+		errs = append(errs, fmt.Errorf("--batch-size %d: use 1 to 16777216 bytes, such as 262144", c.BatchSize))
 	}
 	if c.ProduceWindow < 0 || c.ProduceWindow > 5 {
 		errs = append(errs, fmt.Errorf("--produce-window %d: use 0 (kmirror's default) or 1 to 5", c.ProduceWindow))

@@ -62,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.BoolFlag{Name: "skip-mm2", Usage: "skip the MirrorMaker 2 runs (the comparison baseline)"},
 			&cli.IntFlag{Name: "members", Value: 3, Usage: "`COUNT` of kmirror members in the group (1 for the single-member figure)"},
 			&cli.DurationFlag{Name: "rtt", Usage: "put the source cluster behind a delay line of this round trip (`DURATION`, such as 50ms; needs root) and mirror the backlog across a 0 ms link and across it"},
+			&cli.IntFlag{Name: "batch-size", Value: 262144, Usage: "batch.size of the producers that fill the backlog and run the baseline (`BYTES`; small batches show what --produce-window does)"},
+			&cli.DurationFlag{Name: "destination-rtt", Usage: "put the destination cluster behind a delay line of this round trip (`DURATION`, such as 5ms; needs root) for the whole run, to show what --produce-window hides"},
 			&cli.IntFlag{Name: "source-send-buffer", Usage: "the source broker's socket.send.buffer.bytes (`BYTES`; 0: Kafka's default 102400, -1: the kernel's autotuning up to net.core.wmem_max)"},
 			&cli.IntFlag{Name: "produce-window", Usage: "kmirror's produce_window (`COUNT` of produce requests awaiting answers per destination connection, 1-5; 0: kmirror's default)"},
 			&cli.BoolFlag{Name: "cpu-profile", Usage: "each kmirror member writes a Go CPU profile of its run into the bench folder; the top functions are printed at the end"},
@@ -113,6 +115,8 @@ func configFromFlags(c *cli.Context) (config, error) {
 		ProduceWindow:    c.Int("produce-window"),
 		RTT:              c.Duration("rtt"),
 		SourceSendBuffer: c.Int("source-send-buffer"),
+		DestinationRTT:   c.Duration("destination-rtt"),
+		BatchSize:        c.Int("batch-size"),
 	}
 	return cfg, cfg.Validate()
 }

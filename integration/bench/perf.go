@@ -63,7 +63,7 @@ func (b *bench) producerPerformance(ctx context.Context, cl *harness.Cluster, to
 		"bootstrap.servers="+b.clientAddr(cl),
 		"acks=all",
 		"compression.type="+b.cfg.Compression,
-		"batch.size=262144",
+		"batch.size="+strconv.Itoa(b.cfg.BatchSize),
 		"linger.ms=20",
 		"buffer.memory=268435456",
 	)
