@@ -27,7 +27,10 @@ type fakeControl struct {
 	renewals []Key
 	saved    map[Key]kafka.ProducerID
 	deadline time.Time // zero: a lease that never ends
-	losses   uint64    // LeaseLosses
+	// checkSlack > 0 caps every write deadline at that long from now, as
+	// the owner caps it at its lease loop's last check plus 500 ms.
+	checkSlack time.Duration
+	losses     uint64 // LeaseLosses
 	// onDeadline, when set, runs (under mu) in each WriteDeadline call
 	// until it reports true: a lease event between a caller's reads.
 	onDeadline func(*fakeControl) bool
@@ -78,10 +81,29 @@ func (c *fakeControl) WriteDeadline() time.Time {
 	if f := c.onDeadline; f != nil && f(c) {
 		c.onDeadline = nil
 	}
-	if c.deadline.IsZero() {
-		return time.Now().Add(time.Hour)
+	return c.deadlineAheadLocked(0)
+}
+
+func (c *fakeControl) WriteDeadlineAhead(ahead time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadlineAheadLocked(ahead)
+}
+
+// deadlineAheadLocked is the lease's end less ahead, capped at checkSlack
+// from now as the owner caps it at its lease loop's last check.
+func (c *fakeControl) deadlineAheadLocked(ahead time.Duration) time.Time {
+	dl := c.deadline
+	if dl.IsZero() {
+		dl = time.Now().Add(time.Hour)
 	}
-	return c.deadline
+	dl = dl.Add(-ahead)
+	if c.checkSlack > 0 {
+		if bound := time.Now().Add(c.checkSlack); bound.Before(dl) {
+			dl = bound
+		}
+	}
+	return dl
 }
 
 // kfakePair is a source and a destination kfake cluster and an engine

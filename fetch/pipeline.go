@@ -111,7 +111,7 @@ func (e *Engine) produceLoop(w *worker) {
 			throttle = max(time.Until(pp.conn.ThrottledUntil()), 0)
 		}
 		ahead := time.Duration(len(pp.slots)-1)*e.cfg.ProduceTimeout + throttle
-		if ahead > 0 && !time.Now().Before(e.ctl.WriteDeadline().Add(-ahead)) {
+		if ahead > 0 && !time.Now().Before(e.ctl.WriteDeadlineAhead(ahead)) {
 			<-pp.slots
 			e.waitKick(w, 100*time.Millisecond)
 			continue
@@ -162,7 +162,11 @@ func (e *Engine) produceLoop(w *worker) {
 		sentAt := time.Now()
 		fence := e.resetOnLeaseEnd(pp.conn, writeBy, losses)
 		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.ProduceTimeout+10*time.Second)
-		req, err := pp.conn.SendProduce(ctx, -1, e.cfg.ProduceTimeout, writeBy.Add(-ahead), parts)
+		sendBy := writeBy
+		if ahead > 0 {
+			sendBy = minTime(writeBy, e.ctl.WriteDeadlineAhead(ahead))
+		}
+		req, err := pp.conn.SendProduce(ctx, -1, e.cfg.ProduceTimeout, sendBy, parts)
 		cancel()
 		if err != nil {
 			// Not wholly written (its deadline passed while the broker,
@@ -241,4 +245,12 @@ func (e *Engine) receive(w *worker, pp *pipe) {
 		<-pp.slots
 		kick(w.kick)
 	}
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -132,6 +132,13 @@ type Control interface {
 	// request after it, and a request must be wholly written before it
 	// (design.md section 3, self-fencing).
 	WriteDeadline() time.Time
+	// WriteDeadlineAhead is when a produce request with ahead of answer
+	// time owed before it on its connection must be wholly written: ahead
+	// before the lease's end, and never after WriteDeadline (which may be
+	// earlier than the lease's end for reasons ahead does not move, such
+	// as a member's own lease check). The produce window's lease rule
+	// (fetch/DESIGN.md, "The produce window").
+	WriteDeadlineAhead(ahead time.Duration) time.Time
 	// LeaseLosses counts the times this member's lease was lost (it was
 	// fenced). A deadline read after a count that has not moved since
 	// comes from the same unbroken lease: a renewal, not a lease that

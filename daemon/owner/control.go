@@ -83,6 +83,9 @@ func (c *control) RecordGap(ctx context.Context, k fetch.Key, gen uint64, from, 
 
 // WriteDeadline is the end of this member's lease (lease.go).
 func (c *control) WriteDeadline() time.Time { return c.o.writeDeadline() }
+func (c *control) WriteDeadlineAhead(ahead time.Duration) time.Time {
+	return c.o.writeDeadlineAhead(ahead)
+}
 
 // LeaseLosses counts this member's lease losses (lease.go).
 func (c *control) LeaseLosses() uint64 {

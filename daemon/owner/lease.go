@@ -63,19 +63,28 @@ func clockRateAllowance(leaseTTL time.Duration) time.Duration {
 
 // writeDeadline is the end of this member's lease, or the zero time when it
 // has none.
-func (o *Owner) writeDeadline() time.Time {
+func (o *Owner) writeDeadline() time.Time { return o.writeDeadlineAhead(0) }
+
+// writeDeadlineAhead is when a produce request with ahead of answer time
+// owed before it on its connection (the produce window, fetch/DESIGN.md)
+// must be wholly written: ahead before the lease's end, and no later than
+// the lease loop's last check allows (leaseCheckSlack), which ahead does
+// not move (it guards a paused process, not the answers). The zero time
+// when this member has no lease.
+func (o *Owner) writeDeadlineAhead(ahead time.Duration) time.Time {
 	o.lease.mu.Lock()
 	synced, checked := o.lease.synced, o.lease.checked
 	o.lease.mu.Unlock()
 	if !synced {
 		return time.Time{}
 	}
-	dl := o.leaseContact().Add(o.leaseWindow())
-	if bound := checked.Add(leaseCheckSlack); bound.Before(dl) {
+	// The data path and the kernel compare it with the process clock.
+	clock := o.store.Clock()
+	dl := clock.Real(o.leaseContact().Add(o.leaseWindow())).Add(-ahead)
+	if bound := clock.Real(checked.Add(leaseCheckSlack)); bound.Before(dl) {
 		dl = bound
 	}
-	// The data path and the kernel compare it with the process clock.
-	return o.store.Clock().Real(dl)
+	return dl
 }
 
 // leaseSynced reports whether the owner loop may act on the state, and
