@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -372,7 +373,14 @@ func TestGrantLeaseRefusals(t *testing.T) {
 		t.Fatalf("a lease granted to a member outside the raft configuration: %v", err)
 	}
 	before := time.Now()
-	if _, err := l.grantLease(ctx, follower.cfg.NodeID); err != nil {
+	// A new leader grants nothing until it has applied the entries of
+	// earlier terms (its barrier; TestNoGrantBeforeTheLeaderCaughtUp).
+	var err error
+	waitFor(t, 5*time.Second, "the new leader past its barrier", func() bool {
+		_, err = l.grantLease(ctx, follower.cfg.NodeID)
+		return !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "barrier")
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if at, granted := l.store.LeaseGrant(follower.cfg.NodeID); !granted || at.Before(before) {
