@@ -396,7 +396,9 @@ func (e *Engine) fetchWanted(mirror string, src *source, w *worker) (want map[Ke
 			load.busy = true
 		}
 		if !p.wantsFetch(limit) {
-			if p.queued >= limit {
+			// Only a partition that would be fetched once its queue
+			// drains; not one that is stopping or paused.
+			if p.queued >= limit && p.mirroring() && p.fetch == fetchOpen {
 				load.held = true
 			}
 			continue

@@ -29,9 +29,10 @@ type loopLoad struct {
 }
 
 // heldFetchMaxWait is the first wait of a fetch that leaves out a
-// partition with a full queue; it doubles up to FetchMaxWait while the
-// answers stay empty (a queue that does not drain, a destination that
-// is down, costs the broker few fetches).
+// partition with a full queue; it doubles up to IdleFetchMaxWait while
+// the answers stay empty (a queue that does not drain, a destination
+// that is down, costs the broker few fetches: capped at the 100 ms
+// FetchMaxWait it cost 10 fetches a second per loop).
 const heldFetchMaxWait = 10 * time.Millisecond
 
 // wait returns the MaxWait of the next request for want.
@@ -55,7 +56,7 @@ func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, load loopLoad) time.
 	case load.held && (!wasHeld || l.idle == 0):
 		l.last = min(heldFetchMaxWait, cfg.FetchMaxWait)
 	case load.held:
-		l.last = min(2*l.last, cfg.FetchMaxWait)
+		l.last = min(2*l.last, max(cfg.IdleFetchMaxWait, cfg.FetchMaxWait))
 	case load.busy || !same || l.idle < 2:
 		l.last = cfg.FetchMaxWait
 	default:

@@ -126,7 +126,7 @@ func TestRoutingEndsOnlyItsLoopsLongPoll(t *testing.T) {
 // trip (issue 20). A loop holding a partition asks for short waits
 // (heldFetchMaxWait, doubling while answers stay empty), so a partition
 // that fills its queue dozens of times is mirrored long before even one
-// FetchMaxWait (5 s here) would have run out.
+// FetchMaxWait (3 s here) would have run out.
 func TestHeldPartitionIsFetchedBeforeTheLongPollEnds(t *testing.T) {
 	const maxWait = 3 * time.Second
 	x := newKfakePair(t, func(c *Config) {
