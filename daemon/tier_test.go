@@ -382,6 +382,11 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 	}
 	g.setLease(long, 2*ttl, 2*tierLeaseMargin, tierProduceTimeout)
 	g.runLeases()
+	// The played data paths run before the wait: they carry out the
+	// handoffs a placement made before every member was heard from needs
+	// (a slow machine: CI waited 65 s for a balance nobody moved to).
+	h := &history{}
+	holds, stop := g.runWriters(h)
 	// Every member owns partitions before the faults begin, so they move.
 	waitFor(t, 20*ttl, "the partitions balanced over the members", func() bool {
 		l := g.currentLeader()
@@ -395,8 +400,6 @@ func TestTierOneWriterUnderNetworkFaults(t *testing.T) {
 		}
 		return false
 	})
-	h := &history{}
-	holds, stop := g.runWriters(h)
 	isolated := -1
 	// freeze pauses member i for d as SIGSTOP would: its lease loops and
 	// data path stop, and raft neither hears from it nor reaches it
@@ -511,12 +514,14 @@ func tierGroup(t *testing.T, n int) (*group, *history, []*writerHold, func()) {
 	}
 	g.addTopic("fixed", n)
 	g.runLeases()
+	// The played data paths carry out the handoffs a balance may need
+	// (see TestTierOneWriterUnderNetworkFaults).
+	h := &history{}
+	holds, stop := g.runWriters(h)
 	waitFor(t, 20*tierLeaseTTL, "the partitions balanced over the 3 members", func() bool {
 		l := g.currentLeader()
 		return l != nil && isBalanced(ownerCounts(g.partitions(g.index(l))), "n1", "n2", "n3")
 	})
-	h := &history{}
-	holds, stop := g.runWriters(h)
 	return g, h, holds, stop
 }
 
