@@ -112,7 +112,8 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 	sess := session{parts: map[Key]fetchWant{}, ends: map[Key]sourceEnd{}}
 	backoff := e.cfg.RetryBackoff
 	var sized time.Time // when slot 0 last sized the broker's fetch loops
-	var answered int    // bytes of records in the last answer
+	var sizer connSizer
+	var answered int // bytes of records in the last answer
 	var poll longPoll
 	for e.ctx.Err() == nil {
 		// Routing news from before this round is in want already.
@@ -149,13 +150,14 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		var err error
 		if conn == nil {
 			if conn, err = src.cl.Dial(e.ctx, w.addr); err == nil && w.slot == 0 {
-				e.sizeFetchConns(mirror, src, w, conn.RTT(false))
+				e.sizeFetchConns(mirror, src, w, &sizer, conn.RTT(false), false)
 				sized = time.Now()
 			}
 		} else if w.slot == 0 && time.Since(sized) >= resizeEvery {
 			// Routes change: the kernel keeps measuring the round trip,
 			// and follows a change fast only while bulk data comes in.
-			e.sizeFetchConns(mirror, src, w, conn.RTT(answered >= bulkAnswer))
+			bulk := answered >= bulkAnswer
+			e.sizeFetchConns(mirror, src, w, &sizer, conn.RTT(bulk), bulk)
 			sized = time.Now()
 		}
 		req.MaxWait = poll.wait(e.cfg, want, load)
@@ -283,13 +285,49 @@ func fetchSlot(k Key, conns int) int {
 	return int((h + uint32(k.Partition)) % uint32(conns))
 }
 
+// connSizer turns the round trips read on a broker's first fetch
+// connection into a count of fetch loops, steadily: a bulk reading (the
+// receive side's, kwire.Conn.RTT) is kept for bulkRTTKeep, since the next
+// small answer reads tcpi_min_rtt, which only drops and so misses a path
+// that grew; and the count drops only after lowerAfter readings in a row
+// ask for fewer (each drop and rise moves partitions between loops).
+type connSizer struct {
+	bulk   time.Duration // the last bulk reading
+	bulkAt time.Time
+	lower  int // readings in a row that asked for fewer loops than now
+}
+
+const (
+	bulkRTTKeep = 30 * time.Second
+	lowerAfter  = 3
+)
+
+// conns returns the loop count for a reading rtt taken at now (bulk: just
+// after a bulk answer) while the broker has current loops (0: not sized).
+func (s *connSizer) conns(now time.Time, rtt time.Duration, bulk bool, current int) (n int, used time.Duration) {
+	if bulk {
+		s.bulk, s.bulkAt = rtt, now
+	} else if now.Sub(s.bulkAt) < bulkRTTKeep {
+		rtt = max(rtt, s.bulk)
+	}
+	n = fetchConnsFor(rtt)
+	if current > 0 && n < current {
+		if s.lower++; s.lower < lowerAfter {
+			return current, rtt
+		}
+	}
+	s.lower = 0
+	return n, rtt
+}
+
 // sizeFetchConns sets how many fetch loops source broker w.broker gets
-// from the round trip rtt measured on the first loop's connection, and
-// starts or ends loops to match.
-func (e *Engine) sizeFetchConns(mirror string, src *source, w *worker, rtt time.Duration) {
-	n := fetchConnsFor(rtt)
+// from the round trip rtt measured on the first loop's connection (bulk:
+// just after a bulk answer; sizer keeps the readings), and starts or ends
+// loops to match.
+func (e *Engine) sizeFetchConns(mirror string, src *source, w *worker, sizer *connSizer, rtt time.Duration, bulk bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	n, rtt := sizer.conns(time.Now(), rtt, bulk, src.measured[w.broker])
 	if src.measured[w.broker] == n || e.sources[mirror] != src {
 		return
 	}

@@ -9,7 +9,8 @@ import (
 // longPoll is how long a fetch loop's next fetch may wait at the broker:
 // FetchMaxWait while records flow, doubling up to IdleFetchMaxWait while
 // the session is idle (the last answer carried no records, the same
-// partitions are asked for, nothing of them is queued).
+// partitions are asked for, nothing of them is queued), and up to
+// busyFetchMaxWait while answers are empty but batches are queued.
 type longPoll struct {
 	idle  int           // idle answers in a row
 	asked map[Key]bool  // the partitions of the last request
@@ -35,6 +36,12 @@ type loopLoad struct {
 // FetchMaxWait it cost 10 fetches a second per loop).
 const heldFetchMaxWait = 10 * time.Millisecond
 
+// busyFetchMaxWait caps the wait of a loop whose partitions have batches
+// queued while its answers stay empty: the 500 ms the fetch wait was
+// before it became 100 ms (capped at FetchMaxWait, a slow destination
+// cost the source 10 empty fetches a second per loop).
+const busyFetchMaxWait = 500 * time.Millisecond
+
 // wait returns the MaxWait of the next request for want.
 func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, load loopLoad) time.Duration {
 	same := len(want) == len(l.asked)
@@ -57,6 +64,12 @@ func (l *longPoll) wait(cfg Config, want map[Key]fetchWant, load loopLoad) time.
 		l.last = min(heldFetchMaxWait, cfg.FetchMaxWait)
 	case load.held:
 		l.last = min(2*l.last, max(cfg.IdleFetchMaxWait, cfg.FetchMaxWait))
+	case load.busy && same && l.idle >= 2:
+		// Batches queued, none arriving: a destination slower than the
+		// source, not an idle session. Every partition is in the request,
+		// so a longer wait delays nothing (the broker answers as soon as
+		// records come); it only saves fetches of nothing.
+		l.last = min(max(2*l.last, cfg.FetchMaxWait), max(busyFetchMaxWait, cfg.FetchMaxWait))
 	case load.busy || !same || l.idle < 2:
 		l.last = cfg.FetchMaxWait
 	default:

@@ -66,7 +66,7 @@ func (b *bench) mm2Properties(topic, label string) map[string]string {
 		"refresh.topics.interval.seconds":       "5",
 		"destination.producer.acks":             "all",
 		"destination.producer.compression.type": b.cfg.Compression,
-		"destination.producer.batch.size":       "262144",
+		"destination.producer.batch.size":       fmt.Sprint(b.cfg.BatchSize),
 		"destination.producer.linger.ms":        "20",
 		"destination.producer.buffer.memory":    "268435456",
 		"destination.producer.max.request.size": "16777216",

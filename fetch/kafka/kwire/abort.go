@@ -109,11 +109,23 @@ func TCPRoundTrip(tc *net.TCPConn, bulk bool) time.Duration {
 		return 0
 	}
 	rtt := info.Min_rtt
-	if rtt == 0 {
-		rtt = info.Rtt // kernels before 4.6 do not say
+	if rtt == 0 || rtt == noMinRTT {
+		rtt = info.Rtt // kernels before 4.6 do not say; no sample yet
 	}
-	if bulk {
+	if bulk && info.Options&tcpiOptTimestamps != 0 {
+		// Without timestamps the kernel's receive-side figure is the
+		// time one window took to come in, not a round trip.
 		rtt = max(rtt, info.Rcv_rtt)
 	}
 	return time.Duration(rtt) * time.Microsecond
 }
+
+const (
+	// noMinRTT is tcpi_min_rtt before the first sample (the kernel's
+	// minmax filter starts at ~0U).
+	noMinRTT = ^uint32(0)
+	// tcpiOptTimestamps is TCPI_OPT_TIMESTAMPS of linux/tcp.h: the
+	// connection carries TCP timestamps (RFC 7323), from which the
+	// kernel samples tcpi_rcv_rtt.
+	tcpiOptTimestamps = 1
+)
