@@ -100,8 +100,7 @@ func (e *Engine) applyConfirmLocked(p *partition, w walkResult) {
 	for len(p.queue) > 0 && p.queue[0].srcNext <= w.end.Src {
 		it := p.queue[0]
 		p.queue = p.queue[1:]
-		p.queued -= it.size
-		e.inUse -= it.size
+		e.dequeueLocked(p, it)
 	}
 	if len(p.queue) > 0 && p.queue[0].srcFirst < w.end.Src {
 		// The walk ended inside a queued item: the queue no longer lines up

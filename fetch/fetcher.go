@@ -231,9 +231,9 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		}
 		src.cl.FetchedBytes.Add(int64(answered))
 		e.seedSourceEnds(want, restarted, sess.ends)
-		errored := e.handleFetch(mirror, w.broker, w.addr, want, res.Partitions)
-		// handleFetch copied out every batch it keeps: the buffer is
-		// free for the next response.
+		errored := e.handleFetch(mirror, w.broker, w.addr, want, res)
+		// handleFetch detached the record sets it queued: the others go
+		// back to the pool for the next answers.
 		res.Release()
 		if errored {
 			// A partition answered with an error: the broker answers such
@@ -507,9 +507,9 @@ func (e *Engine) unreserve(n int64) {
 
 // handleFetch turns a fetch response into produce-queue items.
 // It reports whether any partition answered with an error.
-func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map[Key]fetchWant, res []kwire.FetchedPartition) (errored bool) {
+func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map[Key]fetchWant, res *kwire.FetchResponse) (errored bool) {
 	kicks := map[int32]bool{}
-	for _, fp := range res {
+	for i, fp := range res.Partitions {
 		k := Key{mirror, fp.Topic, fp.Partition}
 		a, ok := asked[k]
 		if !ok {
@@ -541,7 +541,7 @@ func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map
 		e.mu.Lock()
 		if !p.mirroring() || p.fetchOffset != from {
 			e.mu.Unlock()
-			continue
+			continue // res.Release gives the records back
 		}
 		if err != nil {
 			e.failLocked(p, fmt.Errorf("source data of %s at offset %d: %w", k, from, err))
@@ -554,10 +554,8 @@ func (e *Engine) handleFetch(mirror string, broker int32, addr string, asked map
 		} else if len(items) > 0 {
 			p.fetchBytes = e.cfg.PartitionBytes
 		}
+		e.queueLocked(p, items, res.Detach(i))
 		for _, it := range items {
-			p.queue = append(p.queue, it)
-			p.queued += it.size
-			e.inUse += it.size
 			if !it.skip() {
 				p.fetchedEpoch = it.epoch
 			}

@@ -121,8 +121,10 @@ func (e *Engine) divergeLocked(p *partition, reason string) {
 }
 
 func (e *Engine) dropQueueLocked(p *partition) {
-	e.inUse -= p.queued
-	p.queue, p.queued = nil, 0
+	for _, it := range p.queue {
+		e.dequeueLocked(p, it)
+	}
+	p.queue = nil
 	// The restart walks the destination: a void window needs no confirm
 	// of its own once its answers are in.
 	p.voided, p.voidRenew, p.voidSpan = "", false, 0

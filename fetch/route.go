@@ -158,8 +158,7 @@ func (e *Engine) checkSourceTruncation(ctx context.Context, cl *kafka.Cluster, p
 		inFlightLost := keep < p.inflightEnd()
 		if !straddles && !inFlightLost {
 			for _, it := range p.queue[keep:] {
-				p.queued -= it.size
-				e.inUse -= it.size
+				e.dequeueLocked(p, it)
 			}
 			p.queue = p.queue[:keep]
 			p.fetchOffset, p.fetchedEpoch = cut, end.LeaderEpoch

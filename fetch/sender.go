@@ -179,6 +179,7 @@ func (e *Engine) collectProduce(w *worker, pp *pipe) (batch []sent, writeBy time
 			p.inflightOn = pp
 		}
 		p.inflight++
+		holdLocked(it)
 		it.sentAt = now
 		size += len(it.batch)
 		batch = append(batch, sent{p: p, it: it, key: p.spec.Key, gen: p.spec.Generation})
@@ -198,6 +199,9 @@ func (e *Engine) collectProduce(w *worker, pp *pipe) (batch []sent, writeBy time
 // outcome is to be acted on: the batch is still p's first (it was not
 // dropped meanwhile) and no earlier batch of the window failed.
 func (e *Engine) answeredLocked(p *partition, it *item) bool {
+	// The request no longer reads the batch: its record set may go once
+	// the queue lets go too (a dropped queue left it to this).
+	e.unrefLocked(it.buf)
 	if p.inflight--; p.inflight == 0 {
 		p.inflightOn = nil
 		p.moveSend(sendIdle)
@@ -394,8 +398,7 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 		p.dstVerified = time.Now()
 		p.produceErr = ""
 		p.queue = p.queue[1:]
-		p.queued -= it.size
-		e.inUse -= it.size
+		e.dequeueLocked(p, it)
 		p.failures = 0
 		// Skip items right behind it: every batch before them is in.
 		p.popSkips()

@@ -217,7 +217,7 @@ type Config struct {
 	ClientID            string
 	Destination         []string // destination bootstrap servers
 	DestinationSecurity kafka.Security
-	MemoryBudget        int64 // bytes of fetched data held at once
+	MemoryBudget        int64 // bytes of fetched data held at once (record sets at their pooled size, recordBuf)
 	// TranslationMaxBytes bounds each held partition's translation
 	// breakpoints in memory, bytes (Translation.SetLimit); 0:
 	// DefaultTranslationMaxBytes.

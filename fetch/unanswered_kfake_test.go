@@ -160,12 +160,14 @@ func TestFencedMemberSendsNoProduce(t *testing.T) {
 func TestReleaseTimeoutStopsSending(t *testing.T) {
 	var mu sync.Mutex
 	var sends []time.Time
+	var events []ProduceEvent
 	x := newKfakePair(t, func(c *Config) {
 		c.ProduceTimeout = 20 * time.Second
 		c.ProduceObserver = func(ev ProduceEvent) {
 			if ev.Key.Topic == "t" {
 				mu.Lock()
 				sends = append(sends, ev.SentAt)
+				events = append(events, ev)
 				mu.Unlock()
 			}
 		}
@@ -207,6 +209,22 @@ func TestReleaseTimeoutStopsSending(t *testing.T) {
 		t.Fatalf("%d produce requests sent after the Release gave up: the timed-out drain kept sending", late)
 	}
 	waitUntil(t, 10*time.Second, "the dropped partition leaving the engine", func() bool { return len(x.e.Statuses()) == 0 })
+	// The held batches were dropped from the queue while in flight: their
+	// record sets stay theirs until the answers are read (the observer
+	// reads the batches then), not poisoned and reused (recordBuf).
+	waitUntil(t, 10*time.Second, "the memory budget back to 0 once the held answers are in", func() bool {
+		x.e.mu.Lock()
+		defer x.e.mu.Unlock()
+		return x.e.inUse == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ev := range events {
+		if ev.Records != 10 || ev.ProducerID != events[0].ProducerID || ev.ProducerID < 0 {
+			t.Fatalf("a batch in flight read back as %d records of producer %d (the first: %d records of %d): "+
+				"its record set was released while a request carried it", ev.Records, ev.ProducerID, events[0].Records, events[0].ProducerID)
+		}
+	}
 }
 
 // TestDropEndsAWaitingDrain: a partition draining for a handoff when this

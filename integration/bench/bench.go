@@ -126,7 +126,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if b.baseline, err = b.producerPerformance(ctx, b.dst, baselineTopic); err != nil {
 		return err
 	}
-	b.printf("baseline: %.2f MB/s, %.0f records/s (the producer JVM used %.1f CPU-s, %.1f CPU-s/GiB)",
+	b.printf("baseline: %.2f MB/s, %.0f records/s (the producer JVM used %.1f CPU-s, %.2f CPU-s/GiB)",
 		b.baseline.MBPerSec, b.baseline.RecordsPerSec, b.baseline.CPUSeconds, b.baseline.CPUSeconds/b.payloadGiB())
 
 	if b.cfg.SkipMM2 {
@@ -151,7 +151,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if b.mirror, err = b.mirrorBacklog(ctx, backlogTopic); err != nil {
 		return err
 	}
-	b.printf("kmirror: %d records in %.2fs: %.2f MB/s, %.0f records/s, %.1f CPU-s (%.1f CPU-s/GiB, all members), peak RSS %.0f MiB (largest member), ratio to baseline %.2f",
+	b.printf("kmirror: %d records in %.2fs: %.2f MB/s, %.0f records/s, %.2f CPU-s (%.2f CPU-s/GiB, all members), peak RSS %.0f MiB (largest member), ratio to baseline %.2f",
 		b.mirror.Records, b.mirror.Elapsed.Seconds(), b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(),
 		b.mirror.CPU.Seconds(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib, b.ratio())
 	if b.line != nil {
@@ -163,7 +163,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 		}
 		b.wan = &wan
 		b.wanConns = b.fetchConnections()
-		b.printf("kmirror across %v: %d records in %.2fs: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f; fetch connections per source broker at the end: %s",
+		b.printf("kmirror across %v: %d records in %.2fs: %.2f MB/s, %.2f CPU-s/GiB; WAN/loopback %.2f; fetch connections per source broker at the end: %s",
 			b.cfg.RTT, wan.Records, wan.Elapsed.Seconds(), wan.MBPerSec(b.cfg.RecordSize), wan.CPU.Seconds()/b.payloadGiB(),
 			wan.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize), b.wanConns)
 	}
@@ -351,7 +351,7 @@ func (b *bench) printSummary() {
 	fmt.Fprintf(&s, "\n== summary: %s payload in %d-byte records, %d partitions, %s, clients over %s; MB = 2^20 bytes (as ProducerPerformance counts) ==\n",
 		formatSize(b.cfg.Bytes), b.cfg.RecordSize, b.cfg.Partitions, b.cfg.Compression, b.cfg.Security)
 	fmt.Fprintf(&s, "baseline (Java producer → destination): %.2f MB/s, %.0f rec/s\n", b.baseline.MBPerSec, b.baseline.RecordsPerSec)
-	fmt.Fprintf(&s, "kmirror (source backlog → destination): %.2f MB/s, %.0f rec/s, %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
+	fmt.Fprintf(&s, "kmirror (source backlog → destination): %.2f MB/s, %.0f rec/s, %.2f CPU-s/GiB, peak RSS %.0f MiB\n",
 		b.mirror.MBPerSec(b.cfg.RecordSize), b.mirror.RecordsPerSec(), b.mirror.CPU.Seconds()/b.payloadGiB(), float64(b.mirror.PeakRSS)/mib)
 	fmt.Fprintf(&s, "ratio kmirror/baseline: %.2f  (target ≥ 0.5)\n", b.ratio())
 	if b.cfg.DestinationRTT > 0 {
@@ -369,17 +369,17 @@ func (b *bench) printSummary() {
 		case n > 0:
 			buf = fmt.Sprintf("%d bytes", n)
 		}
-		fmt.Fprintf(&s, "kmirror across a %v round trip (source socket.send.buffer.bytes: %s): %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f (loopback through the same relay at 0 ms); fetch connections %s\n",
+		fmt.Fprintf(&s, "kmirror across a %v round trip (source socket.send.buffer.bytes: %s): %.2f MB/s, %.2f CPU-s/GiB; WAN/loopback %.2f (loopback through the same relay at 0 ms); fetch connections %s\n",
 			b.cfg.RTT, buf, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/b.mirror.MBPerSec(b.cfg.RecordSize), b.wanConns)
 	}
 	if m := b.mm2; m != nil {
 		km := b.mirror.CopyMBPerSec(b.cfg.RecordSize)
-		fmt.Fprintf(&s, "MirrorMaker 2 (same backlog, identity policy, %d tasks): %.2f MB/s from its first record to its last (first record %.1fs after launch), %.1f CPU-s/GiB, peak RSS %.0f MiB\n",
+		fmt.Fprintf(&s, "MirrorMaker 2 (same backlog, identity policy, %d tasks): %.2f MB/s from its first record to its last (first record %.1fs after launch), %.2f CPU-s/GiB, peak RSS %.0f MiB\n",
 			b.cfg.Partitions, m.MBPerSec(b.cfg.RecordSize), m.Startup.Seconds(), m.CPU.Seconds()/b.payloadGiB(), float64(m.PeakRSS)/mib)
 		fmt.Fprintf(&s, "  kmirror timed the same way: %.2f MB/s from its first record to its last (first record %.1fs after add); kmirror/MM2: %.2fx MB/s, %.2fx CPU-s/GiB, %.2fx peak RSS\n",
 			km, b.mirror.FirstRecord.Seconds(), km/m.MBPerSec(b.cfg.RecordSize), b.mirror.CPU.Seconds()/m.CPU.Seconds(), float64(b.mirror.PeakRSS)/float64(m.PeakRSS))
 		if w := b.mm2WAN; w != nil {
-			fmt.Fprintf(&s, "MirrorMaker 2 across %v: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f\n",
+			fmt.Fprintf(&s, "MirrorMaker 2 across %v: %.2f MB/s, %.2f CPU-s/GiB; WAN/loopback %.2f\n",
 				b.cfg.RTT, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/m.MBPerSec(b.cfg.RecordSize))
 		}
 	}

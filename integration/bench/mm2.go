@@ -334,7 +334,7 @@ func (b *bench) runMM2(ctx context.Context) error {
 		return err
 	}
 	b.mm2 = &r
-	b.printf("MirrorMaker 2: %d records in %.2fs after a %.1fs start: %.2f MB/s, %.1f CPU-s (%.1f CPU-s/GiB), peak RSS %.0f MiB; destination topic deleted for kmirror's run",
+	b.printf("MirrorMaker 2: %d records in %.2fs after a %.1fs start: %.2f MB/s, %.2f CPU-s (%.2f CPU-s/GiB), peak RSS %.0f MiB; destination topic deleted for kmirror's run",
 		r.Records, r.Elapsed.Seconds(), r.Startup.Seconds(), r.MBPerSec(b.cfg.RecordSize), r.CPU.Seconds(), r.CPU.Seconds()/b.payloadGiB(), float64(r.PeakRSS)/mib)
 	if b.line == nil {
 		return nil
@@ -347,7 +347,7 @@ func (b *bench) runMM2(ctx context.Context) error {
 		return err
 	}
 	b.mm2WAN = &w
-	b.printf("MirrorMaker 2 across %v: %.2f MB/s, %.1f CPU-s/GiB; WAN/loopback %.2f",
+	b.printf("MirrorMaker 2 across %v: %.2f MB/s, %.2f CPU-s/GiB; WAN/loopback %.2f",
 		b.cfg.RTT, w.MBPerSec(b.cfg.RecordSize), w.CPU.Seconds()/b.payloadGiB(), w.MBPerSec(b.cfg.RecordSize)/r.MBPerSec(b.cfg.RecordSize))
 	return nil
 }

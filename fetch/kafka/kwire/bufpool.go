@@ -1,27 +1,74 @@
 package kwire
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
-// bodies holds fetch response buffers for reuse (FetchResponse.Release):
-// a fresh buffer per response cost a page fault per 4 KiB and the
-// runtime's zeroing of every byte, about a tenth of kmirror's CPU at full
-// speed (issue 20). Buffers left here are dropped by the garbage
-// collector like any garbage, so an idle engine keeps none; while they
-// are in use the engine's memory budget counts the fetch (its
-// reservation) or the copies made from it (queue items).
-var bodies sync.Pool // of *[]byte
+// Record buffers are pooled by size class: a fetch reads each partition's
+// records straight from the socket into a buffer of its own
+// (FetchResponse.Detach), which the data path keeps, without copying, for
+// as long as any batch of it waits to be produced (issue 20: a copy of
+// every batch cost a tenth of kmirror's CPU, and a fresh buffer per
+// response a page fault per 4 KiB and the runtime's zeroing of every
+// byte). A class is a quarter step between powers of two, so a buffer
+// wastes under a quarter of its capacity, which the memory budget counts
+// (RecordsCap). Buffers left in the pools are dropped by the garbage
+// collector like any garbage, so an idle engine keeps none.
+var recordPools [bufClasses]sync.Pool // of *[]byte
 
-// getBody returns a buffer of n bytes, reused when one large enough was
+const (
+	minBufShift = 12 // 4 KiB: the smallest class
+	maxBufShift = 30 // 1 GiB: the largest answer readAnswer accepts
+	bufClasses  = (maxBufShift-minBufShift)*4 + 1
+)
+
+// bufClass returns the index and size (bytes) of the smallest class that
+// holds n bytes.
+func bufClass(n int) (idx, size int) {
+	if n <= 1<<minBufShift {
+		return 0, 1 << minBufShift
+	}
+	shift := bits.Len(uint(n-1)) - 1 // 2^shift < n <= 2^(shift+1)
+	step := 1 << (shift - 2)         // a quarter of 2^shift
+	q := (n - 1<<shift + step - 1) / step
+	return (shift-minBufShift)*4 + q, 1<<shift + q*step
+}
+
+// getBuf returns a buffer of n bytes, reused when one of its class was
 // released. Its contents are garbage: the caller overwrites all of it.
-func getBody(n int) []byte {
-	if p, ok := bodies.Get().(*[]byte); ok && cap(*p) >= n {
+func getBuf(n int) []byte {
+	if n <= 0 {
+		return nil
+	}
+	idx, size := bufClass(n)
+	if idx >= bufClasses {
+		return make([]byte, n)
+	}
+	if p, ok := recordPools[idx].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
-	return make([]byte, n)
+	return make([]byte, n, size)
 }
 
-func putBody(b []byte) {
-	if cap(b) > 0 {
-		bodies.Put(&b)
+// putBuf gives b back to its class's pool (one that getBuf did not make
+// for a class is dropped).
+func putBuf(b []byte) {
+	if cap(b) == 0 {
+		return
 	}
+	idx, size := bufClass(cap(b))
+	if idx >= bufClasses || size != cap(b) {
+		return
+	}
+	b = b[:0]
+	recordPools[idx].Put(&b)
 }
+
+// RecordsCap is the memory (bytes) a detached record buffer holds: its
+// class's size, which the caller's memory budget counts.
+func RecordsCap(records []byte) int64 { return int64(cap(records)) }
+
+// ReleaseRecords gives back a record buffer taken with
+// FetchResponse.Detach, once nothing reads or writes any slice of it.
+func ReleaseRecords(b []byte) { putBuf(b) }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 )
 
@@ -222,4 +223,126 @@ func (r *reader) skipTags() {
 		r.uvarint() // tag
 		r.skip(int(r.uvarint()))
 	}
+}
+
+// streamReader reads a response body field by field from the connection
+// (n bytes of it left), for answers whose large fields go straight into
+// buffers of their own (readFetchResponse). ioErr is a failed read (the
+// connection is out of step); err is the first failure of either kind.
+type streamReader struct {
+	r       io.Reader
+	n       int64
+	err     error
+	ioErr   error
+	scratch [8]byte
+}
+
+func (r *streamReader) fixed(k int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if int64(k) > r.n {
+		r.err = errShort
+		return nil
+	}
+	if _, err := io.ReadFull(r.r, r.scratch[:k]); err != nil {
+		r.err, r.ioErr = err, err
+		return nil
+	}
+	r.n -= int64(k)
+	return r.scratch[:k]
+}
+
+func (r *streamReader) int16() int16 {
+	if b := r.fixed(2); b != nil {
+		return int16(binary.BigEndian.Uint16(b))
+	}
+	return 0
+}
+
+func (r *streamReader) int32() int32 {
+	if b := r.fixed(4); b != nil {
+		return int32(binary.BigEndian.Uint32(b))
+	}
+	return 0
+}
+
+func (r *streamReader) int64() int64 {
+	if b := r.fixed(8); b != nil {
+		return int64(binary.BigEndian.Uint64(b))
+	}
+	return 0
+}
+
+// take reads n bytes into a pooled buffer (bufpool.go).
+func (r *streamReader) take(n int) []byte {
+	if r.err != nil || n <= 0 {
+		return nil
+	}
+	if int64(n) > r.n {
+		r.err = errShort
+		return nil
+	}
+	b := getBuf(n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		putBuf(b)
+		r.err, r.ioErr = err, err
+		return nil
+	}
+	r.n -= int64(n)
+	return b
+}
+
+func (r *streamReader) string() string {
+	n := int(r.int16())
+	if n <= 0 {
+		return ""
+	}
+	if r.err != nil {
+		return ""
+	}
+	if int64(n) > r.n {
+		r.err = errShort
+		return ""
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		r.err, r.ioErr = err, err
+		return ""
+	}
+	r.n -= int64(n)
+	return string(b)
+}
+
+// records reads a nullable byte string into a pooled buffer of its own
+// (nil for null or empty).
+func (r *streamReader) records() []byte { return r.take(int(r.int32())) }
+
+// arrayLen reads an array length and checks it is plausible for the bytes
+// left, so a corrupt length cannot make the caller allocate gigabytes.
+func (r *streamReader) arrayLen(minElem int) int {
+	n := int(r.int32())
+	if n < 0 {
+		return 0
+	}
+	if r.err == nil && int64(n)*int64(minElem) > r.n {
+		r.err = fmt.Errorf("kafka response array of %d elements does not fit in %d bytes", n, r.n)
+		return 0
+	}
+	return n
+}
+
+// drain reads what is left of the body (fields a newer version adds, or
+// the rest after a malformed field), keeping the connection in step.
+func (r *streamReader) drain() {
+	if r.ioErr != nil || r.n <= 0 {
+		return
+	}
+	if _, err := io.CopyN(io.Discard, r.r, r.n); err != nil {
+		r.ioErr = err
+		if r.err == nil {
+			r.err = err
+		}
+	}
+	r.n = 0
 }

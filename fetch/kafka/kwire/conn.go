@@ -235,9 +235,9 @@ var ErrNotSent = errors.New("request not sent")
 // the answer's first byte must come within answerWithin + AnswerSlack of
 // the request's last byte written and each later read within AnswerSlack
 // of the one before (within ctx's deadline throughout), or the round trip
-// fails with os.ErrDeadlineExceeded. alloc, when set, provides the
-// answer's buffer (else a new one).
-func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, answerWithin time.Duration, alloc func(int) []byte) (body []byte, err error) {
+// fails with os.ErrDeadlineExceeded. read, when set, reads the answer's
+// body (else it is read into a new buffer).
+func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, answerWithin time.Duration, read readBody) (body []byte, err error) {
 	if c.versions != nil {
 		c.requests++
 		defer func() { err = c.firstRequestHint(err) }()
@@ -256,7 +256,7 @@ func (c *Conn) roundTripBy(ctx context.Context, w *writer, writeBy time.Time, an
 		a.extend(answerWithin + AnswerSlack)
 		src = a
 	}
-	return c.readAnswer(src, c.corr, alloc)
+	return c.readAnswer(src, c.corr, read)
 }
 
 // writeRequest writes the request in w under the connection's current
@@ -294,7 +294,12 @@ func (c *Conn) writeRequest(w *writer) error {
 
 // readAnswer reads one answer from src, which must carry correlation ID
 // corr (Kafka answers a connection's requests in the order sent).
-func (c *Conn) readAnswer(src io.Reader, corr int32, alloc func(int) []byte) ([]byte, error) {
+// readBody reads an answer's body of n bytes (after the correlation ID)
+// from src, all of it, and returns what the caller gets as the body. An
+// error fails the round trip; the connection is then out of step.
+type readBody func(src io.Reader, n int) ([]byte, error)
+
+func (c *Conn) readAnswer(src io.Reader, corr int32, read readBody) ([]byte, error) {
 	var hdr [8]byte
 	if _, err := io.ReadFull(src, hdr[:]); err != nil {
 		return nil, err
@@ -311,10 +316,10 @@ func (c *Conn) readAnswer(src io.Reader, corr int32, alloc func(int) []byte) ([]
 	if got != corr {
 		return nil, fmt.Errorf("kafka broker %s answered correlation ID %d, expected %d", c.addr, got, corr)
 	}
-	if alloc == nil {
-		alloc = func(n int) []byte { return make([]byte, n) }
+	if read != nil {
+		return read(src, int(size)-4)
 	}
-	body := alloc(int(size) - 4)
+	body := make([]byte, int(size)-4)
 	if _, err := io.ReadFull(src, body); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package kwire
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -53,7 +54,6 @@ const (
 type FetchResponse struct {
 	SessionID  int32
 	Partitions []FetchedPartition
-	body       []byte // what Partitions alias (Release)
 }
 
 // AbortedTxn is one entry of a partition's aborted-transaction list.
@@ -62,8 +62,9 @@ type AbortedTxn struct {
 	FirstOffset int64
 }
 
-// FetchedPartition is one partition of a fetch response. Records aliases
-// the response buffer.
+// FetchedPartition is one partition of a fetch response. Records is a
+// pooled buffer of its own (bufpool.go): FetchResponse.Release gives it
+// back, or Detach hands it to the caller.
 type FetchedPartition struct {
 	Topic            string
 	Partition        int32
@@ -131,40 +132,64 @@ func (c *Conn) FetchSession(ctx context.Context, req *FetchRequest) (*FetchRespo
 	}
 	w.string("") // rack ID
 	// A zero max wait still bounds the answer (by AnswerSlack).
-	body, err := c.roundTripBy(ctx, w, time.Time{}, max(req.MaxWait, time.Millisecond), getBody)
+	var res *FetchResponse
+	var perr error
+	_, err := c.roundTripBy(ctx, w, time.Time{}, max(req.MaxWait, time.Millisecond), func(src io.Reader, n int) ([]byte, error) {
+		sr := &streamReader{r: src, n: int64(n)}
+		res, perr = readFetchResponse(sr, c.addr)
+		return nil, sr.ioErr
+	})
 	if err != nil {
+		res.Release()
 		return nil, fmt.Errorf("fetch from %s: %w", c.addr, err)
 	}
-	res, err := parseFetchResponse(body, c.addr)
-	if err != nil {
-		putBody(body)
-		return nil, err
+	if perr != nil {
+		res.Release()
+		return nil, perr
 	}
-	res.body = body
 	return res, nil
 }
 
-// Release gives the response's buffer back for a later fetch to reuse:
-// every partition's Records (and anything sliced from them) is invalid
-// after it. Without it the buffer is garbage-collected.
+// Release gives every partition's record buffer not detached back for a
+// later fetch to reuse: their Records (and anything sliced from them) are
+// invalid after it. Without it the buffers are garbage-collected.
 func (r *FetchResponse) Release() {
-	putBody(r.body)
-	r.body, r.Partitions = nil, nil
+	if r == nil {
+		return
+	}
+	for i := range r.Partitions {
+		putBuf(r.Partitions[i].Records)
+	}
+	r.Partitions = nil
 }
 
-func parseFetchResponse(body []byte, addr string) (*FetchResponse, error) {
-	r := reader{b: body}
+// Detach hands partition i's record buffer to the caller: Release leaves
+// it alone, and the caller gives it back with ReleaseRecords once nothing
+// uses any slice of it. It returns the records (nil when there are none).
+func (r *FetchResponse) Detach(i int) []byte {
+	b := r.Partitions[i].Records
+	r.Partitions[i].Records = nil
+	return b
+}
+
+// readFetchResponse reads a Fetch v11 response body from r, each
+// partition's records straight into a pooled buffer of its own (no copy
+// of the whole body first). It always reads the body to its end, so the
+// connection stays in step: a top-level error comes back as *Error with
+// the connection usable; a malformed body fails, and the caller must close
+// the connection.
+func readFetchResponse(r *streamReader, addr string) (*FetchResponse, error) {
+	defer r.drain()
 	r.int32() // throttle
-	if code := r.int16(); code != 0 {
+	if code := r.int16(); code != 0 && r.err == nil {
 		return nil, &Error{Code: code, Op: "fetch from " + addr}
 	}
 	res := &FetchResponse{SessionID: r.int32()}
-	out := res.Partitions
 	nt := r.arrayLen(6)
-	for t := 0; t < nt; t++ {
+	for t := 0; t < nt && r.err == nil; t++ {
 		topic := r.string()
 		np := r.arrayLen(40)
-		for p := 0; p < np; p++ {
+		for p := 0; p < np && r.err == nil; p++ {
 			fp := FetchedPartition{Topic: topic}
 			fp.Partition = r.int32()
 			fp.Err = r.int16()
@@ -178,14 +203,14 @@ func parseFetchResponse(body []byte, addr string) (*FetchResponse, error) {
 				}
 			}
 			r.int32() // preferred read replica
-			fp.Records = r.bytes()
-			out = append(out, fp)
+			fp.Records = r.records()
+			res.Partitions = append(res.Partitions, fp)
 		}
 	}
 	if r.err != nil {
+		res.Release()
 		return nil, fmt.Errorf("fetch response from %s: %w", addr, r.err)
 	}
-	res.Partitions = out
 	return res, nil
 }
 
