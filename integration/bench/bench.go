@@ -388,6 +388,10 @@ func (b *bench) printSummary() {
 			formatSize(b.cfg.LatencyRate), ms(l.Mirrored.P50), ms(l.Mirrored.P99), ms(l.Mirrored.Max), l.Mirrored.Records, b.cfg.LatencyLinger)
 		fmt.Fprintf(&s, "  the same records read from the source (no kmirror): p50 %.1f ms, p99 %.1f ms\n", ms(l.Source.P50), ms(l.Source.P99))
 		fmt.Fprintf(&s, "  added by kmirror: p50 %+.1f ms, p99 %+.1f ms\n", ms(l.Mirrored.P50-l.Source.P50), ms(l.Mirrored.P99-l.Source.P99))
+		if d := l.Direct; d.Records > 0 && len(d.P50BySecond) > 0 && len(l.Source.P50BySecond) > 0 && len(l.Mirrored.P50BySecond) > 0 {
+			fmt.Fprintf(&s, "  the same records straight into the destination (no mirror): p50 %.1f ms, p99 %.1f ms; first second's p50: %.0f ms direct, %.0f ms source, %.0f ms through kmirror\n",
+				ms(d.P50), ms(d.P99), ms(d.P50BySecond[0]), ms(l.Source.P50BySecond[0]), ms(l.Mirrored.P50BySecond[0]))
+		}
 		if m := b.mm2Latency; m != nil {
 			fmt.Fprintf(&s, "  through MirrorMaker 2 (its own topic, same rate): p50 %.1f ms, p99 %.1f ms; added p50 %+.1f ms, p99 %+.1f ms (source read p50 %.1f ms, p99 %.1f ms)\n",
 				ms(m.Mirrored.P50), ms(m.Mirrored.P99), ms(m.Mirrored.P50-m.Source.P50), ms(m.Mirrored.P99-m.Source.P99), ms(m.Source.P50), ms(m.Source.P99))

@@ -18,9 +18,14 @@ type config struct {
 	LatencyRate    int64  // payload bytes per second of the latency run
 	LatencySeconds int
 	LatencyLinger  time.Duration // producer linger of the latency run
-	Kmirror        string        // path of the kmirror binary
-	SkipLatency    bool
-	SkipMM2        bool // no MirrorMaker 2 run
+	// LatencyDirect also produces each latency record straight into a
+	// fresh topic on the destination and reads it back there: the
+	// destination broker's own share of a new topic's latency, which a
+	// record through a mirror pays on top of the source's.
+	LatencyDirect bool
+	Kmirror       string // path of the kmirror binary
+	SkipLatency   bool
+	SkipMM2       bool // no MirrorMaker 2 run
 	// IdlePartitions empty partitions are mirrored last, and kmirror's
 	// and both brokers' CPU measured over IdleSeconds before and after
 	// (0: skipped).

@@ -33,8 +33,10 @@ type latencyResult struct {
 	Producing time.Duration // from the first send to the last
 	// Mirrored is measured on the destination: producer send → destination
 	// consumer receive. Source is the same records read from the source
-	// topic, the share of the latency that is not kmirror's.
-	Mirrored, Source latencyStats
+	// topic, the share of the latency that is not kmirror's. Direct
+	// (Config.LatencyDirect, else zero) is the same records produced
+	// straight into a fresh destination topic and read there.
+	Mirrored, Source, Direct latencyStats
 	// DaemonCPU is kmirror's user+system time over DaemonWall, from the
 	// first send until the last record arrived.
 	DaemonCPU  time.Duration
@@ -113,7 +115,30 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 		return latencyResult{}, err
 	}
 	defer producer.Close()
+	var direct *directPath
+	if b.cfg.LatencyDirect {
+		if direct, err = b.newDirectPath(ctx, latencyTopic+"-direct"); err != nil {
+			return latencyResult{}, err
+		}
+		defer direct.producer.Close()
+	}
 	dst, src := newReceiver(b, "destination"), newReceiver(b, "source")
+	receivers := []*receiver{dst, src}
+	consumed := []struct {
+		rcv     *receiver
+		servers string
+		hooks   []kgo.Hook
+		topic   string
+	}{{dst, b.dst.Bootstrap(), []kgo.Hook{&read}, latencyTopic}, {src, b.src.Bootstrap(), nil, latencyTopic}}
+	if direct != nil {
+		receivers = append(receivers, direct.rcv)
+		consumed = append(consumed, struct {
+			rcv     *receiver
+			servers string
+			hooks   []kgo.Hook
+			topic   string
+		}{direct.rcv, b.dst.Bootstrap(), nil, direct.topic})
+	}
 	rctx, stopReceiving := context.WithCancel(ctx)
 	var (
 		wg        sync.WaitGroup
@@ -126,15 +151,11 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 			c.Close()
 		}
 	}()
-	for _, r := range []struct {
-		rcv     *receiver
-		servers string
-		hooks   []kgo.Hook
-	}{{dst, b.dst.Bootstrap(), []kgo.Hook{&read}}, {src, b.src.Bootstrap(), nil}} {
+	for _, r := range consumed {
 		consumer, err := kgo.NewClient(
 			kgo.SeedBrokers(strings.Split(r.servers, ",")...),
 			kgo.WithHooks(r.hooks...),
-			kgo.ConsumeTopics(latencyTopic),
+			kgo.ConsumeTopics(r.topic),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.FetchMaxWait(10*time.Millisecond),
 		)
@@ -151,7 +172,12 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 	if err := producer.ProduceSync(ctx, &kgo.Record{Key: []byte(warmupKey), Value: payloads.next()}).FirstErr(); err != nil {
 		return latencyResult{}, fmt.Errorf("produce the warm-up record to the source: %w", err)
 	}
-	for _, r := range []*receiver{src, dst} {
+	if direct != nil {
+		if err := direct.producer.ProduceSync(ctx, &kgo.Record{Key: []byte(warmupKey), Value: payloads.next()}).FirstErr(); err != nil {
+			return latencyResult{}, fmt.Errorf("produce the warm-up record to the destination: %w", err)
+		}
+	}
+	for _, r := range receivers {
 		if err := waitFor(ctx, time.Minute, r.warm.Load); err != nil {
 			return latencyResult{}, fmt.Errorf("the warm-up record did not reach the %s consumer within a minute: %w", r.name, err)
 		}
@@ -166,11 +192,15 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 		return latencyResult{}, err
 	}
 	sampled := time.Now()
-	res, acked, err := b.produceSteadily(ctx, producer, payloads)
+	var also *kgo.Client
+	if direct != nil {
+		also = direct.producer
+	}
+	res, acked, err := b.produceSteadily(ctx, producer, also, payloads)
 	if err != nil {
 		return latencyResult{}, err
 	}
-	for _, r := range []*receiver{dst, src} {
+	for _, r := range receivers {
 		if err := r.drain(ctx, acked); err != nil {
 			return latencyResult{}, err
 		}
@@ -184,7 +214,7 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 	wg.Wait()
 
 	perSecond := int(math.Ceil(b.cfg.LatencyRecordsPerSecond()))
-	for _, r := range []*receiver{dst, src} {
+	for _, r := range receivers {
 		if r.duplicates > 0 {
 			b.printf("  NOTE: the %s consumer saw %d records twice", r.name, r.duplicates)
 		}
@@ -198,6 +228,11 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 	}
 	if res.Source, err = src.stats(perSecond); err != nil {
 		return latencyResult{}, err
+	}
+	if direct != nil {
+		if res.Direct, err = direct.rcv.stats(perSecond); err != nil {
+			return latencyResult{}, err
+		}
 	}
 	res.SourceBatches, res.SourceBatchRecords, res.DestinationBatches = produced.batches.Load(), produced.records.Load(), read.batches.Load()
 	b.printLatency(path.name, res)
@@ -220,13 +255,43 @@ func (b *bench) printLatency(name string, res latencyResult) {
 	b.printf("reference without a mirror (producer send → source consumer receive): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		ms(res.Source.P50), ms(res.Source.P99), ms(res.Source.Max))
 	b.printf("  p50 by second of sending: %s", formatDurations(res.Source.P50BySecond))
+	if res.Direct.Records > 0 {
+		b.printf("the same records produced straight into a fresh destination topic (producer send → destination consumer receive): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+			ms(res.Direct.P50), ms(res.Direct.P99), ms(res.Direct.Max))
+		b.printf("  p50 by second of sending: %s", formatDurations(res.Direct.P50BySecond))
+	}
+}
+
+// directPath is the latency run's second reference (Config.LatencyDirect):
+// a producer writing each record also into a fresh destination topic, and
+// its receiver there.
+type directPath struct {
+	topic    string
+	producer *kgo.Client
+	rcv      *receiver
+}
+
+func (b *bench) newDirectPath(ctx context.Context, topic string) (*directPath, error) {
+	if err := b.dst.CreateTopic(ctx, topic, b.cfg.Partitions, 1, nil); err != nil {
+		return nil, err
+	}
+	producer, err := kgo.NewClient(
+		kgo.SeedBrokers(strings.Split(b.dst.Bootstrap(), ",")...),
+		kgo.DefaultProduceTopic(topic),
+		kgo.ProducerBatchCompression(codec(b.cfg.Compression)),
+		kgo.ProducerLinger(b.cfg.LatencyLinger),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &directPath{topic: topic, producer: producer, rcv: newReceiver(b, "direct destination")}, nil
 }
 
 // produceSteadily sends records at the configured rate for the configured
 // time, each stamped with its send time and keyed with its sequence number,
-// and waits for their acknowledgements. It returns how many were
-// acknowledged.
-func (b *bench) produceSteadily(ctx context.Context, producer *kgo.Client, payloads *payloads) (latencyResult, int, error) {
+// also through also (nil: none), and waits for their acknowledgements. It
+// returns how many were acknowledged.
+func (b *bench) produceSteadily(ctx context.Context, producer, also *kgo.Client, payloads *payloads) (latencyResult, int, error) {
 	var (
 		failed   atomic.Int64
 		firstErr atomic.Pointer[error]
@@ -251,7 +316,13 @@ func (b *bench) produceSteadily(ctx context.Context, producer *kgo.Client, paylo
 		for due := int(elapsed.Seconds() * rate); sent < due; sent++ {
 			key := make([]byte, 8)
 			binary.BigEndian.PutUint64(key, uint64(sent))
-			producer.Produce(ctx, &kgo.Record{Key: key, Value: payloads.next(), Timestamp: time.Now()}, promise)
+			rec := &kgo.Record{Key: key, Value: payloads.next(), Timestamp: time.Now()}
+			if also != nil {
+				// The same record, sent at the same time, straight to the
+				// destination.
+				also.Produce(ctx, &kgo.Record{Key: key, Value: rec.Value, Timestamp: rec.Timestamp}, promise)
+			}
+			producer.Produce(ctx, rec, promise)
 		}
 		select {
 		case <-ctx.Done():
@@ -262,6 +333,11 @@ func (b *bench) produceSteadily(ctx context.Context, producer *kgo.Client, paylo
 	producing := time.Since(start)
 	if err := producer.Flush(ctx); err != nil {
 		return latencyResult{}, 0, err
+	}
+	if also != nil {
+		if err := also.Flush(ctx); err != nil {
+			return latencyResult{}, 0, err
+		}
 	}
 	if n := failed.Load(); n > 0 {
 		b.printf("  NOTE: %d of %d sends to the source failed; first: %v", n, sent, *firstErr.Load())
