@@ -93,8 +93,9 @@ func (c *Conn) RTT(bulk bool) time.Duration {
 // trip grows under an open connection, the send side's figures take
 // dozens of requests to follow (tcpi_min_rtt only drops). tcpi_rcv_rtt is
 // sampled from every full-sized segment received (with TCP timestamps,
-// Linux's default) and follows within one large answer; but a segment
-// that follows a wait on the other side (a long poll answered with data)
+// Linux's default) and follows within a few large answers (the kernel
+// smooths it, 1/8 of each sample); but a segment that follows a wait on
+// the other side (a long poll answered with data)
 // counts the wait too, so it is only worth reading just after bulk data
 // came in (bulk).
 func TCPRoundTrip(tc *net.TCPConn, bulk bool) time.Duration {
