@@ -1,6 +1,10 @@
 package fetch
 
-import "github.com/kmirror/kmirror/fetch/kafka/kwire"
+import (
+	"go.uber.org/zap"
+
+	"github.com/kmirror/kmirror/fetch/kafka/kwire"
+)
 
 // poisonReleasedRecords fills a record set with 0xA5 as it goes back to
 // the pool (tests set it): a batch still aliasing it would then be sent,
@@ -60,7 +64,14 @@ func (e *Engine) unrefLocked(b *recordBuf) {
 		return
 	}
 	if b.refs < 0 || b.b == nil {
-		panic("fetch: a record set released twice")
+		// A bug in the counting: the set is already back in the pool
+		// (or about to be reused), so it is left alone, not released
+		// again; the daemon keeps running.
+		if poisonReleasedRecords {
+			panic("fetch: a record set released twice") // tests: fail loudly
+		}
+		e.log.Error("a fetched record set was released twice; please report this", zap.Int("refs", b.refs))
+		return
 	}
 	e.inUse -= b.charge
 	releaseRecords(b.b)
