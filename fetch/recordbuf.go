@@ -11,6 +11,10 @@ import (
 // or compared, as garbage, which the engine's tests see.
 var poisonReleasedRecords = false
 
+// copySparseRecordSets copies out the batches of a record set they fill
+// under half of (queueLocked); a test of the aliasing path turns it off.
+var copySparseRecordSets = true
+
 // queueLocked appends items, built from the record set records of one
 // fetch answer, to p's queue and charges them to the memory budget: the
 // record set by its capacity once, while any of its batches are queued
@@ -18,6 +22,24 @@ var poisonReleasedRecords = false
 // no item aliases goes back to the pool at once.
 func (e *Engine) queueLocked(p *partition, items []*item, records []byte) {
 	buf := &recordBuf{b: records, charge: kwire.RecordsCap(records)}
+	aliased := int64(0)
+	for _, it := range items {
+		if !it.owned && it.batch != nil {
+			aliased += it.size
+		}
+	}
+	if copySparseRecordSets && 2*aliased < buf.charge {
+		// The batches kept are under half of what the set holds (small
+		// sets in a 4 KiB class, or mostly skipped, aborted data): copied
+		// out, so the charge stays within twice the queue's bytes, which
+		// the per-partition limit (fetchWanted) counts.
+		for _, it := range items {
+			if !it.owned && it.batch != nil {
+				it.batch = append(kwire.Batch(nil), it.batch...)
+				it.owned = true
+			}
+		}
+	}
 	for _, it := range items {
 		p.queue = append(p.queue, it)
 		p.queued += it.size

@@ -158,6 +158,10 @@ func TestFencedMemberSendsNoProduce(t *testing.T) {
 // (issue 19: it stayed DRAINING and sent its queue after the caller had
 // given up, which for a handoff meant after the next owner could write).
 func TestReleaseTimeoutStopsSending(t *testing.T) {
+	// Its record sets are small: keep them aliased, not copied, so the
+	// in-flight hold is what keeps them (recordBuf).
+	copySparseRecordSets = false
+	t.Cleanup(func() { copySparseRecordSets = true })
 	var mu sync.Mutex
 	var sends []time.Time
 	var events []ProduceEvent
