@@ -29,8 +29,8 @@ func (e *Engine) queueLocked(p *partition, items []*item, records []byte) {
 		}
 	}
 	if copySparseRecordSets && 2*aliased < buf.charge {
-		// The batches kept are under half of what the set holds (small
-		// sets in a 4 KiB class, or mostly skipped, aborted data): copied
+		// The batches kept are under half of what the set holds (mostly
+		// skipped, aborted data or control batches): copied
 		// out, so the charge stays within twice the queue's bytes, which
 		// the per-partition limit (fetchWanted) counts.
 		for _, it := range items {
