@@ -240,6 +240,12 @@ func (b *bench) startClusters(ctx context.Context) error {
 			return fmt.Errorf("--rtt: %w", err)
 		}
 		b.line = line
+		if n := b.cfg.SourceTCPWmemMax; n > 0 {
+			wmem := fmt.Sprintf("net.ipv4.tcp_wmem=4096 16384 %d", n)
+			if out, err := line.Command("sysctl", "-w", wmem).CombinedOutput(); err != nil {
+				return fmt.Errorf("--source-tcp-wmem-max: sysctl -w %s in the source's namespace: %v: %s", wmem, err, strings.TrimSpace(string(out)))
+			}
+		}
 	}
 	if b.cfg.DestinationRTT > 0 {
 		line, err := harness.NewDelayLine(b.cfg.DestinationRTT)
@@ -366,6 +372,9 @@ func (b *bench) printSummary() {
 		switch n := b.cfg.SourceSendBuffer; {
 		case n < 0:
 			buf = "the kernel's autotuning"
+			if m := b.cfg.SourceTCPWmemMax; m > 0 {
+				buf += fmt.Sprintf(" up to %d bytes", m)
+			}
 		case n > 0:
 			buf = fmt.Sprintf("%d bytes", n)
 		}

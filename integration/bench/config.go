@@ -57,6 +57,11 @@ type config struct {
 	// SourceSendBuffer is the source broker's socket.send.buffer.bytes
 	// (0: Kafka's default, 102400; -1: the kernel's autotuning).
 	SourceSendBuffer int
+	// SourceTCPWmemMax > 0 sets the most the kernel's send-buffer
+	// autotuning gives one connection (net.ipv4.tcp_wmem's maximum, bytes)
+	// in the source's network namespace (with RTT): a source host tuned
+	// for long links. 0 keeps the host's (4 MiB on stock kernels).
+	SourceTCPWmemMax int
 }
 
 var compressions = []string{"none", "gzip", "snappy", "lz4", "zstd"}
@@ -94,6 +99,9 @@ func (c config) Validate() error {
 	}
 	if c.SourceSendBuffer < -1 {
 		errs = append(errs, fmt.Errorf("--source-send-buffer %d: use -1 (the kernel's autotuning), 0 (Kafka's default) or a size in bytes", c.SourceSendBuffer))
+	}
+	if c.SourceTCPWmemMax < 0 || (c.SourceTCPWmemMax > 0 && c.RTT == 0) {
+		errs = append(errs, fmt.Errorf("--source-tcp-wmem-max %d: use a size in bytes (such as 33554432) with --rtt, or 0 for the host's", c.SourceTCPWmemMax))
 	}
 	if c.RecordSize < 1 || c.RecordSize > maxRecordSize {
 		errs = append(errs, fmt.Errorf("--record-size %d: use 1 to %d bytes", c.RecordSize, maxRecordSize))

@@ -104,13 +104,22 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 	}
 
 	var produced, read batchCounter
-	producer, err := kgo.NewClient(
+	// With --rtt the producer and the source's own consumer sit in the
+	// source's region (they dial from inside the delay line's namespace):
+	// only kmirror's fetches cross the line, as across real regions.
+	// Outside, the producer's acks cross it too, and at 5 MiB/s it falls
+	// seconds behind (p50 1.5 s on both paths).
+	var sourceSide []kgo.Opt
+	if b.line != nil {
+		sourceSide = append(sourceSide, kgo.Dialer(b.line.DialContext))
+	}
+	producer, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(strings.Split(b.src.Bootstrap(), ",")...),
 		kgo.WithHooks(&produced),
 		kgo.DefaultProduceTopic(latencyTopic),
 		kgo.ProducerBatchCompression(codec(b.cfg.Compression)),
 		kgo.ProducerLinger(b.cfg.LatencyLinger),
-	)
+	}, sourceSide...)...)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -124,20 +133,17 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 	}
 	dst, src := newReceiver(b, "destination"), newReceiver(b, "source")
 	receivers := []*receiver{dst, src}
-	consumed := []struct {
+	type consumer struct {
 		rcv     *receiver
 		servers string
 		hooks   []kgo.Hook
 		topic   string
-	}{{dst, b.dst.Bootstrap(), []kgo.Hook{&read}, latencyTopic}, {src, b.src.Bootstrap(), nil, latencyTopic}}
+		opts    []kgo.Opt
+	}
+	consumed := []consumer{{dst, b.dst.Bootstrap(), []kgo.Hook{&read}, latencyTopic, nil}, {src, b.src.Bootstrap(), nil, latencyTopic, sourceSide}}
 	if direct != nil {
 		receivers = append(receivers, direct.rcv)
-		consumed = append(consumed, struct {
-			rcv     *receiver
-			servers string
-			hooks   []kgo.Hook
-			topic   string
-		}{direct.rcv, b.dst.Bootstrap(), nil, direct.topic})
+		consumed = append(consumed, consumer{direct.rcv, b.dst.Bootstrap(), nil, direct.topic, nil})
 	}
 	rctx, stopReceiving := context.WithCancel(ctx)
 	var (
@@ -152,13 +158,13 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 		}
 	}()
 	for _, r := range consumed {
-		consumer, err := kgo.NewClient(
+		consumer, err := kgo.NewClient(append([]kgo.Opt{
 			kgo.SeedBrokers(strings.Split(r.servers, ",")...),
 			kgo.WithHooks(r.hooks...),
 			kgo.ConsumeTopics(r.topic),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.FetchMaxWait(10*time.Millisecond),
-		)
+			kgo.FetchMaxWait(10 * time.Millisecond),
+		}, r.opts...)...)
 		if err != nil {
 			return latencyResult{}, err
 		}

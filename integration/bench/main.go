@@ -65,7 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			&cli.DurationFlag{Name: "rtt", Usage: "put the source cluster behind a delay line of this round trip (`DURATION`, such as 50ms; needs root) and mirror the backlog across a 0 ms link and across it"},
 			&cli.IntFlag{Name: "batch-size", Value: 262144, Usage: "batch.size of the producers that fill the backlog and run the baseline (`BYTES`; small batches show what --produce-window does)"},
 			&cli.DurationFlag{Name: "destination-rtt", Usage: "put the destination cluster behind a delay line of this round trip (`DURATION`, such as 5ms; needs root) for the whole run, to show what --produce-window hides"},
-			&cli.IntFlag{Name: "source-send-buffer", Usage: "the source broker's socket.send.buffer.bytes (`BYTES`; 0: Kafka's default 102400, -1: the kernel's autotuning up to net.core.wmem_max)"},
+			&cli.IntFlag{Name: "source-send-buffer", Usage: "the source broker's socket.send.buffer.bytes (`BYTES`; 0: Kafka's default 102400, -1: the kernel's autotuning up to net.ipv4.tcp_wmem's maximum)"},
+			&cli.IntFlag{Name: "source-tcp-wmem-max", Usage: "with --rtt: the most send-buffer autotuning gives a connection in the source's namespace (`BYTES`, net.ipv4.tcp_wmem's maximum, such as 33554432; 0: the host's, 4 MiB on stock kernels)"},
 			&cli.IntFlag{Name: "produce-window", Usage: "kmirror's produce_window (`COUNT` of produce requests awaiting answers per destination connection, 1-5; 0: kmirror's default)"},
 			&cli.BoolFlag{Name: "cpu-profile", Usage: "each kmirror member writes a Go CPU profile of its run into the bench folder; the top functions are printed at the end"},
 			&cli.StringFlag{Name: "security", Value: securityPlaintext, Usage: "`MODE` of the connections under test: plaintext, or sasl_ssl (TLS and SCRAM-SHA-512 for kmirror and the baseline producer on both clusters)"},
@@ -117,6 +118,7 @@ func configFromFlags(c *cli.Context) (config, error) {
 		ProduceWindow:    c.Int("produce-window"),
 		RTT:              c.Duration("rtt"),
 		SourceSendBuffer: c.Int("source-send-buffer"),
+		SourceTCPWmemMax: c.Int("source-tcp-wmem-max"),
 		DestinationRTT:   c.Duration("destination-rtt"),
 		BatchSize:        c.Int("batch-size"),
 	}

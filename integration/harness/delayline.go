@@ -1,10 +1,13 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +145,37 @@ func (d *DelayLine) relay(from, to *os.File) {
 // execs it: the process's pid is the command's).
 func (d *DelayLine) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", d.Netns, name}, args...)...)
+}
+
+// DialContext dials addr from inside the namespace (a client in the far
+// region, beside the brokers there: its connections do not cross the
+// line). The socket is made by a thread that enters the namespace and is
+// never given back (it ends with its goroutine); the connection stays in
+// the namespace whichever thread uses it later.
+func (d *DelayLine) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread leaves with the goroutine
+		f, err := os.Open("/var/run/netns/" + d.Netns)
+		if err != nil {
+			ch <- result{err: fmt.Errorf("harness: enter namespace %s: %w", d.Netns, err)}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("harness: enter namespace %s: %w", d.Netns, err)}
+			return
+		}
+		var dialer net.Dialer
+		c, err := dialer.DialContext(ctx, network, addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
 }
 
 // Close removes the link and the namespace. Processes still running in it

@@ -132,6 +132,20 @@ func TestDelayLine(t *testing.T) {
 		t.Fatalf("read %d of %d bytes", got, size)
 	}
 	t.Logf("%d MiB across a %v round trip in %v: %.0f MB/s on one connection", size>>20, rtt, time.Since(start).Round(time.Millisecond), float64(size)/1e6/time.Since(start).Seconds())
+
+	// A client dialing from inside the namespace stays on its side of the
+	// line: its connection's own address is the namespace's, not Local.
+	inside, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inside.Close()
+	if host, _, _ := net.SplitHostPort(inside.LocalAddr().String()); host != d.Remote {
+		t.Fatalf("a connection dialed inside the namespace comes from %s, want %s (the namespace's side)", host, d.Remote)
+	}
+	if host, _, _ := net.SplitHostPort(c.LocalAddr().String()); host != d.Local {
+		t.Fatalf("a connection dialed outside comes from %s, want %s", host, d.Local)
+	}
 }
 
 // TestClusterAcrossDelayLine: a broker in a delay line's namespace serves
