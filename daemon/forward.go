@@ -268,6 +268,7 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd, SourcePosition: st.Position.SourceOffset,
 			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,
 			DuplicateRecords: st.DuplicateRecords, Duplicate: st.Duplicate, Waiting: st.Waiting, Throttled: st.Throttled,
+			ConvertedRecords: st.ConvertedRecords,
 		})
 	}
 	return out

@@ -27,6 +27,7 @@ type metrics struct {
 	state    *prometheus.Desc
 	diverg   *prometheus.Desc
 	dups     *prometheus.Desc
+	conv     *prometheus.Desc
 	skip     *prometheus.Desc
 	lateRecs *prometheus.Desc
 	ckpt     *prometheus.Desc
@@ -122,6 +123,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		diverg: prometheus.NewDesc("kmirror_divergences_total", "Partitions stopped as DIVERGED since the member started.", nil, nil),
 		dups: prometheus.NewDesc("kmirror_partition_duplicate_records_total",
 			"Records of kmirror's own batches found twice on the destination since this member took the partition.", labels, nil),
+		conv: prometheus.NewDesc("kmirror_partition_converted_records_total",
+			"Records mirrored from legacy message sets (message format v0/v1, Kafka before 0.11), converted to v2 batches "+
+				"(headers empty), since this member took the partition.", labels, nil),
 		xlB: prometheus.NewDesc("kmirror_partition_translation_bytes",
 			"Memory the partition's offset-translation breakpoints take (bounded by the source's retention and translation_max_bytes).", labels, nil),
 		xlFlr: prometheus.NewDesc("kmirror_partition_translation_floor",
@@ -155,6 +159,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.state
 	ch <- m.diverg
 	ch <- m.dups
+	ch <- m.conv
 	ch <- m.skip
 	ch <- m.ckpt
 	ch <- m.xlB
@@ -193,6 +198,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)
 		ch <- prometheus.MustNewConstMetric(m.dups, prometheus.CounterValue, float64(st.DuplicateRecords), l...)
+		ch <- prometheus.MustNewConstMetric(m.conv, prometheus.CounterValue, float64(st.ConvertedRecords), l...)
 		failing := 0.0
 		if st.CheckpointFailing {
 			failing = 1

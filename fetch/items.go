@@ -29,6 +29,9 @@ type item struct {
 	// buf (nil outside the engine's queues), which is charged instead.
 	owned bool
 	buf   *recordBuf
+	// converted: the batch was read from a legacy (v0/v1) message set
+	// (kwire/legacy.go); counted when it is mirrored.
+	converted bool
 }
 
 // recordBuf is one partition's record set from a fetch response
@@ -120,9 +123,11 @@ func buildItems(records []byte, aborted []kwire.AbortedTxn, from int64) (items [
 			skipTo(last + 1)
 		case b.BaseOffset() >= next && b.Forwardable():
 			// No copy: the batch aliases the record set, which the engine
-			// keeps (recordBuf) while the batch is queued or in flight.
+			// keeps (recordBuf) while the batch is queued or in flight;
+			// one converted from a legacy message set is its own buffer.
+			converted := !kwire.Aliases(records, b)
 			items = append(items, &item{batch: b[:len(b):len(b)], srcFirst: b.BaseOffset(), srcNext: last + 1,
-				count: b.RecordCount(), epoch: b.LeaderEpoch(), size: int64(len(b))})
+				count: b.RecordCount(), epoch: b.LeaderEpoch(), size: int64(len(b)), owned: converted, converted: converted})
 		default:
 			it, rerr := reencode(b, next)
 			if rerr != nil {
@@ -131,6 +136,7 @@ func buildItems(records []byte, aborted []kwire.AbortedTxn, from int64) (items [
 			if it == nil {
 				skipTo(last + 1)
 			} else {
+				it.converted = !kwire.Aliases(records, b)
 				items = append(items, it)
 			}
 		}

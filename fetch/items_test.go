@@ -3,6 +3,7 @@ package fetch
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"testing"
 
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
@@ -232,3 +233,64 @@ func TestBuildItemsDeterministic(t *testing.T) {
 // that still aliased one would be produced as garbage, which the engine
 // tests' record-by-record comparisons see.
 func init() { poisonReleasedRecords = true }
+
+// legacyV1 builds an uncompressed message format v1 entry (Kafka before
+// 0.11) at offset.
+func legacyV1(offset, ts int64, key, value string) []byte {
+	msg := []byte{0, 0, 0, 0, 1, 0}
+	msg = binary.BigEndian.AppendUint64(msg, uint64(ts))
+	for _, b := range []string{key, value} {
+		msg = binary.BigEndian.AppendUint32(msg, uint32(len(b)))
+		msg = append(msg, b...)
+	}
+	binary.BigEndian.PutUint32(msg, crc32.ChecksumIEEE(msg[4:]))
+	out := binary.BigEndian.AppendUint64(nil, uint64(offset))
+	out = binary.BigEndian.AppendUint32(out, uint32(len(msg)))
+	return append(out, msg...)
+}
+
+// TestBuildItemsConvertsLegacy: records of a legacy (v1) message set
+// become items of their own buffers (owned: charged by size, never tied to
+// the fetch's record set), marked converted so that they are counted when
+// mirrored; a compacted gap is re-encoded with its source offsets; a v2
+// batch after them still aliases the set; from inside the run drops the
+// records below it.
+func TestBuildItemsConvertsLegacy(t *testing.T) {
+	var set []byte
+	for _, o := range []int64{0, 1, 2, 4} {
+		set = append(set, legacyV1(o, 1000+o, fmt.Sprintf("k%d", o), "v")...)
+	}
+	set = append(set, mkBatch(t, 5, -1, "data", 2)...)
+	items, next, need, err := buildItems(set, nil, 1)
+	if err != nil || need != 0 || next != 7 {
+		t.Fatalf("next %d need %d err %v, want 7 0 nil", next, need, err)
+	}
+	if len(items) != 2 {
+		t.Fatalf("%d items, want 2 (the converted run, the v2 batch)", len(items))
+	}
+	conv, v2 := items[0], items[1]
+	if !conv.converted || !conv.owned || conv.buf != nil || kwire.Aliases(set, conv.batch) {
+		t.Fatalf("converted item: converted %v owned %v", conv.converted, conv.owned)
+	}
+	if want := []int64{1, 2, 4}; conv.count != 3 || fmt.Sprint(conv.srcOffsets) != fmt.Sprint(want) || conv.srcNext != 5 {
+		t.Fatalf("converted item: %d records at %v up to %d, want 3 at %v up to 5", conv.count, conv.srcOffsets, conv.srcNext, want)
+	}
+	recs, err := conv.records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		if o := []int64{1, 2, 4}[i]; r.Offset != o || r.Timestamp != 1000+o || string(r.Key) != fmt.Sprintf("k%d", o) || string(r.Value) != "v" {
+			t.Fatalf("converted record %d: %+v", i, r)
+		}
+	}
+	if v2.converted || v2.owned || !kwire.Aliases(set, v2.batch) {
+		t.Fatalf("v2 item after the legacy run: converted %v owned %v aliases %v", v2.converted, v2.owned, kwire.Aliases(set, v2.batch))
+	}
+	p := &partition{}
+	p.ack(conv, 0)
+	p.ack(v2, 3)
+	if p.convertedRecords != 3 {
+		t.Fatalf("%d converted records counted, want 3", p.convertedRecords)
+	}
+}

@@ -311,6 +311,10 @@ type partition struct {
 	// on the destination since this member took the partition;
 	// lastDuplicate describes the latest such batch.
 	duplicateRecords int64
+	// convertedRecords counts records mirrored from legacy (v0/v1)
+	// message sets, converted to v2 (kwire/legacy.go), since this member
+	// took the partition.
+	convertedRecords int64
 	lastDuplicate    string
 	// idleSeen is the destination offset at the previous idle check when
 	// the partition was idle then (-1 otherwise); see checkIdle.
@@ -418,6 +422,9 @@ func (p *partition) ack(it *item, base int64) {
 	p.pos.DestinationOffset = base + int64(it.count)
 	p.pos.SourceOffset = it.srcNext
 	p.pos.SourceLeaderEpoch = it.epoch
+	if it.converted {
+		p.convertedRecords += int64(it.count)
+	}
 	p.nextSeq = kwire.NextSequence(it.seq, it.count)
 	p.xl.Advance(p.pos.SourceOffset, p.pos.DestinationOffset)
 	p.dirty = true
@@ -432,7 +439,7 @@ func (p *partition) skipped(it *item) {
 
 func (p *partition) status() Status {
 	st := Status{Key: p.key(), State: p.reported(), Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd,
-		DuplicateRecords: p.duplicateRecords, Duplicate: p.lastDuplicate}
+		DuplicateRecords: p.duplicateRecords, Duplicate: p.lastDuplicate, ConvertedRecords: p.convertedRecords}
 	if p.mirroring() {
 		var parts []string
 		for _, s := range []string{p.fetchErr, p.produceErr, p.checkpointErr} {

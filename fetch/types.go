@@ -174,6 +174,11 @@ type Status struct {
 	// describes the latest, with its destination offsets.
 	DuplicateRecords int64
 	Duplicate        string
+	// ConvertedRecords counts records mirrored from legacy message sets
+	// (message format v0/v1, Kafka before 0.11), converted to v2 batches
+	// because Kafka 4.x brokers refuse v0/v1 (KIP-724), since this member
+	// took the partition.
+	ConvertedRecords int64
 	// TranslationEntries and TranslationBytes are the breakpoints the
 	// partition's translation holds in memory and about how many bytes
 	// they take (bounded by the source's retention, see Translation.Trim,

@@ -124,6 +124,10 @@ type PartitionStatus struct {
 	// on the destination since the owner took the partition (a resend or
 	// late request the broker could not de-duplicate; nothing is lost).
 	DuplicateRecords int64 `json:"duplicate_records,omitempty"`
+	// ConvertedRecords counts records mirrored from legacy message sets
+	// (message format v0/v1, Kafka before 0.11), converted to v2 batches
+	// (Kafka 4.x refuses v0/v1: KIP-724) since the owner took the partition.
+	ConvertedRecords int64 `json:"converted_records,omitempty"`
 	// SkippedRecords counts source records deleted before they were
 	// mirrored that an operator accepted to skip (kmirror resume
 	// --accept-gap); LastGap is the latest such range of source offsets.
@@ -271,6 +275,7 @@ type LiveStatus struct {
 	Lag               int64  `json:"lag"`
 	DuplicateRecords  int64  `json:"duplicate_records,omitempty"`
 	Duplicate         string `json:"duplicate,omitempty"`
+	ConvertedRecords  int64  `json:"converted_records,omitempty"`
 	Waiting           string `json:"waiting,omitempty"`
 	Throttled         string `json:"throttled,omitempty"`
 	// SourceAgeMs is how long ago, in ms, the partition's source leader

@@ -282,7 +282,7 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 					if st.State == string(fetch.Starting) && ps.State == string(raftstore.StateMirroring) {
 						ps.Reason = "resuming: verifying the destination against the source before mirroring"
 					}
-					ps.DuplicateRecords = st.DuplicateRecords
+					ps.DuplicateRecords, ps.ConvertedRecords = st.DuplicateRecords, st.ConvertedRecords
 					stale := ""
 					if ps.State == string(raftstore.StateMirroring) && st.State == string(fetch.Mirroring) {
 						stale = staleness(st, p.Owner)
@@ -319,6 +319,10 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 					ps.Reason = strings.TrimSuffix(fmt.Sprintf("LATE BATCHES: %d records of kmirror's landed after the recorded last mirrored position, "+
 						"from a produce request the network held past its sender's lease (first: %s); they repeat source records "+
 						"after that position, written after the stop; %s", p.LateRecords, p.LateBatches[0], ps.Reason), "; ")
+				}
+				if ps.Reason == "" && ps.ConvertedRecords > 0 {
+					ps.Reason = fmt.Sprintf("converted %d records from message format v0/v1 (Kafka before 0.11) to v2, which the destination accepts: "+
+						"offsets, keys, values and timestamps kept, headers empty", ps.ConvertedRecords)
 				}
 				if ps.Reason == "" && p.SkippedRecords > 0 {
 					ps.Reason = fmt.Sprintf("skipped %d source records deleted before they were mirrored (latest: source offsets %s), as accepted with resume --accept-gap",

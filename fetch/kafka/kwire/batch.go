@@ -69,8 +69,19 @@ func (b Batch) Forwardable() bool { return b.IsContiguous() && !b.IsLogAppendTim
 // into batches. A trailing partial batch, which brokers send when a batch
 // does not fit the fetch size, is returned as the number of bytes it needs:
 // partialNeed > 0 means "fetch at least this many bytes to make progress".
+// Batches alias set, except those converted from legacy (v0/v1) message
+// sets, which are buffers of their own (legacy.go, Aliases).
 func SplitBatches(set []byte) (batches []Batch, partialNeed int, err error) {
 	for len(set) > 0 {
+		if len(set) > offMagic && set[offMagic] < 2 {
+			converted, rest, need, err := convertLegacy(set)
+			batches = append(batches, converted...)
+			if err != nil || need > 0 {
+				return batches, need, err
+			}
+			set = rest
+			continue
+		}
 		if len(set) < batchHeaderSize {
 			return batches, batchHeaderSize, nil
 		}
@@ -79,7 +90,7 @@ func SplitBatches(set []byte) (batches []Batch, partialNeed int, err error) {
 			return batches, 0, fmt.Errorf("record batch at offset %d declares %d bytes", int64(binary.BigEndian.Uint64(set)), size)
 		}
 		if magic := set[offMagic]; magic != 2 {
-			return batches, 0, fmt.Errorf("record batch at offset %d has magic %d: kmirror mirrors only message format v2 (Kafka 0.11+)", int64(binary.BigEndian.Uint64(set)), magic)
+			return batches, 0, fmt.Errorf("record batch at offset %d has magic %d: kmirror reads message formats v0, v1 and v2 only", int64(binary.BigEndian.Uint64(set)), magic)
 		}
 		if size > len(set) {
 			return batches, size, nil

@@ -161,6 +161,14 @@ func (d *varReader) varBytes() []byte {
 // records always give the same bytes: a re-encoded batch resent after a
 // crash carries the same sequence range.
 func EncodeBatch(records []Record, codec int8) (Batch, error) {
+	return encodeBatch(records, codec, false)
+}
+
+// encodeBatch is EncodeBatch; with keepOffsets the batch's base offset is
+// the first record's Offset and each offset delta the record's Offset less
+// it (increasing, gaps allowed: a compacted legacy message set), and its
+// leader epoch is -1 (unknown).
+func encodeBatch(records []Record, codec int8, keepOffsets bool) (Batch, error) {
 	if len(records) == 0 {
 		return nil, fmt.Errorf("encode batch: no records")
 	}
@@ -176,7 +184,11 @@ func EncodeBatch(records []Record, codec int8) (Batch, error) {
 		rec = rec[:0]
 		rec = append(rec, 0)
 		rec = binary.AppendVarint(rec, r.Timestamp-firstTS)
-		rec = binary.AppendVarint(rec, int64(i))
+		delta := int64(i)
+		if keepOffsets {
+			delta = r.Offset - records[0].Offset
+		}
+		rec = binary.AppendVarint(rec, delta)
 		rec = appendVarBytes(rec, r.Key)
 		rec = appendVarBytes(rec, r.Value)
 		rec = binary.AppendVarint(rec, int64(len(r.Headers)))
@@ -208,6 +220,11 @@ func EncodeBatch(records []Record, codec int8) (Batch, error) {
 	b[offMagic] = 2
 	binary.BigEndian.PutUint16(b[offAttributes:], uint16(codec))
 	binary.BigEndian.PutUint32(b[offLastOffsetDelta:], uint32(len(records)-1))
+	if keepOffsets {
+		binary.BigEndian.PutUint64(b[offBaseOffset:], uint64(records[0].Offset))
+		binary.BigEndian.PutUint32(b[offLeaderEpoch:], 0xffffffff)
+		binary.BigEndian.PutUint32(b[offLastOffsetDelta:], uint32(records[len(records)-1].Offset-records[0].Offset))
+	}
 	binary.BigEndian.PutUint64(b[offFirstTimestamp:], uint64(firstTS))
 	binary.BigEndian.PutUint64(b[offMaxTimestamp:], uint64(maxTS))
 	binary.BigEndian.PutUint64(b[offProducerID:], ^uint64(0))
