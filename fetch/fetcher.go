@@ -186,8 +186,9 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 			cancel()
 			interrupted = <-watched
 		}
-		// The queue items handleFetch makes are charged by their own size.
-		e.unreserve(reserved)
+		if err != nil {
+			e.unreserve(reserved)
+		}
 		if err != nil && interrupted && e.ctx.Err() == nil {
 			// Not a failure: the answer may still come on this
 			// connection, so it goes, and the session with it.
@@ -232,6 +233,11 @@ func (e *Engine) fetchLoop(mirror string, src *source, w *worker) {
 		src.cl.FetchedBytes.Add(int64(answered))
 		e.seedSourceEnds(want, restarted, sess.ends)
 		errored := e.handleFetch(mirror, w.broker, w.addr, want, res)
+		// The record sets handleFetch queued are charged now: only then
+		// does the reservation go (review: given back before, it let
+		// other loops reserve the bytes the answer was about to take,
+		// up to one answer per loop over the budget).
+		e.unreserve(reserved)
 		// handleFetch detached the record sets it queued: the others go
 		// back to the pool for the next answers.
 		res.Release()

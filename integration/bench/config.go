@@ -103,6 +103,9 @@ func (c config) Validate() error {
 	if c.SourceTCPWmemMax < 0 || (c.SourceTCPWmemMax > 0 && c.RTT == 0) {
 		errs = append(errs, fmt.Errorf("--source-tcp-wmem-max %d: use a size in bytes (such as 33554432) with --rtt, or 0 for the host's", c.SourceTCPWmemMax))
 	}
+	if c.SourceTCPWmemMax > 0 && c.SourceSendBuffer != -1 {
+		errs = append(errs, fmt.Errorf("--source-tcp-wmem-max %d: add --source-send-buffer -1: the limit is autotuning's, and a fixed socket.send.buffer.bytes turns autotuning off", c.SourceTCPWmemMax))
+	}
 	if c.RecordSize < 1 || c.RecordSize > maxRecordSize {
 		errs = append(errs, fmt.Errorf("--record-size %d: use 1 to %d bytes", c.RecordSize, maxRecordSize))
 	}

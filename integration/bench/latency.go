@@ -175,11 +175,13 @@ func (b *bench) measureLatency(ctx context.Context, path latencyPath) (latencyRe
 	// One record through the whole path first, so that connections and
 	// metadata are in place before the measured records.
 	payloads := newPayloads(b.cfg.RecordSize)
-	if err := producer.ProduceSync(ctx, &kgo.Record{Key: []byte(warmupKey), Value: payloads.next()}).FirstErr(); err != nil {
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute) // franz-go retries for ever
+	defer wcancel()
+	if err := producer.ProduceSync(wctx, &kgo.Record{Key: []byte(warmupKey), Value: payloads.next()}).FirstErr(); err != nil {
 		return latencyResult{}, fmt.Errorf("produce the warm-up record to the source: %w", err)
 	}
 	if direct != nil {
-		if err := direct.producer.ProduceSync(ctx, &kgo.Record{Key: []byte(warmupKey), Value: payloads.next()}).FirstErr(); err != nil {
+		if err := direct.producer.ProduceSync(wctx, &kgo.Record{Key: []byte(warmupKey), Value: payloads.next()}).FirstErr(); err != nil {
 			return latencyResult{}, fmt.Errorf("produce the warm-up record to the destination: %w", err)
 		}
 	}

@@ -149,33 +149,71 @@ func (d *DelayLine) Command(name string, args ...string) *exec.Cmd {
 
 // DialContext dials addr from inside the namespace (a client in the far
 // region, beside the brokers there: its connections do not cross the
-// line). The socket is made by a thread that enters the namespace and is
-// never given back (it ends with its goroutine); the connection stays in
-// the namespace whichever thread uses it later.
+// line). The socket is made by a thread that enters the namespace, and
+// the thread goes back to this one before it serves other goroutines; the
+// connection stays in the namespace whichever thread uses it later.
 func (d *DelayLine) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
+	var c net.Conn
+	err := d.inNamespace(func() (err error) {
+		var dialer net.Dialer
+		c, err = dialer.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// Listen listens on addr inside the namespace (a server in the far
+// region).
+func (d *DelayLine) Listen(network, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := d.inNamespace(func() (err error) {
+		ln, err = net.Listen(network, addr)
+		return err
+	})
+	return ln, err
+}
+
+// inNamespace runs f on a thread inside the namespace. The thread comes
+// back to its own namespace afterwards and only then serves other
+// goroutines; one that cannot is left locked, so Go ends it with this
+// goroutine. A thread must not end otherwise: a process the harness
+// started from it (a broker, whose parent-death signal is tied to the
+// starting thread, not the process) would be killed with it.
+func (d *DelayLine) inNamespace(f func() error) error {
+	type result struct{ err error }
 	ch := make(chan result, 1)
 	go func() {
-		runtime.LockOSThread() // not unlocked: the thread leaves with the goroutine
-		f, err := os.Open("/var/run/netns/" + d.Netns)
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
-			ch <- result{err: fmt.Errorf("harness: enter namespace %s: %w", d.Netns, err)}
+			runtime.UnlockOSThread()
+			ch <- result{fmt.Errorf("harness: this thread's network namespace: %w", err)}
 			return
 		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("harness: enter namespace %s: %w", d.Netns, err)}
+		defer own.Close()
+		target, err := os.Open("/var/run/netns/" + d.Netns)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{fmt.Errorf("harness: enter namespace %s: %w", d.Netns, err)}
 			return
 		}
-		var dialer net.Dialer
-		c, err := dialer.DialContext(ctx, network, addr)
-		ch <- result{c, err}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{fmt.Errorf("harness: enter namespace %s: %w", d.Netns, err)}
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Left locked: the thread ends with this goroutine, never
+			// serving another one in the wrong namespace.
+			ch <- result{errors.Join(ferr, fmt.Errorf("harness: leave namespace %s: %w", d.Netns, err))}
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{ferr}
 	}()
-	r := <-ch
-	return r.c, r.err
+	return (<-ch).err
 }
 
 // Close removes the link and the namespace. Processes still running in it

@@ -6,46 +6,21 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kmirror/kmirror/integration/harness"
 )
 
-// listenIn listens on addr inside network namespace ns.
-func listenIn(t *testing.T, ns, addr string) net.Listener {
+// mustListen listens on addr inside d's namespace.
+func mustListen(t *testing.T, d *harness.DelayLine, addr string) net.Listener {
 	t.Helper()
-	type result struct {
-		ln  net.Listener
-		err error
+	ln, err := d.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread enters the namespace and is never given back (it
-		// ends with this goroutine); the socket stays in the namespace.
-		runtime.LockOSThread()
-		f, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		ln, err := net.Listen("tcp", addr)
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return r.ln
+	return ln
 }
 
 // newDelayLine makes a delay line for the test, or skips it where this
@@ -82,7 +57,7 @@ func newDelayLine(t *testing.T, rtt time.Duration) *harness.DelayLine {
 func TestDelayLine(t *testing.T) {
 	const rtt = 40 * time.Millisecond
 	d := newDelayLine(t, rtt)
-	ln := listenIn(t, d.Netns, net.JoinHostPort(d.Remote, "0"))
+	ln := mustListen(t, d, net.JoinHostPort(d.Remote, "0"))
 	defer ln.Close()
 	const size = 64 << 20
 	go func() {

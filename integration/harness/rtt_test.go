@@ -20,7 +20,7 @@ import (
 func TestRoundTripFollowsALongerPathWithinFewBulkAnswers(t *testing.T) {
 	const rtt = 50 * time.Millisecond
 	d := newDelayLine(t, 0)
-	ln := listenIn(t, d.Netns, net.JoinHostPort(d.Remote, "0"))
+	ln := mustListen(t, d, net.JoinHostPort(d.Remote, "0"))
 	defer ln.Close()
 	const answer = 16 << 20
 	go func() {
