@@ -186,6 +186,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad size", minimalConfig + "memory_budget: 1GB\n", []string{
 			`line 6: memory_budget: invalid size "1GB"`, "KiB, MiB, GiB or TiB",
 		}},
+		{"produce window a fraction", minimalConfig + "produce_window: 2.5\n", []string{
+			"produce_window: 2.5 is not a whole number: use a whole number from 1 to 5",
+		}},
 		{"produce window too large", minimalConfig + "produce_window: 6\n", []string{
 			"produce_window: 6 is not allowed: use 1 to 5",
 		}},

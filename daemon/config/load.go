@@ -49,6 +49,9 @@ func parseConfigLines(data []byte) (Config, error) {
 		}
 		return Config{}, err
 	}
+	if err := fractionalCounts(data); err != nil {
+		return Config{}, err
+	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return Config{}, errors.New("holds more than one YAML document: keep only one")
@@ -61,4 +64,42 @@ func parseConfigLines(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// countKeys are the settings that are whole numbers: yaml.v3 decodes
+// produce_window: 2.5 into an int as 2 without a word (review), so a
+// fraction there is refused here with its line.
+var countKeys = map[string]string{
+	"produce_window":     "use a whole number from 1 to 5",
+	"replication_factor": "use a whole number: -1 (the broker's default) or 1 to 32767",
+}
+
+// fractionalCounts reports a count key whose value is not a whole number.
+func fractionalCounts(data []byte) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil // Decode reported it
+	}
+	var errs problems
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		for _, c := range n.Content {
+			if n.Kind != yaml.MappingNode {
+				walk(c, path)
+			}
+		}
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			name := strings.TrimPrefix(path+"."+k.Value, ".")
+			if hint, ok := countKeys[k.Value]; ok && v.Kind == yaml.ScalarNode && v.Tag != "!!int" {
+				errs = append(errs, fmt.Sprintf("line %d: %s: %s is not a whole number: %s", v.Line, name, v.Value, hint))
+			}
+			walk(v, name)
+		}
+	}
+	walk(&root, "")
+	return errs.err()
 }
