@@ -212,6 +212,16 @@ func (m *Member) FailoverAfter(mir raftstore.Mirror) time.Duration {
 	return settings.FailoverAutoAfter
 }
 
+// DiscoveryInterval is the mirror's topics.discovery.interval
+// (leader.Member); properties that no longer parse give the default.
+func (m *Member) DiscoveryInterval(mir raftstore.Mirror) time.Duration {
+	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
+	if err != nil {
+		return mirrorprops.DefaultDiscoveryInterval
+	}
+	return settings.DiscoveryInterval
+}
+
 // Checkpointed is a partition's last checkpoint (leader.Member).
 func (m *Member) Checkpointed(ctx context.Context, k fetch.Key) (fetch.Position, bool, error) {
 	return m.engine.Checkpointed(ctx, k)

@@ -46,6 +46,11 @@ const (
 	// member that skips it, once leader, leaves the ACL to an add's
 	// failure message (README, Security).
 	TypeSetStopFence CommandType = 27 | IgnorableFlag
+	// TypeSetTopicPatterns replaces a mirror's topic patterns.
+	TypeSetTopicPatterns CommandType = 28
+	// TypeSetDiscoverySkips only names the topics a discovery skipped (a
+	// hint for describe): a member that does not know it may skip it.
+	TypeSetDiscoverySkips CommandType = 29 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -167,6 +172,8 @@ func init() {
 	register("SettleStopped", leader, NoLease, (*State).applySettleStopped)
 	register("RecordLateBatch", leader, NoLease, (*State).applyRecordLateBatch)
 	register("SetStopFence", leader, NoLease, (*State).applySetStopFence)
+	register("SetTopicPatterns", operator, NoLease, (*State).applySetTopicPatterns)
+	register("SetDiscoverySkips", leader|operator, NoLease, (*State).applySetDiscoverySkips)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -426,6 +433,22 @@ type AlterMirror struct {
 	Properties map[string]string `json:"properties,omitempty"`
 }
 
+// SetTopicPatterns replaces mirror Name's topic patterns (Mirror.Include
+// and Exclude; kmirror add --include, remove --include, alter). Patterns
+// are checked by the API (they must compile); the state keeps them as
+// given.
+type SetTopicPatterns struct {
+	Name    string   `json:"name"`
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// SetDiscoverySkips replaces mirror Name's Skipped topics (none clears).
+type SetDiscoverySkips struct {
+	Name    string            `json:"name"`
+	Skipped map[string]string `json:"skipped,omitempty"`
+}
+
 // SetWriteDenials records the principals kmirror denies WRITE on a
 // destination topic (State.WriteDenials); none removes the record.
 type SetWriteDenials struct {
@@ -459,6 +482,8 @@ func (ResumePartition) Type() CommandType   { return TypeResumePartition }
 func (RecordGap) Type() CommandType         { return TypeRecordGap }
 func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
 func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
+func (SetTopicPatterns) Type() CommandType  { return TypeSetTopicPatterns }
+func (SetDiscoverySkips) Type() CommandType { return TypeSetDiscoverySkips }
 func (SetWriteDenials) Type() CommandType   { return TypeSetWriteDenials }
 func (SettleStopped) Type() CommandType     { return TypeSettleStopped }
 func (RecordLateBatch) Type() CommandType   { return TypeRecordLateBatch }

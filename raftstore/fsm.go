@@ -144,6 +144,30 @@ func (s *State) applyAlterMirror(c AlterMirror, _ uint64) error {
 	return nil
 }
 
+func (s *State) applySetTopicPatterns(c SetTopicPatterns, _ uint64) error {
+	mir, ok := s.Mirrors[c.Name]
+	if !ok {
+		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	}
+	mir.Include, mir.Exclude = slices.Clone(c.Include), slices.Clone(c.Exclude)
+	if len(mir.Include) == 0 {
+		mir.Skipped = nil // nothing matches any more
+	}
+	return nil
+}
+
+func (s *State) applySetDiscoverySkips(c SetDiscoverySkips, _ uint64) error {
+	mir, ok := s.Mirrors[c.Name]
+	if !ok {
+		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	}
+	mir.Skipped = maps.Clone(c.Skipped)
+	if len(mir.Skipped) == 0 {
+		mir.Skipped = nil
+	}
+	return nil
+}
+
 func (s *State) applySetWriteDenials(c SetWriteDenials, _ uint64) error {
 	if c.Topic == "" {
 		return fmt.Errorf("%w: write denials need a topic", ErrInvalid)

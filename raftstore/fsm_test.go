@@ -124,6 +124,30 @@ func TestApplyAlterMirror(t *testing.T) {
 	x.mustFail(AlterMirror{Name: "m1"}, ErrInvalid)
 }
 
+// TestApplyTopicPatterns: patterns replace the mirror's, survive an
+// alter of its connection, and clearing the include list clears the
+// skipped topics (nothing matches any more).
+func TestApplyTopicPatterns(t *testing.T) {
+	x := newFixture(t)
+	x.mustApply(SetTopicPatterns{Name: "m1", Include: []string{"orders\\..*", "pay.*"}, Exclude: []string{".*-tmp"}})
+	x.mustApply(SetDiscoverySkips{Name: "m1", Skipped: map[string]string{"orders.a": "mirrored by mirror m2"}})
+	x.mustApply(AlterMirror{Name: "m1", Bootstrap: []string{"e:9092"}})
+	got := x.state().Mirrors["m1"]
+	if !reflect.DeepEqual(got.Include, []string{"orders\\..*", "pay.*"}) || !reflect.DeepEqual(got.Exclude, []string{".*-tmp"}) ||
+		got.Skipped["orders.a"] != "mirrored by mirror m2" {
+		t.Fatalf("mirror m1 after patterns, skips and an alter: %+v", got)
+	}
+	if c := got.Clone(); &c.Include[0] == &got.Include[0] {
+		t.Fatal("Clone shares the include list")
+	}
+	x.mustApply(SetTopicPatterns{Name: "m1", Exclude: []string{".*-tmp"}})
+	if got := x.state().Mirrors["m1"]; got.Include != nil || got.Skipped != nil || len(got.Exclude) != 1 {
+		t.Fatalf("mirror m1 with no include pattern: %+v, want no includes and no skipped topics", got)
+	}
+	x.mustFail(SetTopicPatterns{Name: "nope"}, ErrNotFound)
+	x.mustFail(SetDiscoverySkips{Name: "nope"}, ErrNotFound)
+}
+
 func TestApplySetWriteDenials(t *testing.T) {
 	x := newFixture(t)
 	x.mustApply(SetWriteDenials{Topic: "orders", Principals: []string{"User:b", "User:a", "User:b"}})

@@ -40,6 +40,8 @@ func seedCommands() []Command {
 		SetWriteDenials{Topic: "t1", Principals: []string{"User:app"}},
 		SettleStopped{Key: p1, Position: Position{SourceOffset: 9, DestinationOffset: 8}, Reason: "settled"},
 		SetStopFence{Topic: "orders", Principal: "User:kmirror"},
+		SetTopicPatterns{Name: "m1", Include: []string{"orders\\..*"}, Exclude: []string{".*-tmp"}},
+		SetDiscoverySkips{Name: "m1", Skipped: map[string]string{"orders.x": "mirrored by mirror m2"}},
 		RecordLateBatch{Key: p1, Batch: LateBatch{FirstOffset: 1106, LastOffset: 1205, ProducerID: 7, BaseSequence: 1006, Records: 100}},
 	}
 }

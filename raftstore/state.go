@@ -30,6 +30,16 @@ type Mirror struct {
 	Properties map[string]string `json:"properties,omitempty"`
 	// SourceClusterID is the source cluster ID seen when the mirror was created.
 	SourceClusterID string `json:"source_cluster_id,omitempty"`
+	// Include and Exclude are the mirror's topic patterns (Go regular
+	// expressions, RE2, matching whole topic names; kmirror add --include
+	// and --exclude): the leader adds every source topic that matches an
+	// include pattern and no exclude pattern (issue 21).
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+	// Skipped names the source topics the patterns match that the leader's
+	// last discovery did not add, each with why (mirrored by another
+	// mirror, removed from this one, refused by add).
+	Skipped map[string]string `json:"skipped,omitempty"`
 }
 
 // PartitionKey names one mirrored partition.
@@ -292,6 +302,8 @@ func (m *Mirror) Clone() *Mirror {
 	c := *m
 	c.Bootstrap = slices.Clone(m.Bootstrap)
 	c.Properties = maps.Clone(m.Properties)
+	c.Include, c.Exclude = slices.Clone(m.Include), slices.Clone(m.Exclude)
+	c.Skipped = maps.Clone(m.Skipped)
 	return &c
 }
 

@@ -50,7 +50,17 @@ func (f *fakeAPI) AddTopics(_ context.Context, req api.AddTopicsRequest) (api.Ad
 	if req.Truncate {
 		res.Truncated = []truncate.Result{{Quarantine: "orders.kmirror-diverged.1", Copied: []int64{3, 0}}}
 	}
+	if len(req.Include) > 0 {
+		res.Topics = []api.AddedTopic{{Topic: "orders.eu", Result: api.TopicAdded},
+			{Topic: "orders.us", Result: api.TopicNotAdded, Error: "matched, but mirrored by mirror west"}}
+		res.Notes = []string{"pattern pay.* matches no source topic yet"}
+		return res, f.record("AddTopics %s %v include=%v exclude=%v", req.Mirror, req.Topics, req.Include, req.Exclude)
+	}
 	return res, f.record("AddTopics %s %v from=%s rf=%d truncate=%t", req.Mirror, req.Topics, req.StartFrom, req.ReplicationFactor, req.Truncate)
+}
+
+func (f *fakeAPI) SetTopicPatterns(_ context.Context, req api.PatternsRequest) (api.AddResult, error) {
+	return api.AddResult{Status: "altered"}, f.record("SetTopicPatterns %s include=%v exclude=%v remove=%t", req.Mirror, req.Include, req.Exclude, req.Remove)
 }
 
 func (f *fakeAPI) RemoveTopic(_ context.Context, mirror, topic string) error {
@@ -172,6 +182,16 @@ func TestCommandsSucceed(t *testing.T) {
 				"orders  failback from mirror east-old: refused without --truncate  0          40             50                  53               3          written after\n" +
 				"--truncate would copy the 3 divergent records of orders into orders.kmirror-diverged.N, delete orders and mirror it again from the source\n",
 			"PlanTopics east [orders]"},
+		{"add include", []string{"add", "--mirror", "east", "--include", `orders\..*`, "--include", "pay.*", "--exclude", ".*-tmp"},
+			`saved patterns --include orders\..* --include pay.* --exclude .*-tmp on mirror east: the leader adds new matching topics every topics.discovery.interval` + "\n" +
+				"added orders.eu to mirror east\nskipped orders.us: matched, but mirrored by mirror west\nnote: pattern pay.* matches no source topic yet\n",
+			`AddTopics east [] include=[orders\..* pay.*] exclude=[.*-tmp]`},
+		{"remove include", []string{"remove", "--mirror", "east", "--include", "pay.*"},
+			"removed patterns --include pay.* from mirror east; the topics they added stay mirrored (kmirror remove --topic stops one)\n",
+			"SetTopicPatterns east include=[pay.*] exclude=[] remove=true"},
+		{"alter include and exclude", []string{"alter", "--mirror", "east", "--include", "a.*", "--exclude", "a-tmp"},
+			"mirror east now has patterns --include a.* --exclude a-tmp\nno new topic matched now\n",
+			"SetTopicPatterns east include=[a.*] exclude=[a-tmp] remove=false"},
 		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
 		{"remove wait-for-sync", []string{"remove", "--mirror", "east", "--topic", "orders", "--wait-for-sync"},
@@ -186,7 +206,7 @@ func TestCommandsSucceed(t *testing.T) {
 			"resumed partitions 1,3 of orders (mirror east); see kmirror describe\n", "ResumePartitions east orders [1 3] true"},
 		{"delete", []string{"delete", "--mirror", "east", "--force"}, "deleted mirror east\n", "DeleteMirror east force=true"},
 		{"list", []string{"list"},
-			"MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE\neast    orders  a1:9092           MIRRORING\n", "ListMirrors"},
+			"MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE      PATTERNS\neast    orders  a1:9092           MIRRORING  -\n", "ListMirrors"},
 		{"list json", []string{"--output", "json", "list"},
 			"[\n  {\n    \"name\": \"east\",\n    \"topics\": [\n      \"orders\"\n    ],\n    \"bootstrap\": [\n      \"a1:9092\"\n    ],\n    \"state\": \"MIRRORING\"\n  }\n]\n",
 			"ListMirrors"},
@@ -272,7 +292,11 @@ func TestCommandsFail(t *testing.T) {
 		{"missing flags", nil, []string{"create"}, 2,
 			"create: missing required flag --mirror, --mirror-config (run 'kmirror create --help')"},
 		{"missing topic", nil, []string{"add", "--mirror", "east"}, 2,
-			"add: missing required flag --topic (run 'kmirror add --help')"},
+			"add: missing required flag --topic or --include (run 'kmirror add --help')"},
+		{"remove topic and pattern", nil, []string{"remove", "--mirror", "east", "--topic", "t", "--include", "t.*"}, 2,
+			"remove: --topic and --include/--exclude do not go together: remove the patterns first, then the topics they added"},
+		{"alter nothing", nil, []string{"alter", "--mirror", "east"}, 2,
+			"alter: missing required flag --mirror-config (or --include/--exclude) (run 'kmirror alter --help')"},
 		{"missing config", nil, []string{"daemon"}, 2,
 			"daemon: missing required flag --config (run 'kmirror daemon --help')"},
 		{"unknown flag", nil, []string{"remove", "--mirror", "east", "--topics", "t"}, 2,

@@ -70,9 +70,14 @@ func alterCommand() *cli.Command {
 		Usage: "change a mirror's properties (group sync settings, bootstrap list of the same source cluster)",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
-			&cli.StringFlag{Name: "mirror-config", Usage: "Kafka .properties `FILE` with all of the mirror's properties; it replaces the current ones (required)"},
+			&cli.StringFlag{Name: "mirror-config", Usage: "Kafka .properties `FILE` with all of the mirror's properties; it replaces the current ones (this, --include/--exclude, or both)"},
+			includeFlag("replace the mirror's include patterns with these (`REGEX`, repeat); new matches are added at once"),
+			excludeFlag("replace the mirror's exclude patterns with these (`REGEX`, repeat)"),
 		},
-		Action: apiCall(required("mirror", "mirror-config"), func(c *cli.Context, client *api.Client) error {
+		Action: apiCall(checkAlter, func(c *cli.Context, client *api.Client) error {
+			if !c.IsSet("mirror-config") {
+				return alterPatterns(c, client)
+			}
 			props, err := readProperties(c.String("mirror-config"))
 			if err != nil {
 				return err
@@ -80,6 +85,9 @@ func alterCommand() *cli.Command {
 			name := c.String("mirror")
 			if err := client.AlterMirror(c.Context, api.CreateMirrorRequest{Name: name, Properties: props}); err != nil {
 				return err
+			}
+			if c.IsSet("include") || c.IsSet("exclude") {
+				return alterPatterns(c, client)
 			}
 			return report(c, result{Result: "altered", Mirror: name}, "altered mirror "+name)
 		}),
@@ -105,7 +113,10 @@ func addCommand() *cli.Command {
 		Usage: "start mirroring topics of a mirror into the destination cluster",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
-			&cli.StringSliceFlag{Name: "topic", Usage: "`TOPIC` to mirror; repeat or separate with commas (required)"},
+			&cli.StringSliceFlag{Name: "topic", Usage: "`TOPIC` to mirror; repeat or separate with commas (this, --include, or both)"},
+			includeFlag("save `REGEX` on the mirror: every source topic whose whole name it matches is mirrored, now and when created " +
+				"later (within topics.discovery.interval, default 30s); internal topics (__*) never match; repeat for more"),
+			excludeFlag("save `REGEX` on the mirror: topics whose whole name it matches are left out of --include's matches; repeat for more"),
 			&cli.StringFlag{Name: "start-from", Usage: "`POSITION` where new topics start: earliest or latest", Value: "earliest"},
 			&cli.IntFlag{Name: "replication-factor", Usage: "`N` replicas per destination topic partition; -1 = the destination broker's default",
 				DefaultText: "the daemon's destination.replication_factor"},
@@ -120,6 +131,8 @@ func addCommand() *cli.Command {
 				Topics:            c.StringSlice("topic"),
 				StartFrom:         c.String("start-from"),
 				ReplicationFactor: int16(c.Int("replication-factor")), // 0 when unset: the daemon's configured value
+				Include:           c.StringSlice("include"),
+				Exclude:           c.StringSlice("exclude"),
 			}
 			if c.Bool("dry-run") {
 				if c.Bool("truncate") {
@@ -144,7 +157,10 @@ func addCommand() *cli.Command {
 					result
 					Truncated []truncate.Result `json:"truncated,omitempty"`
 					PerTopic  []api.AddedTopic  `json:"per_topic,omitempty"`
-				}{result{Result: "added", Mirror: req.Mirror, Topics: req.Topics}, res.Truncated, res.Topics})
+				}{result{Result: "added", Mirror: req.Mirror, Topics: addedTopics(req.Topics, res.Topics), Notes: res.Notes}, res.Truncated, res.Topics})
+			}
+			if len(req.Include) > 0 || len(req.Exclude) > 0 {
+				return writePatternAdd(c.App.Writer, req, res)
 			}
 			added := req.Topics
 			var pending []string
@@ -181,8 +197,11 @@ func addCommand() *cli.Command {
 // checkAdd is add's invocation check: --mirror and --topic, and the
 // values of --start-from and --replication-factor.
 func checkAdd(c *cli.Context) error {
-	if err := checkInvocation(c, "mirror", "topic"); err != nil {
+	if err := checkInvocation(c, "mirror"); err != nil {
 		return err
+	}
+	if !c.IsSet("topic") && !c.IsSet("include") && !c.IsSet("exclude") {
+		return usagef("add: missing required flag --topic or --include (run 'kmirror add --help')")
 	}
 	if startFrom := c.String("start-from"); startFrom != "earliest" && startFrom != "latest" {
 		return usagef("add: --start-from %q: use earliest or latest", startFrom)
@@ -199,13 +218,18 @@ func removeCommand() *cli.Command {
 		Usage: "stop mirroring a topic and record its last mirrored position (failover); the destination topic is then the one to use",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
-			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (required)"},
+			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (this, or --include/--exclude)"},
+			includeFlag("take the include pattern `REGEX` off the mirror: no new topics are added for it; the topics it added stay mirrored"),
+			excludeFlag("take the exclude pattern `REGEX` off the mirror: the topics it left out are added at the next discovery"),
 			&cli.GenericFlag{Name: "wait-for-sync", Value: &waitForSync{},
 				Usage: "planned switchover: keep mirroring until the topic has no lag against the source's last stable offset (producers " +
 					"stopped) and its groups are synced, then stop; fail, stopping nothing, if that takes longer than the timeout: " +
 					"--wait-for-sync=10m (with '='; alone: 5m). Without it: emergency failover, at once"},
 		},
-		Action: apiCall(required("mirror", "topic"), func(c *cli.Context, client *api.Client) error {
+		Action: apiCall(checkRemove, func(c *cli.Context, client *api.Client) error {
+			if !c.IsSet("topic") {
+				return removePatterns(c, client)
+			}
 			mirror, topic := c.String("mirror"), c.String("topic")
 			var err error
 			var notes []string

@@ -22,9 +22,16 @@ func writeJSON(w io.Writer, v any) error {
 
 // writeMirrorTable prints the rows of `kmirror list`.
 func writeMirrorTable(w io.Writer, mirrors []api.MirrorSummary) error {
-	rows := [][]string{{"MIRROR", "TOPICS", "SOURCE-BOOTSTRAP", "STATE"}}
+	rows := [][]string{{"MIRROR", "TOPICS", "SOURCE-BOOTSTRAP", "STATE", "PATTERNS"}}
 	for _, m := range mirrors {
-		rows = append(rows, []string{m.Name, list(m.Topics), list(m.Bootstrap), m.State})
+		pats := "-"
+		if len(m.Include)+len(m.Exclude) > 0 {
+			pats = patternList(m.Include, m.Exclude)
+			if n := len(m.Skipped); n > 0 {
+				pats += fmt.Sprintf(" (%d matches skipped: see describe)", n)
+			}
+		}
+		rows = append(rows, []string{m.Name, list(m.Topics), list(m.Bootstrap), m.State, pats})
 	}
 	return writeTable(w, rows)
 }
@@ -39,8 +46,12 @@ func writePartitionTable(w io.Writer, partitions []api.PartitionStatus) error {
 		if owner == "" {
 			owner = "-"
 		}
+		part := strconv.Itoa(int(p.Partition))
+		if p.Partition < 0 {
+			part = "-" // a row for the whole topic (SKIPPED)
+		}
 		rows = append(rows, []string{
-			p.Mirror, p.Topic, strconv.Itoa(int(p.Partition)),
+			p.Mirror, p.Topic, part,
 			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag),
 			owner, p.State, p.Reason,
 		})

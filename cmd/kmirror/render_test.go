@@ -10,15 +10,16 @@ import (
 func TestWriteMirrorTable(t *testing.T) {
 	var out strings.Builder
 	err := writeMirrorTable(&out, []api.MirrorSummary{
-		{Name: "east", Topics: []string{"orders", "payments"}, Bootstrap: []string{"a1:9092", "a2:9092"}, State: "MIRRORING"},
+		{Name: "east", Topics: []string{"orders", "payments"}, Bootstrap: []string{"a1:9092", "a2:9092"}, State: "MIRRORING",
+			Include: []string{"orders.*", "pay.*"}, Exclude: []string{".*-tmp"}, Skipped: map[string]string{"orders-x": "mirrored by mirror b"}},
 		{Name: "west-backup", Bootstrap: []string{"w1:9092"}, State: "FAILED"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `MIRROR       TOPICS           SOURCE-BOOTSTRAP  STATE
-east         orders,payments  a1:9092,a2:9092   MIRRORING
-west-backup  -                w1:9092           FAILED
+	want := `MIRROR       TOPICS           SOURCE-BOOTSTRAP  STATE      PATTERNS
+east         orders,payments  a1:9092,a2:9092   MIRRORING  --include orders.* --include pay.* --exclude .*-tmp (1 matches skipped: see describe)
+west-backup  -                w1:9092           FAILED     -
 `
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
@@ -30,7 +31,7 @@ func TestWriteMirrorTableEmpty(t *testing.T) {
 	if err := writeMirrorTable(&out, nil); err != nil {
 		t.Fatal(err)
 	}
-	if want := "MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE\n"; out.String() != want {
+	if want := "MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE  PATTERNS\n"; out.String() != want {
 		t.Errorf("got %q, want %q", out.String(), want)
 	}
 }

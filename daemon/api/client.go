@@ -116,6 +116,9 @@ func (c *Client) AddTopics(ctx context.Context, req AddTopicsRequest) (AddResult
 		return AddResult{}, err
 	}
 	wait := AddTimeout(len(req.Topics))
+	if len(req.Include) > 0 {
+		wait = AddTimeout(len(req.Topics) + discoveryTopicsBound)
+	}
 	if req.Truncate {
 		// A truncation copies records and deletes a topic: wait for it.
 		wait += TruncateTimeout
@@ -469,6 +472,24 @@ func (c *Client) DrainMember(ctx context.Context, id string, drain bool) error {
 func (c *Client) AlterMirror(ctx context.Context, req CreateMirrorRequest) error {
 	return c.do(ctx, http.MethodPut, "/v1/mirrors/"+url.PathEscape(req.Name), nil, req, nil)
 }
+
+// SetTopicPatterns implements Service.
+func (c *Client) SetTopicPatterns(ctx context.Context, req PatternsRequest) (AddResult, error) {
+	path, err := apiPath("/v1/mirrors/{}/patterns", req.Mirror)
+	if err != nil {
+		return AddResult{}, err
+	}
+	cl := *c
+	cl.http = &http.Client{Timeout: max(c.http.Timeout, AddTimeout(discoveryTopicsBound)), Transport: c.http.Transport}
+	var res AddResult
+	err = cl.do(ctx, http.MethodPut, path, nil, req, &res)
+	return res, err
+}
+
+// discoveryTopicsBound is how many topics a pattern change's client
+// waits for the discovery to add (the add goes on past a client that
+// gives up; describe shows it).
+const discoveryTopicsBound = 100
 
 // DescribeGroups implements Service.
 func (c *Client) DescribeGroups(ctx context.Context, mirror string) ([]GroupStatus, error) {

@@ -40,6 +40,29 @@ type AddTopicsRequest struct {
 	// past the last mirrored position be rebuilt: those records go to a
 	// quarantine topic first (design.md section 8).
 	Truncate bool `json:"truncate,omitempty"`
+	// Include and Exclude are topic patterns (Go regular expressions
+	// matched against whole topic names) saved on the mirror: the source
+	// topics they match now are added, and the leader adds later ones
+	// every topics.discovery.interval (issue 21). Internal topics (__*)
+	// are never matched.
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// StateSkipped is the state describe shows for a topic a mirror's
+// patterns match but did not add (its row's reason says why; partition
+// -1).
+const StateSkipped = "SKIPPED"
+
+// PatternsRequest is the body of PUT /v1/mirrors/{name}/patterns: Include
+// and Exclude replace the mirror's topic patterns (kmirror alter), or with
+// Remove are taken out of them (kmirror remove --include/--exclude; the
+// topics they added stay mirrored).
+type PatternsRequest struct {
+	Mirror  string   `json:"mirror,omitempty"`
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+	Remove  bool     `json:"remove,omitempty"`
 }
 
 // AddResult answers an add: "added", and what --truncate did.
@@ -48,6 +71,9 @@ type AddResult struct {
 	Truncated []truncate.Result `json:"truncated,omitempty"`
 	// Topics is what became of each topic.
 	Topics []AddedTopic `json:"topics,omitempty"`
+	// Notes say what the operator may want to know (a pattern that
+	// matches no topic yet).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // AddedTopic is one topic of an add.
@@ -103,6 +129,11 @@ type MirrorSummary struct {
 	// WRITE on the destination while the topic is mirrored (read-only
 	// mirror topics, KIP-1279).
 	WriteDenied map[string][]string `json:"write_denied,omitempty"`
+	// Include and Exclude are the mirror's topic patterns; Skipped names
+	// the topics they match that the last discovery did not add, with why.
+	Include []string          `json:"include,omitempty"`
+	Exclude []string          `json:"exclude,omitempty"`
+	Skipped map[string]string `json:"skipped,omitempty"`
 	// State summarises the topics that are not STOPPED: MIRRORING when all
 	// of them mirror, otherwise the worst (DIVERGED > FAILED > STOPPING >
 	// PENDING > PAUSED); STOPPED when every topic is; EMPTY with none.
@@ -196,6 +227,9 @@ type Service interface {
 	// AlterMirror replaces a mirror's properties (kmirror alter); the
 	// source must be the same cluster.
 	AlterMirror(ctx context.Context, req CreateMirrorRequest) error
+	// SetTopicPatterns replaces a mirror's topic patterns, or removes
+	// some (PatternsRequest); new include patterns are matched at once.
+	SetTopicPatterns(ctx context.Context, req PatternsRequest) (AddResult, error)
 	// DescribeGroups shows the consumer group offset sync of every member,
 	// optionally of one mirror.
 	DescribeGroups(ctx context.Context, mirror string) ([]GroupStatus, error)

@@ -41,6 +41,7 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 	mux.Handle("GET /v1/mirrors", h.wrap(h.listMirrors))
 	mux.Handle("DELETE /v1/mirrors/{name}", h.wrap(h.deleteMirror))
 	mux.Handle("PUT /v1/mirrors/{name}", h.wrap(h.alterMirror))
+	mux.Handle("PUT /v1/mirrors/{name}/patterns", h.wrap(h.setPatterns))
 	mux.Handle("POST /v1/mirrors/{name}/pause", h.wrap(h.pause(true)))
 	mux.Handle("POST /v1/mirrors/{name}/unpause", h.wrap(h.pause(false)))
 	mux.Handle("GET /v1/groups", h.wrap(h.describeGroups))
@@ -282,6 +283,23 @@ func (h *handler) alterMirror(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, api.StatusBody{Status: "altered"}, nil
+}
+
+func (h *handler) setPatterns(r *http.Request) (int, any, error) {
+	var req api.PatternsRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	name := r.PathValue("name")
+	if req.Mirror != "" && req.Mirror != name {
+		return 0, nil, fmt.Errorf("%w: mirror %q in the body does not match %q in the path: leave it out of the body", api.ErrInvalid, req.Mirror, name)
+	}
+	req.Mirror = name
+	res, err := h.api.SetTopicPatterns(r.Context(), req)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, res, nil
 }
 
 func (h *handler) pause(pause bool) apiFunc {

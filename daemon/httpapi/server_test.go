@@ -120,6 +120,11 @@ func (f *fakeAPI) UnpauseTopics(_ context.Context, mirror, topic string) ([]stri
 	return []string{"orders"}, f.record("UnpauseTopics %s %s", mirror, topic)
 }
 
+func (f *fakeAPI) SetTopicPatterns(_ context.Context, req api.PatternsRequest) (api.AddResult, error) {
+	f.record("SetTopicPatterns %s %v %v %v", req.Mirror, req.Include, req.Exclude, req.Remove)
+	return api.AddResult{Status: "altered"}, nil
+}
+
 func (f *fakeAPI) AlterMirror(_ context.Context, req api.CreateMirrorRequest) error {
 	return f.record("alter %s %v", req.Name, req.Properties)
 }
@@ -279,7 +284,7 @@ func TestBadRequests(t *testing.T) {
 		{"unknown field", "POST", "/v1/mirrors", `{"name":"a","propertes":{}}`, 400,
 			`invalid request: request body has unknown field "propertes" (allowed: name, properties)`},
 		{"unknown field in add", "POST", "/v1/mirrors/a/topics", `{"topics":["t"],"startFrom":"latest"}`, 400,
-			`request body has unknown field "startFrom" (allowed: mirror, topics, start_from, replication_factor, dry_run, truncate)`},
+			`request body has unknown field "startFrom" (allowed: mirror, topics, start_from, replication_factor, dry_run, truncate, include, exclude)`},
 		{"empty body", "POST", "/v1/mirrors", "", 400, "request body is empty"},
 		{"malformed", "POST", "/v1/mirrors", `{"name":`, 400, "invalid request: request body: unexpected EOF"},
 		{"wrong type", "POST", "/v1/mirrors", `{"name":1}`, 400, "request body: json: cannot unmarshal number"},

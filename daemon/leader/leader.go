@@ -62,6 +62,11 @@ type Member interface {
 	Reaches(ctx context.Context) map[string]api.Reach
 	// FailoverAfter is the mirror's failover.auto.after.ms (0: off).
 	FailoverAfter(mir raftstore.Mirror) time.Duration
+	// DiscoverTopics adds the source topics a mirror's patterns match
+	// that no mirror mirrors yet (ops.DiscoverTopics); DiscoveryInterval
+	// is the mirror's topics.discovery.interval.
+	DiscoverTopics(ctx context.Context, mirror string) (api.AddResult, error)
+	DiscoveryInterval(mir raftstore.Mirror) time.Duration
 	// SettleUnverified verifies against the mirror's source the records a
 	// stop of t's partition could not (PartitionInfo.UnverifiedEnd),
 	// writes the position they reach to the state topic, and returns it

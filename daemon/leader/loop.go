@@ -108,6 +108,12 @@ func (l *Leader) runLeader(ctx context.Context) {
 		}
 	}()
 	defer func() { <-lateDone }()
+	discoveryDone := make(chan struct{})
+	go func() {
+		defer close(discoveryDone)
+		l.discoveryLoop(ctx)
+	}()
+	defer func() { <-discoveryDone }()
 	settleDone := make(chan struct{})
 	go func() {
 		defer close(settleDone)

@@ -34,6 +34,9 @@ const (
 	// source broker (fetch.Source.FetchConnections); unset: sized from
 	// the round trip.
 	propFetchConns = "fetch.connections"
+	// propDiscoveryInterval is how often the leader lists the source's
+	// topics for the mirror's patterns (kmirror add --include).
+	propDiscoveryInterval = "topics.discovery.interval"
 )
 
 // maxFetchConns bounds fetch.connections: each connection holds a fetch
@@ -47,7 +50,7 @@ const maxFetchConns = 32
 var sourceProperties = map[string]bool{
 	propBootstrap: true, propClientID: true,
 	propGroupsInclude: true, PropGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
-	propFetchConns: true,
+	propFetchConns: true, propDiscoveryInterval: true,
 }
 
 // minFailoverAuto bounds failover.auto.after.ms from below: members probe
@@ -60,6 +63,15 @@ const defaultGroupSyncInterval = 5 * time.Second
 // minGroupSyncInterval bounds groups.sync.interval from below: every sync
 // lists the groups of both clusters.
 const minGroupSyncInterval = 100 * time.Millisecond
+
+// DefaultDiscoveryInterval is topics.discovery.interval when not given
+// (MirrorMaker 2's refresh.topics.interval.seconds is 600 s; KIP-1279
+// leaves it to the implementation).
+const DefaultDiscoveryInterval = 30 * time.Second
+
+// minDiscoveryInterval bounds topics.discovery.interval from below: each
+// discovery reads the source's metadata for every topic.
+const minDiscoveryInterval = 500 * time.Millisecond
 
 // Settings are a mirror's properties, parsed and checked.
 type Settings struct {
@@ -78,6 +90,9 @@ type Settings struct {
 	// FetchConnections is fetch.connections (0: sized from the round
 	// trip to each source broker).
 	FetchConnections int
+	// DiscoveryInterval is how often the leader looks for new source
+	// topics matching the mirror's patterns (topics.discovery.interval).
+	DiscoveryInterval time.Duration
 	// Security is how to reach the source: TLS, SASL (security.protocol,
 	// ssl.*, sasl.*).
 	Security ksec.Settings
@@ -112,13 +127,13 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		}
 		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s, %s and the security properties %s",
 			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, PropGroupsExclude, propGroupsInterval,
-			propFailoverAuto, propFetchConns, strings.Join(ksec.Keys(), ", "))
+			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
 		return Settings{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	s := Settings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval, Security: sec}
+	s := Settings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval, DiscoveryInterval: DefaultDiscoveryInterval, Security: sec}
 	if len(s.Bootstrap) == 0 {
 		return Settings{}, fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", api.ErrInvalid)
 	}
@@ -142,6 +157,14 @@ func Parse(name string, props map[string]string) (Settings, error) {
 				api.ErrInvalid, propGroupsInterval, v, minGroupSyncInterval)
 		}
 		s.GroupSyncInterval = d
+	}
+	if v := strings.TrimSpace(props[propDiscoveryInterval]); v != "" {
+		d, err := parseInterval(v)
+		if err != nil || d < minDiscoveryInterval {
+			return Settings{}, fmt.Errorf("%w: %s=%s: give a duration of at least %s, as milliseconds (30000) or with a unit (30s, 5m)",
+				api.ErrInvalid, propDiscoveryInterval, v, minDiscoveryInterval)
+		}
+		s.DiscoveryInterval = d
 	}
 	if v := strings.TrimSpace(props[propFetchConns]); v != "" {
 		n, err := strconv.Atoi(v)
@@ -168,15 +191,37 @@ func groupRegexp(prop, v, def string) (*regexp.Regexp, error) {
 	if v == "" {
 		v = def
 	}
-	_, err := regexp.Compile(v) // the operator's own text, for the error
-	if err == nil {
-		_, err = regexp.Compile("^(?:" + v + ")$")
-	}
+	re, err := wholeName(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s=%s is not a regular expression (%v): give one regex matched against the whole group name; "+
 			"combine several with |, e.g. orders-.*|billing", api.ErrInvalid, prop, v, err)
 	}
-	return regexp.MustCompile("^(?:" + v + ")$"), nil
+	return re, nil
+}
+
+// TopicPattern compiles a topic pattern (kmirror add --include/--exclude):
+// a Go regular expression (RE2) matched against the whole topic name, as
+// MirrorMaker 2's topics and topics.exclude. The error says what was
+// wrong and how to write one.
+func TopicPattern(flag, v string) (*regexp.Regexp, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, fmt.Errorf("%w: %s: an empty pattern: give a regex matched against the whole topic name, e.g. orders\\..*", api.ErrInvalid, flag)
+	}
+	re, err := wholeName(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s is not a regular expression (%v): give one regex matched against the whole topic name, "+
+			"e.g. orders\\..* or (orders|billing)-.*", api.ErrInvalid, flag, v, err)
+	}
+	return re, nil
+}
+
+// wholeName compiles v anchored at both ends; the error is about the
+// operator's own text.
+func wholeName(v string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(v); err != nil {
+		return nil, err
+	}
+	return regexp.Compile("^(?:" + v + ")$")
 }
 
 // parseInterval reads milliseconds ("5000") or a Go duration ("5s").

@@ -15,7 +15,7 @@ func TestParseMirrorSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Bootstrap) != 2 || s.GroupSyncInterval != 5*time.Second || !s.SyncsGroup("anything") {
+	if len(s.Bootstrap) != 2 || s.GroupSyncInterval != 5*time.Second || !s.SyncsGroup("anything") || s.DiscoveryInterval != 30*time.Second {
 		t.Fatalf("defaults: %+v", s)
 	}
 	s, err = Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "groups.include": "orders-.*|billing",
@@ -55,6 +55,7 @@ func TestParseMirrorSettings(t *testing.T) {
 	}{
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.include": "("}, "groups.include=( is not a regular expression"},
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "10ms"}, "at least 100ms"},
+		{map[string]string{"bootstrap.servers": "a:9092", "topics.discovery.interval": "100"}, "topics.discovery.interval=100: give a duration of at least 500ms"},
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "soon"}, "groups.sync.interval=soon"},
 		{map[string]string{"bootstrap.servers": "a:9092", "security.protocol": "SSL", "ssl.truststore.locaton": "/ca.pem"},
 			"mirror m1: unsupported mirror properties ssl.truststore.locaton: ssl.truststore.locaton: did you mean ssl.truststore.location?"},
@@ -87,5 +88,19 @@ func TestSourceClientID(t *testing.T) {
 	}
 	if SourceKey(mir) == plain {
 		t.Fatal("a new client.id did not change the source's key")
+	}
+}
+
+// TestTopicPattern: a topic pattern matches whole names; a bad or empty
+// one is refused naming the flag, with an example.
+func TestTopicPattern(t *testing.T) {
+	re, err := TopicPattern("--include", `orders\..*`)
+	if err != nil || !re.MatchString("orders.eu") || re.MatchString("xorders.eu") || re.MatchString("orders") {
+		t.Fatalf("orders\\..*: %v, matches orders.eu %t, xorders.eu %t", err, re.MatchString("orders.eu"), re.MatchString("xorders.eu"))
+	}
+	for _, bad := range []string{"(", " "} {
+		if _, err := TopicPattern("--exclude", bad); err == nil || !strings.Contains(err.Error(), "--exclude") || !strings.Contains(err.Error(), "e.g.") {
+			t.Errorf("pattern %q: %v, want an error naming --exclude with an example", bad, err)
+		}
 	}
 }

@@ -37,6 +37,9 @@ func (o *Ops) AddTopics(ctx context.Context, req api.AddTopicsRequest) (api.AddR
 		return c.AddTopics(ctx, req)
 	}
 	req.DryRun = false
+	if len(req.Include) > 0 || len(req.Exclude) > 0 {
+		return o.addPatterns(ctx, req)
+	}
 	res := api.AddResult{Status: "added"}
 	_, err := o.addTopics(ctx, req, &res)
 	return res, err
@@ -52,6 +55,15 @@ func (o *Ops) PlanTopics(ctx context.Context, req api.AddTopicsRequest) ([]trunc
 		return c.PlanTopics(ctx, req)
 	}
 	req.DryRun = true
+	if len(req.Include) > 0 || len(req.Exclude) > 0 {
+		if _, err := compilePatterns("--include", req.Include); err != nil {
+			return nil, err
+		}
+		if _, err := compilePatterns("--exclude", req.Exclude); err != nil {
+			return nil, err
+		}
+		return o.planPatterns(ctx, req)
+	}
 	return o.addTopics(ctx, req, nil)
 }
 

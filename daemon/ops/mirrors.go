@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -198,7 +199,8 @@ func (o *Ops) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
 	var out []api.MirrorSummary
 	o.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
-			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{}}
+			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{},
+				Include: slices.Clone(mir.Include), Exclude: slices.Clone(mir.Exclude), Skipped: maps.Clone(mir.Skipped)}
 			var states []raftstore.TopicState
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {
@@ -342,6 +344,7 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 		}
 		ps.Reason = "paused by the operator: nothing is fetched; kmirror resume continues from here"
 	}
+	o.store.Read(func(s *raftstore.State) { out = append(out, SkippedRows(s, mirror, topic)...) })
 	if topic != "" && len(out) == 0 {
 		return nil, fmt.Errorf("%w: topic %s is not mirrored%s", api.ErrNotFound, topic, inMirror(mirror))
 	}
@@ -351,6 +354,25 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 			fetch.Key{Mirror: b.Mirror, Topic: b.Topic, Partition: b.Partition})
 	})
 	return out, nil
+}
+
+// SkippedRows are describe's rows for the topics a mirror's patterns
+// match but its last discovery did not add: one each, SKIPPED, partition
+// -1, with why (issue 21). mirror and topic filter ("": all).
+func SkippedRows(s *raftstore.State, mirror, topic string) []api.PartitionStatus {
+	var out []api.PartitionStatus
+	for _, mir := range s.Mirrors {
+		if mirror != "" && mir.Name != mirror {
+			continue
+		}
+		for t, why := range mir.Skipped {
+			if topic == "" || t == topic {
+				out = append(out, api.PartitionStatus{Mirror: mir.Name, Topic: t, Partition: -1, State: api.StateSkipped, Reason: why,
+					SourceOffset: -1, DestinationOffset: -1, Lag: -1})
+			}
+		}
+	}
+	return out
 }
 
 func inMirror(mirror string) string {

@@ -81,6 +81,30 @@ func (a *Admin) Topic(ctx context.Context, topic string) (TopicMeta, error) {
 	return TopicMeta{Partitions: len(parts), ID: md.TopicIDs[topic]}, nil
 }
 
+// ListTopics returns every topic the cluster's metadata lists (with the
+// topics the client may describe, when an authorizer runs), by name. It
+// asks a broker each time (no cache) and leaves the cluster's watched
+// metadata alone. Topics whose metadata carries an error are left out.
+func (a *Admin) ListTopics(ctx context.Context) (map[string]TopicMeta, error) {
+	if err := a.cl.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer a.cl.unlock()
+	var md *kwire.Metadata
+	err := a.cl.withCtrlLocked(ctx, func(ctx context.Context, conn *kwire.Conn) (err error) {
+		md, err = conn.Metadata(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the topics of %s: %w", a.cl.Name, err)
+	}
+	out := make(map[string]TopicMeta, len(md.Topics))
+	for t, parts := range md.Topics {
+		out[t] = TopicMeta{Partitions: len(parts), ID: md.TopicIDs[t]}
+	}
+	return out, nil
+}
+
 // Partitions returns a topic's partition count, or ErrTopicNotFound.
 func (a *Admin) Partitions(ctx context.Context, topic string) (int, error) {
 	tm, err := a.Topic(ctx, topic)
