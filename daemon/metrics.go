@@ -56,6 +56,7 @@ type metrics struct {
 	destination *destinationProbe
 	dstDown     *prometheus.Desc
 	fetched     *prometheus.Desc
+	fetchConns  *prometheus.Desc
 	throttled   *prometheus.Desc
 	// lead also feeds kmirror_read_only_unprotected_topics and
 	// kmirror_read_only_unlifted_topics, auth kmirror_api_unauthorized_total
@@ -103,6 +104,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		throttled: prometheus.NewDesc("kmirror_destination_throttle_seconds_total",
 			"Produce throttle time destination brokers asked of this member (throttle_time_ms of client quotas, KIP-219); kmirror waits it out.",
 			[]string{"broker"}, nil),
+		fetchConns: prometheus.NewDesc("kmirror_source_fetch_connections",
+			"Fetch connections (fetch sessions over disjoint partitions) this member keeps to a source broker: one per 5 ms of "+
+				"round trip up to 8, or the mirror's fetch.connections.", []string{"mirror", "broker"}, nil),
 		fetched: prometheus.NewDesc("kmirror_source_fetched_bytes_total",
 			"Record bytes this member fetched from the mirror's source cluster (mirroring and resume walks).", []string{"mirror"}, nil),
 		autoFailovr: prometheus.NewDesc("kmirror_automatic_failovers_total",
@@ -178,6 +182,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.connsEvicted
 	ch <- m.autoFailovr
 	ch <- m.fetched
+	ch <- m.fetchConns
 	ch <- m.throttled
 }
 
@@ -185,6 +190,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.diverg, prometheus.CounterValue, float64(m.engine.Divergences()))
 	for mirror, n := range m.engine.FetchedBytes() {
 		ch <- prometheus.MustNewConstMetric(m.fetched, prometheus.CounterValue, float64(n), mirror)
+	}
+	for mirror, per := range m.engine.FetchConnections() {
+		for broker, n := range per {
+			ch <- prometheus.MustNewConstMetric(m.fetchConns, prometheus.GaugeValue, float64(n), mirror, broker)
+		}
 	}
 	for broker, d := range m.engine.ThrottleTime() {
 		ch <- prometheus.MustNewConstMetric(m.throttled, prometheus.CounterValue, d.Seconds(), broker)

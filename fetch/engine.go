@@ -483,6 +483,24 @@ func (e *Engine) FetchedBytes() map[string]int64 {
 	return out
 }
 
+// FetchConnections returns, per mirror and source broker address, how
+// many fetch loops (each a connection with a fetch session) this member
+// runs: sized from the round trip, or the mirror's fetch.connections
+// (fetchconns.go; issue 20).
+func (e *Engine) FetchConnections() map[string]map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]map[string]int, len(e.sources))
+	for name, src := range e.sources {
+		per := map[string]int{}
+		for _, w := range src.fetchers {
+			per[w.addr]++
+		}
+		out[name] = per
+	}
+	return out
+}
+
 // ThrottleTime returns, per destination broker address, the produce
 // throttle time its quotas asked of this engine since it started
 // (throttle_time_ms, KIP-219).

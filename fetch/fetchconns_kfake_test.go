@@ -40,6 +40,15 @@ func TestFetchConnectionsSplitPartitions(t *testing.T) {
 	x.produce(x.src, "t", 1200, 1200)
 	x.waitCaughtUp("t", 6)
 	x.requireMirrored("t", 6)
+	// What /metrics shows (kmirror_source_fetch_connections).
+	for _, n := range x.e.FetchConnections()["m"] {
+		if n != 3 {
+			t.Fatalf("FetchConnections %v, want 3 for the source broker", x.e.FetchConnections())
+		}
+	}
+	if len(x.e.FetchConnections()["m"]) != 1 {
+		t.Fatalf("FetchConnections %v, want one source broker", x.e.FetchConnections())
+	}
 
 	mu.Lock()
 	checked := requests
