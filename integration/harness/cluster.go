@@ -41,6 +41,7 @@ type Cluster struct {
 	sink       *lockedWriter
 
 	formatArgs []string
+	zk         bool       // ZooKeeper mode (Options.ZooKeeper): controller is the ZooKeeper node
 	delayLine  *DelayLine // nil: the nodes run in this network namespace
 	brokers    []*node    // index i is node.id i+1
 	controller *node      // nil when the single broker is also the controller
@@ -77,6 +78,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		dir:        opts.Dir,
 		throughput: opts.Throughput,
 		delayLine:  opts.DelayLine,
+		zk:         opts.ZooKeeper,
 	}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "kmirror-"+opts.Name+"-"); err != nil {
@@ -99,8 +101,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		log = c.logFile
 	}
 	c.sink = &lockedWriter{w: log}
-	if c.clusterID, err = newClusterID(); err != nil {
-		return fail(err)
+	if !c.zk { // in ZooKeeper mode the first broker creates it
+		if c.clusterID, err = newClusterID(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := c.layout(opts); err != nil {
 		return fail(err)
@@ -152,6 +156,9 @@ func (c *Cluster) layout(opts Options) error {
 	proxyPorts := ports[opts.Brokers+1:]
 	c.formatArgs = opts.FormatArgs
 	protocolMap := "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+	if c.zk {
+		protocolMap = "PLAINTEXT:PLAINTEXT"
+	}
 	for _, l := range opts.Listeners {
 		protocol := l
 		if l == proxiedListener {
@@ -178,6 +185,11 @@ func (c *Cluster) layout(opts Options) error {
 		"num.io.threads":                                   "2",
 		"background.threads":                               "2",
 	}
+	if c.zk {
+		for _, k := range []string{"controller.listener.names", "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr"} {
+			delete(common, k)
+		}
+	}
 	newNode := func(id int, roles string, port, cport int) (*node, error) {
 		n := &node{id: id, roles: roles, host: "127.0.0.1", port: port, cport: cport, advPort: port}
 		if c.delayLine != nil {
@@ -197,7 +209,21 @@ func (c *Cluster) layout(opts Options) error {
 	}
 
 	var voters string
-	if opts.Brokers == 1 {
+	if c.zk {
+		zk, err := newNode(controllerID, zkRole, 0, ports[0])
+		if err != nil {
+			return err
+		}
+		zk.label = c.name + " zookeeper"
+		c.controller = zk
+		for i := range opts.Brokers {
+			n, err := newNode(i+1, "broker", ports[i+1], 0)
+			if err != nil {
+				return err
+			}
+			c.brokers = append(c.brokers, n)
+		}
+	} else if opts.Brokers == 1 {
 		n, err := newNode(1, "broker,controller", ports[0], ports[1])
 		if err != nil {
 			return err
@@ -232,6 +258,12 @@ func (c *Cluster) layout(opts Options) error {
 		}
 	}
 	for _, n := range c.nodes() {
+		if n.roles == zkRole {
+			if err := writeZooKeeperConfig(n); err != nil {
+				return err
+			}
+			continue
+		}
 		props := map[string]string{}
 		for k, v := range common {
 			props[k] = v
@@ -239,9 +271,14 @@ func (c *Cluster) layout(opts Options) error {
 		for k, v := range opts.BrokerProps {
 			props[k] = v
 		}
-		props["process.roles"] = n.roles
-		props["node.id"] = strconv.Itoa(n.id)
-		props["controller.quorum.voters"] = voters
+		if c.zk {
+			props["broker.id"] = strconv.Itoa(n.id)
+			props["zookeeper.connect"] = fmt.Sprintf("127.0.0.1:%d", c.controller.cport)
+		} else {
+			props["process.roles"] = n.roles
+			props["node.id"] = strconv.Itoa(n.id)
+			props["controller.quorum.voters"] = voters
+		}
 		props["log.dirs"] = filepath.Join(n.dir, "data")
 		var listeners []string
 		if n.port != 0 {
@@ -269,8 +306,11 @@ func (c *Cluster) layout(opts Options) error {
 	return nil
 }
 
-// format runs StorageTool on every node in parallel.
+// format runs StorageTool on every node in parallel (KRaft only).
 func (c *Cluster) format(ctx context.Context) error {
+	if c.zk {
+		return nil
+	}
 	nodes := c.nodes()
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
@@ -333,8 +373,11 @@ func (c *Cluster) ListenerAddrs(name string) []string {
 	return addrs
 }
 
-// ClusterID returns the KRaft cluster ID the storage was formatted with.
+// ClusterID returns the KRaft cluster ID the storage was formatted with,
+// or in ZooKeeper mode the one the brokers created.
 func (c *Cluster) ClusterID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.clusterID
 }
 

@@ -87,6 +87,9 @@ func (c *Cluster) launch(n *node) error {
 		}
 	}
 	argv := append(jvmArgs(c.home, c.throughput, "-Xms256m", "-Xmx512m"), kafkaMain, n.config())
+	if n.roles == zkRole {
+		argv = append(jvmArgs(c.home, c.throughput, "-Xms64m", "-Xmx256m"), zooKeeperMain, n.zooKeeperConfig())
+	}
 	cmd := exec.Command(c.java, argv...)
 	if c.delayLine != nil {
 		cmd = c.delayLine.Command(c.java, argv...)

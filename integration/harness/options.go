@@ -49,6 +49,12 @@ type Options struct {
 	// FormatArgs are extra arguments to kafka-storage format, such as
 	// --add-scram 'SCRAM-SHA-512=[name=alice,password=secret]' (KIP-900).
 	FormatArgs []string
+	// ZooKeeper runs the cluster in ZooKeeper mode (Kafka before 4.0):
+	// one ZooKeeper node, from the zookeeper jar the Kafka version
+	// depends on, and brokers that register with it; no KRaft controller
+	// and no storage format. The cluster ID is the one the brokers create.
+	// Not with FormatArgs (SCRAM credentials live in ZooKeeper there).
+	ZooKeeper bool
 	// DelayLine runs the nodes in its network namespace: clients here
 	// reach the brokers (at DelayLine.Remote) across its round trip, while
 	// the nodes reach each other inside the namespace at once. Not with
@@ -62,6 +68,7 @@ var harnessOwned = []string{
 	"controller.listener.names", "controller.quorum.voters",
 	"controller.quorum.bootstrap.servers", "inter.broker.listener.name",
 	"listener.security.protocol.map", "log.dir", "log.dirs", "metadata.log.dir",
+	"broker.id", "zookeeper.connect",
 }
 
 // Validate checks the options and names the offending field.
@@ -71,6 +78,9 @@ func (o Options) Validate() error {
 	}
 	if o.DelayLine != nil && (o.Proxy || len(o.Listeners) > 0) {
 		return errors.New("harness: Options.DelayLine cannot be combined with Proxy or Listeners")
+	}
+	if err := checkMode(o); err != nil {
+		return err
 	}
 	if strings.ContainsRune(o.Name, os.PathSeparator) {
 		return fmt.Errorf("harness: Options.Name %q contains a path separator", o.Name)

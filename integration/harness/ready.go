@@ -32,9 +32,15 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if md.ClusterID != c.clusterID {
+			c.mu.Lock()
+			if c.zk && c.clusterID == "" && md.ClusterID != "" {
+				c.clusterID = md.ClusterID // created by the first broker
+			}
+			wantID := c.clusterID
+			c.mu.Unlock()
+			if md.ClusterID != wantID {
 				// Another process took this port while the node was down.
-				return fmt.Errorf("%s answers for cluster %s, not %s", addr, md.ClusterID, c.clusterID)
+				return fmt.Errorf("%s answers for cluster %s, not %s", addr, md.ClusterID, wantID)
 			}
 			var got []int
 			for _, b := range md.Brokers {

@@ -4,6 +4,8 @@
 #   make kafka                     assemble the pinned Kafka version
 #   make kafka KAFKA_VERSION=4.0.1 another version (also read from the env)
 #   make test-integration          go test ./integration/... against real Kafka
+#   make test-compat               only the tests of other Kafka versions (the
+#                                  harness's and kmirror's across versions)
 #
 # KAFKA_VERSION empty means the version pinned in assemble.sh (its only pin).
 
@@ -15,10 +17,16 @@ KAFKA_VERSION ?=
 # (the suite takes about 15 minutes here).
 INTEGRATION_TIMEOUT ?= 60m
 
-.PHONY: kafka test-integration
+.PHONY: kafka test-integration test-compat
 
 kafka:
 	KAFKA_VERSION='$(KAFKA_VERSION)' '$(KAFKA_MK_DIR)/assemble.sh'
 
 test-integration: kafka
 	KAFKA_VERSION='$(KAFKA_VERSION)' '$(KAFKA_MK_DIR)/gotest.sh' -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...
+
+# Source clusters of other Kafka versions (2.8.2 ZooKeeper, 3.9.1 KRaft)
+# mirrored into the default; the harness starting each version and mode.
+test-compat: kafka
+	KAFKA_VERSION='$(KAFKA_VERSION)' '$(KAFKA_MK_DIR)/gotest.sh' -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) \
+		-run 'TestMirrorFromKafka|TestOlderKafkaVersions|TestModeRefusals' ./integration/ ./integration/harness/
