@@ -222,6 +222,16 @@ func (m *Member) DiscoveryInterval(mir raftstore.Mirror) time.Duration {
 	return settings.DiscoveryInterval
 }
 
+// ConfigSyncInterval is the mirror's topics.config.sync.interval
+// (leader.Member).
+func (m *Member) ConfigSyncInterval(mir raftstore.Mirror) time.Duration {
+	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
+	if err != nil {
+		return mirrorprops.DefaultConfigSyncInterval
+	}
+	return settings.ConfigSyncInterval
+}
+
 // Checkpointed is a partition's last checkpoint (leader.Member).
 func (m *Member) Checkpointed(ctx context.Context, k fetch.Key) (fetch.Position, bool, error) {
 	return m.engine.Checkpointed(ctx, k)

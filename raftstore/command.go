@@ -51,6 +51,9 @@ const (
 	// TypeSetDiscoverySkips only names the topics a discovery skipped (a
 	// hint for describe): a member that does not know it may skip it.
 	TypeSetDiscoverySkips CommandType = 29 | IgnorableFlag
+	// TypeSetConfigSyncError only names a failed config sync (a hint for
+	// describe): a member that does not know it may skip it.
+	TypeSetConfigSyncError CommandType = 30 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -174,6 +177,7 @@ func init() {
 	register("SetStopFence", leader, NoLease, (*State).applySetStopFence)
 	register("SetTopicPatterns", operator, NoLease, (*State).applySetTopicPatterns)
 	register("SetDiscoverySkips", leader|operator, NoLease, (*State).applySetDiscoverySkips)
+	register("SetConfigSyncError", leader|operator, NoLease, (*State).applySetConfigSyncError)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -449,6 +453,14 @@ type SetDiscoverySkips struct {
 	Skipped map[string]string `json:"skipped,omitempty"`
 }
 
+// SetConfigSyncError records why the config sync of a mirror topic
+// failed ("" clears it): MirrorTopic.ConfigSyncError.
+type SetConfigSyncError struct {
+	Mirror string `json:"mirror"`
+	Topic  string `json:"topic"`
+	Error  string `json:"error,omitempty"`
+}
+
 // SetWriteDenials records the principals kmirror denies WRITE on a
 // destination topic (State.WriteDenials); none removes the record.
 type SetWriteDenials struct {
@@ -470,35 +482,36 @@ type RemoveTopic struct {
 	Topic  string `json:"topic"`
 }
 
-func (CreateMirror) Type() CommandType      { return TypeCreateMirror }
-func (DeleteMirror) Type() CommandType      { return TypeDeleteMirror }
-func (AddTopic) Type() CommandType          { return TypeAddTopic }
-func (SetTopicState) Type() CommandType     { return TypeSetTopicState }
-func (SetPartitionState) Type() CommandType { return TypeSetPartitionState }
-func (Assign) Type() CommandType            { return TypeAssign }
-func (AddPartitions) Type() CommandType     { return TypeAddPartitions }
-func (SetTopicIDs) Type() CommandType       { return TypeSetTopicIDs }
-func (ResumePartition) Type() CommandType   { return TypeResumePartition }
-func (RecordGap) Type() CommandType         { return TypeRecordGap }
-func (DeferredApplied) Type() CommandType   { return TypeDeferredApplied }
-func (AlterMirror) Type() CommandType       { return TypeAlterMirror }
-func (SetTopicPatterns) Type() CommandType  { return TypeSetTopicPatterns }
-func (SetDiscoverySkips) Type() CommandType { return TypeSetDiscoverySkips }
-func (SetWriteDenials) Type() CommandType   { return TypeSetWriteDenials }
-func (SettleStopped) Type() CommandType     { return TypeSettleStopped }
-func (RecordLateBatch) Type() CommandType   { return TypeRecordLateBatch }
-func (SetStopFence) Type() CommandType      { return TypeSetStopFence }
-func (SetProducer) Type() CommandType       { return TypeSetProducer }
-func (RecordStopped) Type() CommandType     { return TypeRecordStopped }
-func (UpsertMember) Type() CommandType      { return TypeUpsertMember }
-func (RemoveMember) Type() CommandType      { return TypeRemoveMember }
-func (RemoveTopic) Type() CommandType       { return TypeRemoveTopic }
-func (AssignPartitions) Type() CommandType  { return TypeAssignPartitions }
-func (ReleasePartition) Type() CommandType  { return TypeReleasePartition }
-func (RequestMove) Type() CommandType       { return TypeRequestMove }
-func (PartitionStopped) Type() CommandType  { return TypePartitionStopped }
-func (SetDraining) Type() CommandType       { return TypeSetDraining }
-func (RenewProducer) Type() CommandType     { return TypeRenewProducer }
+func (CreateMirror) Type() CommandType       { return TypeCreateMirror }
+func (DeleteMirror) Type() CommandType       { return TypeDeleteMirror }
+func (AddTopic) Type() CommandType           { return TypeAddTopic }
+func (SetTopicState) Type() CommandType      { return TypeSetTopicState }
+func (SetPartitionState) Type() CommandType  { return TypeSetPartitionState }
+func (Assign) Type() CommandType             { return TypeAssign }
+func (AddPartitions) Type() CommandType      { return TypeAddPartitions }
+func (SetTopicIDs) Type() CommandType        { return TypeSetTopicIDs }
+func (ResumePartition) Type() CommandType    { return TypeResumePartition }
+func (RecordGap) Type() CommandType          { return TypeRecordGap }
+func (DeferredApplied) Type() CommandType    { return TypeDeferredApplied }
+func (AlterMirror) Type() CommandType        { return TypeAlterMirror }
+func (SetTopicPatterns) Type() CommandType   { return TypeSetTopicPatterns }
+func (SetDiscoverySkips) Type() CommandType  { return TypeSetDiscoverySkips }
+func (SetConfigSyncError) Type() CommandType { return TypeSetConfigSyncError }
+func (SetWriteDenials) Type() CommandType    { return TypeSetWriteDenials }
+func (SettleStopped) Type() CommandType      { return TypeSettleStopped }
+func (RecordLateBatch) Type() CommandType    { return TypeRecordLateBatch }
+func (SetStopFence) Type() CommandType       { return TypeSetStopFence }
+func (SetProducer) Type() CommandType        { return TypeSetProducer }
+func (RecordStopped) Type() CommandType      { return TypeRecordStopped }
+func (UpsertMember) Type() CommandType       { return TypeUpsertMember }
+func (RemoveMember) Type() CommandType       { return TypeRemoveMember }
+func (RemoveTopic) Type() CommandType        { return TypeRemoveTopic }
+func (AssignPartitions) Type() CommandType   { return TypeAssignPartitions }
+func (ReleasePartition) Type() CommandType   { return TypeReleasePartition }
+func (RequestMove) Type() CommandType        { return TypeRequestMove }
+func (PartitionStopped) Type() CommandType   { return TypePartitionStopped }
+func (SetDraining) Type() CommandType        { return TypeSetDraining }
+func (RenewProducer) Type() CommandType      { return TypeRenewProducer }
 
 // Encode returns the raft log bytes of cmd: type byte, payload version
 // byte, JSON payload.

@@ -168,6 +168,15 @@ func (s *State) applySetDiscoverySkips(c SetDiscoverySkips, _ uint64) error {
 	return nil
 }
 
+func (s *State) applySetConfigSyncError(c SetConfigSyncError, _ uint64) error {
+	t, ok := s.Topic(c.Mirror, c.Topic)
+	if !ok {
+		return fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(c.Mirror, c.Topic))
+	}
+	t.ConfigSyncError = c.Error
+	return nil
+}
+
 func (s *State) applySetWriteDenials(c SetWriteDenials, _ uint64) error {
 	if c.Topic == "" {
 		return fmt.Errorf("%w: write denials need a topic", ErrInvalid)

@@ -168,6 +168,11 @@ type MirrorTopic struct {
 	// found under another ID was recreated (a divergence).
 	SourceTopicID string `json:"source_topic_id"`
 	DestTopicID   string `json:"dest_topic_id"`
+	// ConfigSyncError is why the leader's last copy of changed source
+	// configs to the destination topic failed, in the broker's words
+	// ("" when it did not); it is tried again every
+	// topics.config.sync.interval.
+	ConfigSyncError string `json:"config_sync_error,omitempty"`
 	// DestinationConfigs and ReplicationFactor are what the destination
 	// topic is created with (the source's effective configs, see
 	// kafka.Admin.TopicConfigs), kept so a leader that takes over a

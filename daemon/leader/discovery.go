@@ -13,8 +13,7 @@ import (
 // topics.discovery.interval has passed.
 const discoveryTick = 250 * time.Millisecond
 
-// discoveryTimeout bounds one mirror's discovery round (listing the
-// source's topics and adding the new matches).
+// discoveryTimeout bounds one mirror's discovery or config sync round.
 const discoveryTimeout = 5 * time.Minute
 
 // discoveryLoop runs, while this member leads, each mirror's topic
@@ -22,12 +21,29 @@ const discoveryTimeout = 5 * time.Minute
 // topics.discovery.interval, the first at once: a new leader picks up
 // what its predecessor had not added yet.
 func (l *Leader) discoveryLoop(ctx context.Context) {
+	l.everyMirror(ctx, "topic discovery", func(m *raftstore.Mirror) bool { return len(m.Include) > 0 }, l.member.DiscoveryInterval,
+		func(ctx context.Context, mirror string) error {
+			_, err := l.member.DiscoverTopics(ctx, mirror)
+			return err
+		})
+}
+
+// configSyncLoop copies changed source topic configs to each mirror's
+// topics (ops.SyncTopicConfigs) every topics.config.sync.interval.
+func (l *Leader) configSyncLoop(ctx context.Context) {
+	l.everyMirror(ctx, "topic config sync", func(*raftstore.Mirror) bool { return true }, l.member.ConfigSyncInterval, l.member.SyncTopicConfigs)
+}
+
+// everyMirror runs round for each mirror that wants it, every interval of
+// that mirror, the first at once, until ctx ends.
+func (l *Leader) everyMirror(ctx context.Context, what string, wants func(*raftstore.Mirror) bool,
+	interval func(raftstore.Mirror) time.Duration, round func(ctx context.Context, mirror string) error) {
 	last := map[string]time.Time{}
 	for ctx.Err() == nil {
 		var due []raftstore.Mirror
 		l.store.Read(func(s *raftstore.State) {
 			for _, m := range s.Mirrors {
-				if len(m.Include) > 0 {
+				if wants(m) {
 					due = append(due, *m.Clone())
 				}
 			}
@@ -36,13 +52,13 @@ func (l *Leader) discoveryLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if at, ok := last[mir.Name]; ok && time.Since(at) < l.member.DiscoveryInterval(mir) {
+			if at, ok := last[mir.Name]; ok && time.Since(at) < interval(mir) {
 				continue
 			}
 			last[mir.Name] = time.Now()
-			dctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
-			if _, err := l.member.DiscoverTopics(dctx, mir.Name); err != nil && ctx.Err() == nil {
-				l.log.Warn("topic discovery", zap.String("mirror", mir.Name), zap.Error(err))
+			rctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
+			if err := round(rctx, mir.Name); err != nil && ctx.Err() == nil {
+				l.log.Warn(what, zap.String("mirror", mir.Name), zap.Error(err))
 			}
 			cancel()
 		}

@@ -67,6 +67,11 @@ type Member interface {
 	// is the mirror's topics.discovery.interval.
 	DiscoverTopics(ctx context.Context, mirror string) (api.AddResult, error)
 	DiscoveryInterval(mir raftstore.Mirror) time.Duration
+	// SyncTopicConfigs copies changed source topic configs to a mirror's
+	// topics (ops.SyncTopicConfigs); ConfigSyncInterval is the mirror's
+	// topics.config.sync.interval.
+	SyncTopicConfigs(ctx context.Context, mirror string) error
+	ConfigSyncInterval(mir raftstore.Mirror) time.Duration
 	// SettleUnverified verifies against the mirror's source the records a
 	// stop of t's partition could not (PartitionInfo.UnverifiedEnd),
 	// writes the position they reach to the state topic, and returns it

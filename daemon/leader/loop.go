@@ -114,6 +114,12 @@ func (l *Leader) runLeader(ctx context.Context) {
 		l.discoveryLoop(ctx)
 	}()
 	defer func() { <-discoveryDone }()
+	configSyncDone := make(chan struct{})
+	go func() {
+		defer close(configSyncDone)
+		l.configSyncLoop(ctx)
+	}()
+	defer func() { <-configSyncDone }()
 	settleDone := make(chan struct{})
 	go func() {
 		defer close(settleDone)

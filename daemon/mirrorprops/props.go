@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/fetch/kafka/ksec"
 )
 
@@ -37,6 +38,11 @@ const (
 	// propDiscoveryInterval is how often the leader lists the source's
 	// topics for the mirror's patterns (kmirror add --include).
 	propDiscoveryInterval = "topics.discovery.interval"
+	// propConfigSyncInterval is how often the leader copies changed
+	// source topic configs to the mirror topics; propConfigExclude names
+	// configs it leaves alone.
+	propConfigSyncInterval = "topics.config.sync.interval"
+	propConfigExclude      = "topics.config.exclude"
 )
 
 // maxFetchConns bounds fetch.connections: each connection holds a fetch
@@ -50,7 +56,7 @@ const maxFetchConns = 32
 var sourceProperties = map[string]bool{
 	propBootstrap: true, propClientID: true,
 	propGroupsInclude: true, PropGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
-	propFetchConns: true, propDiscoveryInterval: true,
+	propFetchConns: true, propDiscoveryInterval: true, propConfigSyncInterval: true, propConfigExclude: true,
 }
 
 // minFailoverAuto bounds failover.auto.after.ms from below: members probe
@@ -68,6 +74,13 @@ const minGroupSyncInterval = 100 * time.Millisecond
 // (MirrorMaker 2's refresh.topics.interval.seconds is 600 s; KIP-1279
 // leaves it to the implementation).
 const DefaultDiscoveryInterval = 30 * time.Second
+
+// DefaultConfigSyncInterval is topics.config.sync.interval when not given.
+const DefaultConfigSyncInterval = time.Minute
+
+// minConfigSyncInterval bounds topics.config.sync.interval from below:
+// each round describes every mirrored topic's configs on both clusters.
+const minConfigSyncInterval = time.Second
 
 // minDiscoveryInterval bounds topics.discovery.interval from below: each
 // discovery reads the source's metadata for every topic.
@@ -93,6 +106,12 @@ type Settings struct {
 	// DiscoveryInterval is how often the leader looks for new source
 	// topics matching the mirror's patterns (topics.discovery.interval).
 	DiscoveryInterval time.Duration
+	// ConfigSyncInterval is how often the leader copies changed source
+	// topic configs to the mirror topics (topics.config.sync.interval);
+	// ConfigExclude names the configs it leaves alone
+	// (topics.config.exclude).
+	ConfigSyncInterval time.Duration
+	ConfigExclude      []string
 	// Security is how to reach the source: TLS, SASL (security.protocol,
 	// ssl.*, sasl.*).
 	Security ksec.Settings
@@ -127,13 +146,14 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		}
 		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s, %s and the security properties %s",
 			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, PropGroupsExclude, propGroupsInterval,
-			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval, strings.Join(ksec.Keys(), ", "))
+			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval+", "+propConfigSyncInterval+", "+propConfigExclude, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
 		return Settings{}, fmt.Errorf("%w: %v", api.ErrInvalid, err)
 	}
-	s := Settings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval, DiscoveryInterval: DefaultDiscoveryInterval, Security: sec}
+	s := Settings{Bootstrap: splitList(props[propBootstrap]), GroupSyncInterval: defaultGroupSyncInterval, DiscoveryInterval: DefaultDiscoveryInterval,
+		ConfigSyncInterval: DefaultConfigSyncInterval, Security: sec}
 	if len(s.Bootstrap) == 0 {
 		return Settings{}, fmt.Errorf("%w: mirror properties need bootstrap.servers (host:port list of the source cluster)", api.ErrInvalid)
 	}
@@ -165,6 +185,22 @@ func Parse(name string, props map[string]string) (Settings, error) {
 				api.ErrInvalid, propDiscoveryInterval, v, minDiscoveryInterval)
 		}
 		s.DiscoveryInterval = d
+	}
+	if v := strings.TrimSpace(props[propConfigSyncInterval]); v != "" {
+		d, err := parseInterval(v)
+		if err != nil || d < minConfigSyncInterval {
+			return Settings{}, fmt.Errorf("%w: %s=%s: give a duration of at least %s, as milliseconds (60000) or with a unit (60s, 5m)",
+				api.ErrInvalid, propConfigSyncInterval, v, minConfigSyncInterval)
+		}
+		s.ConfigSyncInterval = d
+	}
+	known := kafka.MirroredConfigNames()
+	for _, name := range splitList(props[propConfigExclude]) {
+		if !slices.Contains(known, name) {
+			return Settings{}, fmt.Errorf("%w: %s lists %s, which kmirror does not copy: it copies %s", api.ErrInvalid, propConfigExclude, name,
+				strings.Join(known, ", "))
+		}
+		s.ConfigExclude = append(s.ConfigExclude, name)
 	}
 	if v := strings.TrimSpace(props[propFetchConns]); v != "" {
 		n, err := strconv.Atoi(v)

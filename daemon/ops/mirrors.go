@@ -322,6 +322,9 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 						"from a produce request the network held past its sender's lease (first: %s); they repeat source records "+
 						"after that position, written after the stop; %s", p.LateRecords, p.LateBatches[0], ps.Reason), "; ")
 				}
+				if ps.Reason == "" && ps.State == string(raftstore.StateMirroring) {
+					ps.Reason = configSyncReason(t)
+				}
 				if ps.Reason == "" && ps.ConvertedRecords > 0 {
 					ps.Reason = fmt.Sprintf("converted %d records from message format v0/v1 (Kafka before 0.11) to v2, which the destination accepts: "+
 						"offsets, keys, values and timestamps kept, headers empty", ps.ConvertedRecords)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -136,6 +137,9 @@ var mirroredConfigs = []string{
 	"compression.type", "segment.bytes", "segment.ms", "min.compaction.lag.ms",
 	"max.compaction.lag.ms", "delete.retention.ms", "min.cleanable.dirty.ratio",
 }
+
+// MirroredConfigNames returns the names of mirroredConfigs (a copy).
+func MirroredConfigNames() []string { return slices.Clone(mirroredConfigs) }
 
 // MirrorTopicConfigs are set on every destination topic kmirror creates,
 // over whatever the source has. Destination batches always carry
