@@ -95,6 +95,16 @@ func TestMirrorFromKafka28LegacyFormat(t *testing.T) {
 	if !strings.Contains(text, `kmirror_partition_converted_records_total{mirror="old28",partition="0",topic="legacy-v1"}`) {
 		t.Fatalf("/metrics lacks the converted records counter:\n%s", grepLines(text, "converted"))
 	}
+
+	// A consumer group's offsets on the 2.8.2 source reach the destination
+	// translated exactly (ListGroups, OffsetFetch and OffsetCommit of an
+	// older broker).
+	committed := map[int32]int64{0: 300, 1: 777}
+	commitOn(t, src, "old-app", topic, committed)
+	want := waitGroupSynced(t, m, "old28", "old-app", topic, committed)
+	if got := committedByTool(t, env.dst, "old-app", topic); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the destination's group offsets %v, want %v", got, want)
+	}
 }
 
 // TestMirrorFromKafka39KRaft: a Kafka 3.9.1 KRaft source (message format
