@@ -10,7 +10,7 @@ import (
 // for old logs have no submitter; a lease rule sits exactly on the
 // commands that name a lease (register panics otherwise).
 func TestAuthorityTable(t *testing.T) {
-	for _, typ := range append(typesUpTo(TypeSettleStopped), TypeRecordLateBatch, TypeSetStopFence, TypeSetTopicPatterns, TypeSetDiscoverySkips, TypeSetConfigSyncError) {
+	for _, typ := range append(typesUpTo(TypeSettleStopped), TypeRecordLateBatch, TypeSetStopFence, TypeSetTopicPatterns, TypeSetDiscoverySkips, TypeSetConfigSyncError, TypeSetSyncedACLs) {
 		e, ok := commands[typ]
 		if !ok {
 			t.Fatalf("command type %d has no row in the command table", typ)
@@ -54,6 +54,7 @@ func TestAuthorize(t *testing.T) {
 		SetTopicPatterns{Name: "m", Include: []string{".*"}},
 		SetDiscoverySkips{Name: "m"},
 		SetConfigSyncError{Mirror: "m", Topic: "t"},
+		SetSyncedACLs{Name: "m"},
 	} {
 		err := Authorize(cmd, ByMember)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a member may not submit "+cmd.Type().String()) {

@@ -54,6 +54,9 @@ const (
 	// TypeSetConfigSyncError only names a failed config sync (a hint for
 	// describe): a member that does not know it may skip it.
 	TypeSetConfigSyncError CommandType = 30 | IgnorableFlag
+	// TypeSetSyncedACLs records the ACLs a mirror's ACL sync created: a
+	// member that does not know ACL sync may skip it.
+	TypeSetSyncedACLs CommandType = 31 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -178,6 +181,7 @@ func init() {
 	register("SetTopicPatterns", operator, NoLease, (*State).applySetTopicPatterns)
 	register("SetDiscoverySkips", leader|operator, NoLease, (*State).applySetDiscoverySkips)
 	register("SetConfigSyncError", leader|operator, NoLease, (*State).applySetConfigSyncError)
+	register("SetSyncedACLs", leader|operator, NoLease, (*State).applySetSyncedACLs)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -461,6 +465,12 @@ type SetConfigSyncError struct {
 	Error  string `json:"error,omitempty"`
 }
 
+// SetSyncedACLs replaces mirror Name's SyncedACLs.
+type SetSyncedACLs struct {
+	Name string       `json:"name"`
+	ACLs []ACLBinding `json:"acls,omitempty"`
+}
+
 // SetWriteDenials records the principals kmirror denies WRITE on a
 // destination topic (State.WriteDenials); none removes the record.
 type SetWriteDenials struct {
@@ -497,6 +507,7 @@ func (AlterMirror) Type() CommandType        { return TypeAlterMirror }
 func (SetTopicPatterns) Type() CommandType   { return TypeSetTopicPatterns }
 func (SetDiscoverySkips) Type() CommandType  { return TypeSetDiscoverySkips }
 func (SetConfigSyncError) Type() CommandType { return TypeSetConfigSyncError }
+func (SetSyncedACLs) Type() CommandType      { return TypeSetSyncedACLs }
 func (SetWriteDenials) Type() CommandType    { return TypeSetWriteDenials }
 func (SettleStopped) Type() CommandType      { return TypeSettleStopped }
 func (RecordLateBatch) Type() CommandType    { return TypeRecordLateBatch }

@@ -177,6 +177,15 @@ func (s *State) applySetConfigSyncError(c SetConfigSyncError, _ uint64) error {
 	return nil
 }
 
+func (s *State) applySetSyncedACLs(c SetSyncedACLs, _ uint64) error {
+	mir, ok := s.Mirrors[c.Name]
+	if !ok {
+		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	}
+	mir.SyncedACLs = slices.Clone(c.ACLs)
+	return nil
+}
+
 func (s *State) applySetWriteDenials(c SetWriteDenials, _ uint64) error {
 	if c.Topic == "" {
 		return fmt.Errorf("%w: write denials need a topic", ErrInvalid)

@@ -43,6 +43,7 @@ func seedCommands() []Command {
 		SetTopicPatterns{Name: "m1", Include: []string{"orders\\..*"}, Exclude: []string{".*-tmp"}},
 		SetDiscoverySkips{Name: "m1", Skipped: map[string]string{"orders.x": "mirrored by mirror m2"}},
 		SetConfigSyncError{Mirror: "m1", Topic: "orders", Error: "POLICY_VIOLATION"},
+		SetSyncedACLs{Name: "m1", ACLs: []ACLBinding{{ResourceType: 2, Name: "orders", PatternType: 3, Principal: "User:a", Host: "*", Operation: 3, Permission: 3}}},
 		RecordLateBatch{Key: p1, Batch: LateBatch{FirstOffset: 1106, LastOffset: 1205, ProducerID: 7, BaseSequence: 1006, Records: 100}},
 	}
 }

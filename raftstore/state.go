@@ -40,6 +40,23 @@ type Mirror struct {
 	// last discovery did not add, each with why (mirrored by another
 	// mirror, removed from this one, refused by add).
 	Skipped map[string]string `json:"skipped,omitempty"`
+	// SyncedACLs are the destination ACL bindings the mirror's ACL sync
+	// created (acls.sync), so any leader deletes them once the source no
+	// longer has them, and never touches bindings it did not create.
+	SyncedACLs []ACLBinding `json:"synced_acls,omitempty"`
+}
+
+// ACLBinding is one Kafka ACL binding, with the protocol's enum values
+// (resource type 2 topic, 3 group; pattern 3 literal; permission 2 deny,
+// 3 allow).
+type ACLBinding struct {
+	ResourceType int8   `json:"resource_type"`
+	Name         string `json:"name"`
+	PatternType  int8   `json:"pattern_type"`
+	Principal    string `json:"principal"`
+	Host         string `json:"host"`
+	Operation    int8   `json:"operation"`
+	Permission   int8   `json:"permission"`
 }
 
 // PartitionKey names one mirrored partition.
@@ -309,6 +326,7 @@ func (m *Mirror) Clone() *Mirror {
 	c.Properties = maps.Clone(m.Properties)
 	c.Include, c.Exclude = slices.Clone(m.Include), slices.Clone(m.Exclude)
 	c.Skipped = maps.Clone(m.Skipped)
+	c.SyncedACLs = slices.Clone(m.SyncedACLs)
 	return &c
 }
 

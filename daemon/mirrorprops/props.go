@@ -43,6 +43,11 @@ const (
 	// configs it leaves alone.
 	propConfigSyncInterval = "topics.config.sync.interval"
 	propConfigExclude      = "topics.config.exclude"
+	// ACL sync (off by default): the source's ACLs of mirrored topics and
+	// synced groups, for principals the regexes select.
+	propACLSync    = "acls.sync"
+	propACLInclude = "acls.include"
+	propACLExclude = "acls.exclude"
 )
 
 // maxFetchConns bounds fetch.connections: each connection holds a fetch
@@ -57,6 +62,7 @@ var sourceProperties = map[string]bool{
 	propBootstrap: true, propClientID: true,
 	propGroupsInclude: true, PropGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
 	propFetchConns: true, propDiscoveryInterval: true, propConfigSyncInterval: true, propConfigExclude: true,
+	propACLSync: true, propACLInclude: true, propACLExclude: true,
 }
 
 // minFailoverAuto bounds failover.auto.after.ms from below: members probe
@@ -112,9 +118,20 @@ type Settings struct {
 	// (topics.config.exclude).
 	ConfigSyncInterval time.Duration
 	ConfigExclude      []string
+	// ACLSync copies the source's ACLs of the mirror's topics and synced
+	// groups to the destination at each config sync (acls.sync), for the
+	// principals ACLInclude matches and ACLExclude (nil: none) does not.
+	ACLSync    bool
+	ACLInclude *regexp.Regexp
+	ACLExclude *regexp.Regexp
 	// Security is how to reach the source: TLS, SASL (security.protocol,
 	// ssl.*, sasl.*).
 	Security ksec.Settings
+}
+
+// SyncsACLsOf reports whether ACL sync copies the ACLs of principal.
+func (s Settings) SyncsACLsOf(principal string) bool {
+	return s.ACLSync && s.ACLInclude.MatchString(principal) && (s.ACLExclude == nil || !s.ACLExclude.MatchString(principal))
 }
 
 // SyncsGroup reports whether the mirror syncs the group's offsets.
@@ -146,7 +163,7 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		}
 		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s, %s and the security properties %s",
 			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, PropGroupsExclude, propGroupsInterval,
-			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval+", "+propConfigSyncInterval+", "+propConfigExclude, strings.Join(ksec.Keys(), ", "))
+			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval+", "+propConfigSyncInterval+", "+propConfigExclude+", "+propACLSync+", "+propACLInclude+", "+propACLExclude, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
@@ -194,6 +211,21 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		}
 		s.ConfigSyncInterval = d
 	}
+	switch v := strings.TrimSpace(props[propACLSync]); v {
+	case "", "false":
+	case "true":
+		s.ACLSync = true
+	default:
+		return Settings{}, fmt.Errorf("%w: %s=%s: give true or false", api.ErrInvalid, propACLSync, v)
+	}
+	if s.ACLInclude, err = principalRegexp(propACLInclude, props[propACLInclude], ".*"); err != nil {
+		return Settings{}, err
+	}
+	if v := strings.TrimSpace(props[propACLExclude]); v != "" {
+		if s.ACLExclude, err = principalRegexp(propACLExclude, v, ""); err != nil {
+			return Settings{}, err
+		}
+	}
 	known := kafka.MirroredConfigNames()
 	for _, name := range splitList(props[propConfigExclude]) {
 		if !slices.Contains(known, name) {
@@ -231,6 +263,20 @@ func groupRegexp(prop, v, def string) (*regexp.Regexp, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s=%s is not a regular expression (%v): give one regex matched against the whole group name; "+
 			"combine several with |, e.g. orders-.*|billing", api.ErrInvalid, prop, v, err)
+	}
+	return re, nil
+}
+
+// principalRegexp compiles an ACL principal filter as a whole-name match.
+func principalRegexp(prop, v, def string) (*regexp.Regexp, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		v = def
+	}
+	re, err := wholeName(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s=%s is not a regular expression (%v): give one regex matched against the whole principal, "+
+			"e.g. User:app-.*|User:billing", api.ErrInvalid, prop, v, err)
 	}
 	return re, nil
 }

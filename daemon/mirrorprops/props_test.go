@@ -56,6 +56,8 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.include": "("}, "groups.include=( is not a regular expression"},
 		{map[string]string{"bootstrap.servers": "a:9092", "groups.sync.interval": "10ms"}, "at least 100ms"},
 		{map[string]string{"bootstrap.servers": "a:9092", "topics.discovery.interval": "100"}, "topics.discovery.interval=100: give a duration of at least 500ms"},
+		{map[string]string{"bootstrap.servers": "a:9092", "acls.sync": "yes"}, "acls.sync=yes: give true or false"},
+		{map[string]string{"bootstrap.servers": "a:9092", "acls.include": "User:("}, "acls.include=User:( is not a regular expression"},
 		{map[string]string{"bootstrap.servers": "a:9092", "topics.config.sync.interval": "10ms"}, "topics.config.sync.interval=10ms: give a duration of at least 1s"},
 		{map[string]string{"bootstrap.servers": "a:9092", "topics.config.exclude": "retention.ms, min.insync.replicas"},
 			"topics.config.exclude lists min.insync.replicas, which kmirror does not copy"},

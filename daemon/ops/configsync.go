@@ -34,17 +34,22 @@ import (
 func (o *Ops) SyncTopicConfigs(ctx context.Context, mirror string) error {
 	var mir *raftstore.Mirror
 	var topics []raftstore.MirrorTopic
+	all := map[string]bool{} // every topic of the mirror: still mirrored (not STOPPED)?
 	o.store.Read(func(s *raftstore.State) {
 		if m, ok := s.Mirrors[mirror]; ok {
 			mir = m.Clone()
 		}
 		for _, t := range s.Topics {
-			if t.Mirror == mirror && t.State == raftstore.StateMirroring {
+			if t.Mirror != mirror || t.State == raftstore.StatePending {
+				continue
+			}
+			all[t.Topic] = t.State != raftstore.StateStopped
+			if t.State == raftstore.StateMirroring {
 				topics = append(topics, *t.Clone())
 			}
 		}
 	})
-	if mir == nil || len(topics) == 0 || o.dest == nil {
+	if mir == nil || o.dest == nil {
 		return nil
 	}
 	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
@@ -53,6 +58,21 @@ func (o *Ops) SyncTopicConfigs(ctx context.Context, mirror string) error {
 	}
 	src := o.member.SourceAdmin(*mir)
 	defer src.Close()
+	if !settings.ACLSync && len(mir.SyncedACLs) > 0 {
+		// Turned off: the ACLs it created stay (applications may rely on
+		// them) and are no longer kmirror's.
+		if err := o.setSyncedACLs(ctx, mir, nil); err != nil {
+			o.log.Warn("ACL sync turned off", zap.String("mirror", mirror), zap.Error(err))
+		}
+	}
+	if settings.ACLSync {
+		actx, cancel := context.WithTimeout(ctx, adminTimeout)
+		err := o.syncACLs(actx, mir, settings, src, all)
+		cancel()
+		if err != nil {
+			o.log.Warn("ACL sync", zap.String("mirror", mirror), zap.Error(err))
+		}
+	}
 	slices.SortFunc(topics, func(a, b raftstore.MirrorTopic) int { return strings.Compare(a.Topic, b.Topic) })
 	for _, t := range topics {
 		if ctx.Err() != nil {
