@@ -358,6 +358,12 @@ func sizedStream(t *testing.T, topics []string, rate int) (stop func() map[strin
 func TestSourceRetentionKills(t *testing.T) {
 	ctx := context.Background()
 	m := startMirrorMember(t, "sd-ret", memberOpts{checkpoint: "30s"}, "sdret", env.src)
+	// sd-ret-src's destination keeps every record (retention.bytes -1, set
+	// below): the config sync must leave that config alone.
+	if err := m.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "sdret", Properties: map[string]string{
+		"bootstrap.servers": env.src.Bootstrap(), "topics.config.exclude": "retention.bytes"}}); err != nil {
+		t.Fatal(err)
+	}
 	topics := []string{"sd-ret-src", "sd-ret-both"}
 	retention := map[string]string{"segment.bytes": "1048576", "retention.bytes": "6291456"}
 	for _, topic := range topics {
