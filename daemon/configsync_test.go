@@ -59,4 +59,21 @@ func TestTopicConfigSync(t *testing.T) {
 	if !strings.Contains(why, "cleanup.policy=compact") {
 		t.Fatalf("the topic's config sync note %q, want it to name the held compaction", why)
 	}
+
+	// A cluster that does not answer stops the round with an error and
+	// leaves the topics' notes alone: it is no fault of a topic, and a
+	// broker restart must not leave every topic's reason stale.
+	if err := l.store.Apply(ctx, raftstore.AlterMirror{Name: "m", Bootstrap: []string{"127.0.0.1:1"},
+		Properties: map[string]string{"bootstrap.servers": "127.0.0.1:1", "topics.config.sync.interval": "1h"}}); err != nil {
+		t.Fatal(err)
+	}
+	err = l.SyncTopicConfigs(ctx, "m")
+	if err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("a round against an unreachable source returned %v, want an unreachable error", err)
+	}
+	var after string
+	l.store.Read(func(s *raftstore.State) { after = s.Topics[raftstore.TopicKey("m", "cfg")].ConfigSyncError })
+	if after != why {
+		t.Fatalf("an unreachable source changed the topic's config sync note from %q to %q", why, after)
+	}
 }

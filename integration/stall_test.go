@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,7 +139,16 @@ func TestStalledDestinationMovesPartitions(t *testing.T) {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("%s, whose destination link is stalled, still owns %d partitions after 90 s: %+v", memberID(stalled), n, rows)
+			// The stalled member's own account of each partition it kept
+			// comes first: a CI log keeps only the start of a failure.
+			var kept []string
+			for _, r := range rows {
+				if r.Owner == memberID(stalled) {
+					kept = append(kept, partitionLogTail(stalled, fmt.Sprintf("%s:%s/%d", r.Mirror, r.Topic, r.Partition), 6)...)
+				}
+			}
+			t.Fatalf("%s (raft leader: %s), whose destination link is stalled, still owns %d partitions after 90 s; its log on them:\n%s\nrows: %+v",
+				memberID(stalled), g.leaderID(m), n, strings.Join(kept, "\n"), rows)
 		}
 	}
 	if v := metricValue(t, stalled, "kmirror_destination_unreachable_seconds "); v < 1 {
@@ -221,4 +232,20 @@ func TestAutomaticFailoverStalledSource(t *testing.T) {
 	}
 	produceSync(t, kgoClient(t, env.dst, kgo.ProducerLinger(0), kgo.DefaultProduceTopic(topic)), []*kgo.Record{{Value: []byte("after failover")}})
 	src.Proxy(0).Stall(false)
+}
+
+// partitionLogTail returns the last n lines of m's log that name
+// partition (mirror:topic/partition), or a note that the log is unreadable.
+func partitionLogTail(m *member, partition string, n int) []string {
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"`+partition+`"`) {
+			out = append(out, line)
+		}
+	}
+	return out[max(0, len(out)-n):]
 }

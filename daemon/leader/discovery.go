@@ -13,6 +13,10 @@ import (
 // topics.discovery.interval has passed.
 const discoveryTick = 250 * time.Millisecond
 
+// roundRetry is how soon a failed discovery or config sync round runs
+// again, at most (the mirror's interval when that is shorter).
+const roundRetry = 5 * time.Second
+
 // discoveryTimeout bounds one mirror's discovery or config sync round.
 const discoveryTimeout = 5 * time.Minute
 
@@ -35,10 +39,14 @@ func (l *Leader) configSyncLoop(ctx context.Context) {
 }
 
 // everyMirror runs round for each mirror that wants it, every interval of
-// that mirror, the first at once, until ctx ends.
+// that mirror, the first at once, until ctx ends. A round that failed (a
+// cluster did not answer) runs again after roundRetry when that is
+// sooner: a broker restart should not leave a mirror a whole interval
+// behind.
 func (l *Leader) everyMirror(ctx context.Context, what string, wants func(*raftstore.Mirror) bool,
 	interval func(raftstore.Mirror) time.Duration, round func(ctx context.Context, mirror string) error) {
 	last := map[string]time.Time{}
+	failed := map[string]bool{}
 	for ctx.Err() == nil {
 		var due []raftstore.Mirror
 		l.store.Read(func(s *raftstore.State) {
@@ -52,15 +60,22 @@ func (l *Leader) everyMirror(ctx context.Context, what string, wants func(*rafts
 			if ctx.Err() != nil {
 				return
 			}
-			if at, ok := last[mir.Name]; ok && time.Since(at) < interval(mir) {
+			wait := interval(mir)
+			if failed[mir.Name] {
+				wait = min(wait, roundRetry)
+			}
+			if at, ok := last[mir.Name]; ok && time.Since(at) < wait {
 				continue
 			}
 			last[mir.Name] = time.Now()
 			rctx, cancel := context.WithTimeout(ctx, discoveryTimeout)
-			if err := round(rctx, mir.Name); err != nil && ctx.Err() == nil {
-				l.log.Warn(what, zap.String("mirror", mir.Name), zap.Error(err))
-			}
+			err := round(rctx, mir.Name)
 			cancel()
+			failed[mir.Name] = err != nil
+			if err != nil && ctx.Err() == nil {
+				l.log.Warn(what+" round failed; tried again soon", zap.String("mirror", mir.Name),
+					zap.Duration("retry", min(interval(mir), roundRetry)), zap.Error(err))
+			}
 		}
 		sleepCtx(ctx, discoveryTick)
 	}

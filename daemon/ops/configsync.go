@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/mirrorprops"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -29,8 +31,9 @@ import (
 // words (describe's reason) and tried again at the next round.
 
 // SyncTopicConfigs runs one config sync round for mirror's MIRRORING
-// topics. An error means the round could not run (a cluster did not
-// answer); per-topic failures are recorded on the topics.
+// topics. An error means the round could not run or stopped (a cluster
+// did not answer: kafka.IsBrokerAnswer false); a broker's refusal for one
+// topic, or a held change, is recorded on that topic instead.
 func (o *Ops) SyncTopicConfigs(ctx context.Context, mirror string) error {
 	var mir *raftstore.Mirror
 	var topics []raftstore.MirrorTopic
@@ -93,11 +96,17 @@ func (o *Ops) SyncTopicConfigs(ctx context.Context, mirror string) error {
 						err = fmt.Errorf("the destination refused the source's new configs %v: %w", change, err)
 					}
 				case held != "":
-					err = fmt.Errorf("%s", held)
+					err = errHeld{held}
 				}
 			}
 		}
 		cancel()
+		if err != nil && !errors.As(err, new(errHeld)) && !kafka.IsBrokerAnswer(err) {
+			// A cluster that did not answer (down, stalled, restarting)
+			// is no fault of this topic: the round stops, the topics keep
+			// what they showed, and the leader tries again soon.
+			return fmt.Errorf("topic %s: %w", t.Topic, err)
+		}
 		why := ""
 		if err != nil {
 			why = err.Error()
@@ -146,3 +155,9 @@ func configSyncReason(t *raftstore.MirrorTopic) string {
 	}
 	return "config sync: " + t.ConfigSyncError + " (tried again every topics.config.sync.interval)"
 }
+
+// errHeld is a config change kmirror holds back on purpose (see
+// configChanges); its text says why and what to do.
+type errHeld struct{ why string }
+
+func (e errHeld) Error() string { return e.why }

@@ -523,3 +523,11 @@ func (a *Admin) initProducerID(ctx context.Context) (ProducerID, error) {
 	}
 	return ProducerID{}, fmt.Errorf("allocate a producer ID on %s: %w", a.cl.Name, lastErr)
 }
+
+// IsBrokerAnswer reports whether err carries a broker's error code (a
+// kwire.Error, alone or inside an AdminError): the cluster answered and
+// refused. False means no answer came (dial, timeout, closed connection).
+func IsBrokerAnswer(err error) bool {
+	var kerr *kwire.Error
+	return errors.As(err, &kerr)
+}
