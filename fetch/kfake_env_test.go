@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -291,6 +292,20 @@ func (x *kfakePair) caughtUp(topic string, partitions int32) bool {
 		}
 	}
 	return true
+}
+
+// leased gives each spec the producer identity its partition saved
+// (SaveProducer), as the raft state carries it to the next lease.
+func (x *kfakePair) leased(in []Spec) []Spec {
+	x.ctl.mu.Lock()
+	defer x.ctl.mu.Unlock()
+	out := slices.Clone(in)
+	for i := range out {
+		if id, ok := x.ctl.saved[out[i].Key]; ok {
+			out[i].Producer = &id
+		}
+	}
+	return out
 }
 
 func specs(topic string, partitions int32) []Spec {

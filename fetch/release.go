@@ -255,7 +255,11 @@ type settleFrom struct {
 	known      Position // the checkpoint's position
 	pid        kafka.ProducerID
 	seq        int32
-	xl         Translation
+	// also are the partition's other recorded producer identities (the
+	// lease's, a handoff's): batches written under them since the
+	// checkpoint are kmirror's too.
+	also []kafka.ProducerID
+	xl   Translation
 	// gen is the lease generation the settling walk runs under: its
 	// checkpoint is stamped with it.
 	gen uint64
@@ -281,6 +285,12 @@ func (e *Engine) settleStart(ctx context.Context, spec Spec) (settleFrom, error)
 		f.pid = kafka.ProducerID{ID: cp.PID, Epoch: cp.Epoch}
 		f.startEpoch, f.seq = cp.LeaderEpoch, cp.Seq
 	}
+	if spec.Producer != nil {
+		f.also = append(f.also, *spec.Producer)
+	}
+	if spec.Handoff != nil {
+		f.also = append(f.also, spec.Handoff.Producer)
+	}
 	f.known = Position{SourceOffset: f.start.Src, DestinationOffset: f.start.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
 	return f, nil
 }
@@ -291,7 +301,13 @@ func (f *settleFrom) walk(ctx context.Context, e *Engine, k Key) (walkResult, er
 	if f.src == nil {
 		return walkResult{}, fmt.Errorf("mirror %s has no source connection settings", k.Mirror)
 	}
-	return e.walk(ctx, f.src.cl, k, f.start, f.startEpoch, f.pid, ownSeqs{f.pid: f.seq}, &f.xl, -1)
+	own := ownSeqs{f.pid: f.seq}
+	for _, id := range f.also {
+		if _, ok := own[id]; !ok {
+			own[id] = 0
+		}
+	}
+	return e.walk(ctx, f.src.cl, k, f.start, f.startEpoch, f.pid, own, &f.xl, -1)
 }
 
 // record writes the position a settling walk reached as k's checkpoint

@@ -110,16 +110,25 @@ func (e *Engine) resume(ctx context.Context, p *partition, gen int) error {
 		return err
 	}
 	if spec.AcceptGap {
-		err := e.acceptGap(ctx, src.cl, spec, &w)
-		// Used up either way: a later restart of this lease must not skip
-		// a gap the operator never saw (a failed record means DIVERGED
-		// again, and the operator runs resume again).
+		// Taken before it is used, and used up either way: a later
+		// restart of this lease must not skip a gap the operator never
+		// saw (a failed record means DIVERGED again, and the operator runs
+		// resume again), and of two starts of the lease that overlap
+		// (a restart while a stale one still walks) only the current one
+		// records the gap.
 		e.mu.Lock()
-		if p.gen == gen {
+		stale, taken := p.gen != gen, !p.spec.AcceptGap
+		if !stale && !taken {
 			p.spec.AcceptGap = false
 		}
 		e.mu.Unlock()
-		if err != nil {
+		switch {
+		case stale:
+			return nil // a newer start of the partition runs
+		case taken:
+			return fmt.Errorf("the accepted gap of %s was used by an earlier start; starting again without it", k)
+		}
+		if err := e.acceptGap(ctx, src.cl, spec, &w); err != nil {
 			return err
 		}
 	}

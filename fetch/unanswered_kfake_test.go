@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kmirror/kmirror/fetch/kafka/kwire"
@@ -89,6 +91,7 @@ func TestSettleUnverified(t *testing.T) {
 	if pos, ok, err := x.e.Checkpointed(ctx, spec.Key); err != nil || (ok && pos.DestinationOffset >= 100) {
 		t.Fatalf("checkpoint %+v (%t, %v): the test needs one behind the destination's end", pos, ok, err)
 	}
+	spec = x.leased([]Spec{spec})[0]
 	pos, err := x.e.SettleUnverified(ctx, spec, 100)
 	if err != nil || pos.SourceOffset != 100 || pos.DestinationOffset != 100 {
 		t.Fatalf("settled at %+v, %v; want source and destination offset 100", pos, err)
@@ -395,7 +398,7 @@ func TestDropTimeoutStillForgets(t *testing.T) {
 	}
 	wake()
 	waitUntil(t, 10*time.Second, "the dropped partition leaving the engine", func() bool { return len(x.e.Statuses()) == 0 })
-	x.e.Assign(specs("t", 1))
+	x.e.Assign(x.leased(specs("t", 1)))
 	x.waitCaughtUp("t", 1)
 	x.requireMirrored("t", 1)
 }
@@ -575,4 +578,43 @@ func (x *kfakePair) requireHeldUntilReassigned(produced *atomic.Int32) {
 	x.e.Assign(sp)
 	x.waitCaughtUp("t", 1)
 	x.requireMirrored("t", 1)
+}
+
+// TestWalkRefusesEqualForeignRecord: an application writes a record to the
+// destination partition while kmirror is down, and the same record (key,
+// value, headers, timestamp) reaches the source, as a mirror in the other
+// direction would copy it there (an echo loop, issue 21). The resume walk
+// finds them equal, but the destination's was not written under kmirror's
+// producer identity: the partition is DIVERGED, naming a possible loop,
+// and kmirror writes nothing after it.
+func TestWalkRefusesEqualForeignRecord(t *testing.T) {
+	x := newKfakePair(t, func(c *Config) { c.Checkpoint = time.Hour })
+	k := Key{Mirror: "m", Topic: "t", Partition: 0}
+	x.mirrorCaughtUp("t", 1, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := x.e.Drop(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	echo := func() *kgo.Record {
+		return &kgo.Record{Topic: "t", Key: []byte("k-echo"), Value: []byte("written once by an application"),
+			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("1")}}, Timestamp: time.UnixMilli(1_700_000_000_000)}
+	}
+	for _, cl := range []*kfake.Cluster{x.dst, x.src} {
+		if err := x.client(cl).ProduceSync(ctx, echo()).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.e.Assign(x.leased(specs("t", 1)))
+	waitUntil(t, 20*time.Second, "the partition DIVERGED", func() bool {
+		st := x.e.Statuses()
+		return len(st) == 1 && st[0].State == Diverged
+	})
+	if why := x.e.Statuses()[0].Reason; !strings.Contains(why, "equals source offset 10 but kmirror did not write it") ||
+		!strings.Contains(why, "mirror loop") {
+		t.Fatalf("DIVERGED reason %q does not say the equal record is not kmirror's", why)
+	}
+	if end := x.dst.PartitionInfo("t", 0).HighWatermark; end != 11 {
+		t.Fatalf("destination end %d, want 11: kmirror wrote after the foreign record", end)
+	}
 }

@@ -110,7 +110,8 @@ func seqBehind(seq, next int32) bool {
 // A destination batch of one of these identities whose sequence lies
 // before that identity's next one is kmirror's own duplicate: stepped over
 // and returned in duplicates. Any other record that does not match the
-// source is a Divergence.
+// source is a Divergence, and so is one that matches but was written under
+// another producer identity (not kmirror's copy, however equal).
 //
 // Where the source has deleted records the walk still had to read
 // (retention or DeleteRecords after kmirror copied them, before its
@@ -184,6 +185,19 @@ func (w *walkResult) ownID(b kwire.Batch) (kafka.ProducerID, bool) {
 	id := kafka.ProducerID{ID: b.ProducerID(), Epoch: b.ProducerEpoch()}
 	_, ok := w.own[id]
 	return id, ok && id.ID >= 0
+}
+
+// ownProducer reports whether b was written under a producer ID of
+// kmirror's for the partition, at any epoch: the destination allocates
+// producer IDs, so no application holds one of them, while an epoch bumped
+// by a renewal since the checkpoint may be unknown to this walk.
+func (w *walkResult) ownProducer(b kwire.Batch) bool {
+	for id := range w.own {
+		if id.ID >= 0 && id.ID == b.ProducerID() {
+			return true
+		}
+	}
+	return false
 }
 
 // writer names who wrote b (pid is the identity kmirror writes with now).
@@ -283,6 +297,16 @@ func (e *Engine) walkSpan(ctx context.Context, srcCl *kafka.Cluster, k Key, pid 
 					return diverge("destination offset %d (%s) does not match source offset %d (%s): "+
 						"the destination was written by someone else or the source log changed%s",
 						r.Offset, res.writer(b, pid), sr.Offset, why, res.foreignAdvice(b))
+				}
+				if !res.ownProducer(b) {
+					// Equal is not enough: an application's record that a
+					// mirror in the other direction echoed back to the
+					// source equals it too (issue 21: an echo loop
+					// duplicated every record on both clusters).
+					return diverge("destination offset %d (%s) equals source offset %d but kmirror did not write it: "+
+						"a record is taken for kmirror's copy only under kmirror's producer identity. An application wrote it, "+
+						"or a mirror in the other direction copied it to the source (a mirror loop)%s",
+						r.Offset, res.writer(b, pid), sr.Offset, res.foreignAdvice(b))
 				}
 				if en, ok := xl.Observe(sr.Offset, r.Offset); ok {
 					res.entries = append(res.entries, en)
