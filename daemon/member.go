@@ -230,8 +230,12 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 // wireOps builds the operator verbs on the member's parts (after the data
 // path and the leader duties exist).
 func (m *Member) wireOps() {
+	var engine ops.Engine // nil without a data path (RunLease alone, in tests)
+	if m.engine != nil {
+		engine = m.engine
+	}
 	m.Ops = ops.New(ops.Config{NodeID: m.cfg.NodeID, ClientID: m.cfg.Destination.ClientID, ReplicationFactor: m.cfg.Destination.ReplicationFactor},
-		m.store, m.dest, m.engine, m.lead, m, m.log)
+		m.store, m.dest, engine, m.lead, m, m.log)
 }
 
 // Go runs f as one of the member's loops: Stop waits for it (owner.Member).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
 )
 
@@ -22,6 +23,12 @@ func (m *Member) SettleUnverified(ctx context.Context, mir raftstore.Mirror, t r
 	p := t.Partitions[i]
 	spec := fetch.Spec{Key: fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: i}, StartOffset: p.StartOffset,
 		SourceTopicID: t.SourceTopicID, DestTopicID: t.DestTopicID}
+	// The partition's recorded producer identity: batches written under
+	// it since the checkpoint are kmirror's copies (a walk accepts no
+	// other writer's, fetch.walk).
+	if p.Producer.Allocated {
+		spec.Producer = &kafka.ProducerID{ID: p.Producer.ProducerID, Epoch: p.Producer.Epoch}
+	}
 	m.engine.SetSource(mir.Name, m.Source(mir))
 	pos, err := m.engine.SettleUnverified(ctx, spec, p.UnverifiedEnd)
 	var dv *fetch.Divergence

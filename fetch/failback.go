@@ -17,6 +17,16 @@ import (
 // the cluster's state topic (the topic is kmirror's __kmirror_state), by
 // partition key; none when the topic does not exist.
 func StoppedRecords(ctx context.Context, a *kafka.Admin, topic string) (map[Key][]byte, error) {
+	s, err := readStateTopic(ctx, a, topic)
+	if s == nil {
+		return nil, err
+	}
+	return s.stopped, nil
+}
+
+// readStateTopic reads the cluster's state topic; nil without an error
+// when the topic does not exist.
+func readStateTopic(ctx context.Context, a *kafka.Admin, topic string) (*offsetStore, error) {
 	s := newOffsetStore(a.Cluster(), topic, nil)
 	if err := s.catchUp(ctx); err != nil {
 		var kerr *kwire.Error
@@ -25,7 +35,26 @@ func StoppedRecords(ctx context.Context, a *kafka.Admin, topic string) (map[Key]
 		}
 		return nil, fmt.Errorf("read %s on %s: %w", topic, a.Cluster().Name, err)
 	}
-	return s.stopped, nil
+	return s, nil
+}
+
+// ActiveRecords returns the values of every active record in the
+// cluster's state topic (a topic mirrored into that cluster now, written
+// by the group beside it), keyed by mirror and topic (partition -1); none
+// when the topic does not exist.
+func ActiveRecords(ctx context.Context, a *kafka.Admin, topic string) (map[Key][]byte, error) {
+	s, err := readStateTopic(ctx, a, topic)
+	if s == nil {
+		return nil, err
+	}
+	return s.active, nil
+}
+
+// RecordActive writes value (JSON; nil deletes it) as the active record of
+// mirror's topic in the destination's state topic: the topic is mirrored
+// into this cluster now. A partition's stop deletes it (RecordStopped).
+func (e *Engine) RecordActive(ctx context.Context, mirror, topic string, value []byte) error {
+	return e.store.writeActive(ctx, e.cfg.StateTopic, mirror, topic, value)
 }
 
 // TranslationOf returns the translation breakpoints of partition k kept in

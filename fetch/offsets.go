@@ -40,6 +40,10 @@ const (
 	kindEntry   = "xlat"
 	kindSegment = "xseg" // a segment of breakpoints (translate.go)
 	kindStopped = "stopped"
+	// kindActive marks a topic mirrored into this cluster now (the state
+	// topic; partition -1): a group beside the source reads it to refuse
+	// a mirror back that would close a loop (truncate.ActiveMirror).
+	kindActive = "active"
 )
 
 func recordKey(kind string, k Key, extra ...string) []byte {
@@ -83,6 +87,7 @@ type offsetStore struct {
 	segments    map[Key]map[int64]int64 // base -> offset of its latest record
 	entries     map[Key]map[int64]int64 // legacy breakpoints: src -> dst
 	stopped     map[Key][]byte          // last mirrored positions (the state topic)
+	active      map[Key][]byte          // topics mirrored now (the state topic; partition -1)
 	segCount    int                     // entries of segments, all keys
 	stoppedSize int                     // bytes of stopped's values
 	// gens is the highest lease generation stamped on any checkpoint or
@@ -101,6 +106,7 @@ type offsetStore struct {
 
 	wmu   sync.Mutex
 	wconn *kwire.Conn
+	waddr string // the broker wconn is connected to
 	// writeDeadline, when set (the engine's store), is the end of this
 	// member's lease: checkpoints and translation segments are written
 	// only before it, as produce requests are (issue 19: an owner that
@@ -112,7 +118,7 @@ type offsetStore struct {
 func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time.Time) *offsetStore {
 	return &offsetStore{dest: dest, topic: topic, writeDeadline: writeDeadline, checkpoints: map[Key]checkpoint{},
 		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{},
-		gens: map[Key]uint64{}, stale: map[Key]int{}, restamp: map[Key]int64{}}
+		active: map[Key][]byte{}, gens: map[Key]uint64{}, stale: map[Key]int{}, restamp: map[Key]int64{}}
 }
 
 // Bytes is the memory the store takes, roughly (kmirror_offsets_store_bytes):
@@ -239,6 +245,14 @@ func (s *offsetStore) apply(r kwire.Record) {
 		}
 	}
 	switch kind {
+	case kindActive:
+		s.stoppedSize -= len(s.active[k])
+		if r.Value == nil {
+			delete(s.active, k)
+			return
+		}
+		s.active[k] = append([]byte(nil), r.Value...)
+		s.stoppedSize += len(r.Value)
 	case kindStopped:
 		s.stoppedSize -= len(s.stopped[k])
 		if r.Value == nil {

@@ -155,14 +155,22 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	// The offsets and the state topic may have different leaders: the
+	// connection follows the leader of the topic written now (metadata at
+	// most 5 s old; a stale one answers NOT_LEADER and is asked afresh).
+	_, addr, _, err := s.dest.Leader(ctx, topic, 0, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	if s.wconn != nil && s.waddr != addr {
+		s.wconn.Close()
+		s.wconn = nil
+	}
 	if s.wconn == nil {
-		_, addr, _, err := s.dest.Leader(ctx, topic, 0, 5*time.Second)
-		if err != nil {
-			return err
-		}
 		if s.wconn, err = s.dest.Dial(ctx, addr); err != nil {
 			return err
 		}
+		s.waddr = addr
 		if s.userTimeout > 0 {
 			if err := s.wconn.SetUserTimeout(s.userTimeout); err != nil {
 				s.wconn.Close()
@@ -217,7 +225,26 @@ func (s *offsetStore) writeStopped(ctx context.Context, topic string, k Key, rec
 			return fmt.Errorf("last mirrored position of %s %w", k, errNoLease)
 		}
 	}
-	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: recordKey(kindStopped, k), Value: v}}, writeBy)
+	now := time.Now().UnixMilli()
+	// In the same batch, the topic's active record goes: once one of its
+	// partitions has stopped, the topic is on its way to being the
+	// writable copy, and a mirror back (failback) must not be refused as
+	// a loop.
+	return s.append(ctx, topic, []kwire.Record{
+		{Timestamp: now, Key: recordKey(kindStopped, k), Value: v},
+		{Timestamp: now, Key: activeKey(k.Mirror, k.Topic)},
+	}, writeBy)
+}
+
+// activeKey is the state topic key of a topic's active record.
+func activeKey(mirror, topic string) []byte {
+	return recordKey(kindActive, Key{Mirror: mirror, Topic: topic, Partition: -1})
+}
+
+// writeActive writes (value nil: deletes) a topic's active record in the
+// state topic; not gated by a lease (the raft leader writes it).
+func (s *offsetStore) writeActive(ctx context.Context, topic, mirror, mirrored string, value []byte) error {
+	return s.append(ctx, topic, []kwire.Record{{Timestamp: time.Now().UnixMilli(), Key: activeKey(mirror, mirrored), Value: value}}, time.Time{})
 }
 
 func (s *offsetStore) close() {

@@ -105,6 +105,8 @@ func TestMirrorFromKafka28LegacyFormat(t *testing.T) {
 	if got := committedByTool(t, env.dst, "old-app", topic); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the destination's group offsets %v, want %v", got, want)
 	}
+	// A v2 topic of the same 2.8.2 source, through the core checks.
+	compatCore(t, src, env.dst, m, "old28")
 }
 
 // TestMirrorFromKafka39KRaft: a Kafka 3.9.1 KRaft source (message format
@@ -129,6 +131,7 @@ func TestMirrorFromKafka39KRaft(t *testing.T) {
 			t.Errorf("partition %d: %d records converted from a v2 source", r.Partition, r.ConvertedRecords)
 		}
 	}
+	compatCore(t, src, env.dst, m, "old39")
 }
 
 // TestMirrorFromKafka44Into39: the newest release as the source (4.4.0
@@ -166,6 +169,7 @@ func TestMirrorFromKafka44Into39(t *testing.T) {
 	produceSync(t, c, keyedRecords(topic, 1000, 1000))
 	waitCaughtUp(t, m, "new44", topic)
 	requireSameRecords(t, readAll(t, src, topic, 2, true), readAll(t, dst, topic, 2, true))
+	compatCore(t, src, dst, m, "new44")
 }
 
 // grepLines returns the lines of text holding s.
@@ -177,4 +181,98 @@ func grepLines(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// compatCore runs the core checks on a pair (issue 21): a backlog and a
+// live copy (zstd, then lz4), transactions with one aborted, a kill -9 of
+// the member mid-copy, and a consumer group handed over by remove
+// --wait-for-sync; each ends in a record-by-record comparison, and the
+// group's offsets on the destination are its source commits translated
+// (kmirror translate), past the aborted transaction's hole.
+func compatCore(t *testing.T, src, dst *harness.Cluster, m *member, mirror string) {
+	t.Helper()
+	ctx := context.Background()
+	topic := mirror + "-core"
+	if err := src.CreateTopic(ctx, topic, 2, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, kgoClient(t, src, kgo.ProducerBatchCompression(kgo.ZstdCompression())), keyedRecords(topic, 0, 2000))
+	txn := kgoClient(t, src, kgo.TransactionalID(topic+"-txn"), kgo.DefaultProduceTopic(topic))
+	for i, commit := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort, kgo.TryCommit} {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range keyedRecords(topic, 10_000+i*100, 100) {
+			txn.Produce(ctx, r, nil)
+		}
+		if err := txn.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
+		t.Fatal(err)
+	}
+	live := kgoClient(t, src, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+	for i := 0; i < 10; i++ {
+		produceSync(t, live, keyedRecords(topic, 20_000+i*200, 200))
+		if i == 4 {
+			m.kill9()
+			m.start()
+		}
+	}
+	waitCaughtUp(t, m, mirror, topic)
+	requireSameRecords(t, readAll(t, src, topic, 2, true), readAll(t, dst, topic, 2, true))
+
+	// Offsets past the aborted transaction: its records are not copied,
+	// so the translation shifts them.
+	end := endOffsets(t, kgoClient(t, src), topic, 2, true)
+	committed := map[int32]int64{0: 1000, 1: end[1] - 10}
+	commitOn(t, src, mirror+"-app", topic, committed)
+	want := map[int32]int64{}
+	for p, off := range committed {
+		res, err := m.client.Translate(ctx, mirror, topic, p, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p] = res.DestinationOffset
+	}
+	if out, errOut, code := cli(t, m, "remove", "--mirror", mirror, "--topic", topic, "--wait-for-sync=2m"); code != 0 {
+		t.Fatalf("remove --wait-for-sync: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := committedByTool(t, dst, mirror+"-app", topic); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the handover the destination's group offsets are %v, want the source's %v translated: %v", got, committed, want)
+	}
+	requireSameRecords(t, readAll(t, src, topic, 2, true), readAll(t, dst, topic, 2, true))
+}
+
+// TestMirrorFromKafka39ZooKeeper: a Kafka 3.9.1 source in ZooKeeper mode
+// into 4.1.1, through the core checks.
+func TestMirrorFromKafka39ZooKeeper(t *testing.T) {
+	src, m := startOldSource(t, "3.9.1", true, "zk39")
+	compatCore(t, src, env.dst, m, "zk39")
+}
+
+// TestMirrorFromKafka44Into44: the newest release on both sides, through
+// the core checks.
+func TestMirrorFromKafka44Into44(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var cls [2]*harness.Cluster
+	for i, name := range []string{"src44b", "dst44b"} {
+		cl, err := harness.Start(ctx, harness.Options{Name: name, KafkaVersion: "4.4.0", BrokerProps: brokerProps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		cls[i] = cl
+	}
+	m := startMember(t, "into44", memberOpts{destination: cls[1].Bootstrap()})
+	m.src = cls[0]
+	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "new44b", Properties: map[string]string{"bootstrap.servers": cls[0].Bootstrap()}}); err != nil {
+		t.Fatal(err)
+	}
+	compatCore(t, cls[0], cls[1], m, "new44b")
 }

@@ -298,8 +298,10 @@ func commitOn(t *testing.T, cl *harness.Cluster, group, topic string, offsets ma
 	t.Helper()
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group, req.Generation = group, -1
+	c := kgoClient(t, cl)
 	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = topic
+	// Both: OffsetCommit v10 (Kafka 4.2+) names topics by ID only.
+	rt.Topic, rt.TopicID = topic, topicIDOf(t, c, topic)
 	for p, o := range offsets {
 		rp := kmsg.NewOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = p, o, -1
@@ -307,7 +309,6 @@ func commitOn(t *testing.T, cl *harness.Cluster, group, topic string, offsets ma
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = append(req.Topics, rt)
-	c := kgoClient(t, cl)
 	resp, err := req.RequestWith(context.Background(), c)
 	if err != nil {
 		t.Fatalf("commit offsets of %s on %s: %v", group, cl.Bootstrap(), err)
@@ -319,6 +320,26 @@ func commitOn(t *testing.T, cl *harness.Cluster, group, topic string, offsets ma
 			}
 		}
 	}
+}
+
+// topicIDOf returns topic's ID from a Metadata request.
+func topicIDOf(t *testing.T, c *kgo.Client, topic string) [16]byte {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), c)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	for _, mt := range resp.Topics {
+		if mt.Topic != nil && *mt.Topic == topic && mt.ErrorCode == 0 {
+			return mt.TopicID
+		}
+	}
+	t.Fatalf("metadata has no topic %s", topic)
+	return [16]byte{}
 }
 
 // waitGroupState waits until ListGroups shows group in state.

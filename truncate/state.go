@@ -1,10 +1,14 @@
 package truncate
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kmirror/kmirror/fetch"
+	"github.com/kmirror/kmirror/fetch/kafka"
 )
 
 // StateTopic is the compacted topic on a mirror's destination cluster that
@@ -61,4 +65,39 @@ func ParseLastMirrored(key, value []byte) (rec LastMirrored, ok bool, err error)
 		return LastMirrored{}, false, fmt.Errorf("%s record %q: %w", StateTopic, key, err)
 	}
 	return rec, true, nil
+}
+
+// ActiveMirror is the value of a topic's active record in the StateTopic
+// of the cluster it is mirrored into, as JSON: the topic there is a mirror
+// topic now (read-only until failover). The group beside that cluster
+// writes it when it adds the topic and deletes it when a partition of the
+// topic stops (remove, failover). A group beside the other cluster reads
+// it to refuse an add that would mirror the topic back while it is
+// mirrored (a loop; issue 21).
+type ActiveMirror struct {
+	Mirror               string `json:"mirror"`
+	Topic                string `json:"topic"`
+	SourceClusterID      string `json:"source_cluster_id"`
+	SourceTopicID        string `json:"source_topic_id,omitempty"`
+	DestinationClusterID string `json:"destination_cluster_id"`
+	// SinceMs is when the group recorded it (Unix ms).
+	SinceMs int64 `json:"since_ms"`
+}
+
+// ActiveMirrors returns the active records of a cluster's StateTopic (none
+// when the topic does not exist).
+func ActiveMirrors(ctx context.Context, a *kafka.Admin) ([]ActiveMirror, error) {
+	raw, err := fetch.ActiveRecords(ctx, a, StateTopic)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ActiveMirror, 0, len(raw))
+	for k, v := range raw {
+		var rec ActiveMirror
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return nil, fmt.Errorf("%s active record of %s/%s: %w", StateTopic, k.Mirror, k.Topic, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
 }

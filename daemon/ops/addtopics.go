@@ -111,6 +111,12 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 	}
 	src := o.member.SourceAdmin(mir)
 	defer src.Close()
+	gctx, gcancel := context.WithTimeout(ctx, adminTimeout)
+	loop, err := o.loopGuard(gctx, src, mir)
+	gcancel()
+	if err != nil {
+		return nil, err
+	}
 	seen := map[string]bool{}
 	for _, t := range req.Topics {
 		var err error
@@ -122,6 +128,8 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 			err = fmt.Errorf("%w: topic %s is already mirrored by mirror %s", api.ErrExists, t, owner)
 		case strings.HasPrefix(t, "__"):
 			err = fmt.Errorf("%w: topic %s is internal: kmirror mirrors only user topics", api.ErrInvalid, t)
+		default:
+			err = loop(t)
 		}
 		seen[t] = true
 		var p plannedTopic
@@ -179,6 +187,7 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 func (o *Ops) addPlanned(ctx context.Context, src *kafka.Admin, mir raftstore.Mirror, p plannedTopic, stopped map[string]string, rf int16,
 	res *api.AddResult) (api.AddedTopic, error) {
 	r := api.AddedTopic{Topic: p.topic.Topic, Result: api.TopicAdded}
+	defer o.markAdding(raftstore.TopicKey(mir.Name, p.topic.Topic))()
 	// A topic stopped before carries the stop fence (a DENY WRITE for
 	// kmirror's own principal) on the destination: lifted first.
 	lctx, lcancel := context.WithTimeout(ctx, adminTimeout)
@@ -200,6 +209,15 @@ func (o *Ops) addPlanned(ctx context.Context, src *kafka.Admin, mir raftstore.Mi
 		}
 	}
 	if err == nil {
+		// Recorded before the topic is: a group beside the source that
+		// reads it refuses to mirror the topic back (loops.go).
+		actx, cancel := context.WithTimeout(ctx, adminTimeout)
+		if err = o.recordActive(actx, mir, p.topic.SourceTopicID, p.topic.Topic); err != nil {
+			err = fmt.Errorf("%w: recording %s as mirrored in the destination's %s: %v", api.ErrUnavailable, p.topic.Topic, truncate.StateTopic, err)
+		}
+		cancel()
+	}
+	if err == nil {
 		switch {
 		case p.existing != nil && p.existing.Divergent():
 			var tr truncate.Result
@@ -219,6 +237,13 @@ func (o *Ops) addPlanned(ctx context.Context, src *kafka.Admin, mir raftstore.Mi
 		r.Result, r.Error, err = api.TopicPending, pending.Error(), nil
 	case err != nil:
 		r.Result, r.Error = api.TopicNotAdded, err.Error()
+		// Not mirrored: its active record must not make the other side
+		// refuse to mirror it (the next config sync round deletes it
+		// too, should this fail). Unless the topic is recorded after all
+		// (an error after it was, or another add of it won).
+		if !o.mirrored(mir.Name, p.topic.Topic) {
+			o.forgetActive(ctx, mir.Name, p.topic.Topic)
+		}
 	}
 	return r, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
+	"github.com/kmirror/kmirror/truncate"
 )
 
 // Topic configs kept in sync (issue 21): `add` copies the source topic's
@@ -58,6 +59,15 @@ func (o *Ops) SyncTopicConfigs(ctx context.Context, mirror string) error {
 	settings, err := mirrorprops.Parse(mir.Name, mir.Properties)
 	if err != nil {
 		return err
+	}
+	rctx, rcancel := context.WithTimeout(ctx, adminTimeout)
+	err = o.reconcileActive(rctx, *mir)
+	rcancel()
+	switch {
+	case err != nil && kafka.IsBrokerAnswer(err):
+		o.log.Warn("recording the mirrored topics in the destination's "+truncate.StateTopic, zap.String("mirror", mirror), zap.Error(err))
+	case err != nil:
+		return fmt.Errorf("recording the mirrored topics in the destination's %s: %w", truncate.StateTopic, err)
 	}
 	src := o.member.SourceAdmin(*mir)
 	defer src.Close()

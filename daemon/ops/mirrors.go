@@ -87,6 +87,19 @@ func (o *Ops) DeleteMirror(ctx context.Context, name string, force bool) error {
 			return fmt.Errorf("stop %s before deleting mirror %s: %w", t, name, err)
 		}
 	}
+	// No config sync round of the mirror runs once it is gone: its topics'
+	// active records go now (a stop deleted most already).
+	var all []string
+	o.store.Read(func(s *raftstore.State) {
+		for _, t := range s.Topics {
+			if t.Mirror == name {
+				all = append(all, t.Topic)
+			}
+		}
+	})
+	for _, t := range all {
+		o.forgetActive(ctx, name, t)
+	}
 	return StoreErr(o.store.Apply(ctx, raftstore.DeleteMirror{Name: name}))
 }
 
@@ -125,6 +138,7 @@ func (o *Ops) RemoveTopic(ctx context.Context, mirror, topic string) error {
 			return StoreErr(err)
 		}
 		o.log.Info("pending topic removed before any mirroring", zap.String("mirror", mirror), zap.String("topic", topic))
+		o.forgetActive(ctx, mirror, topic)
 		return nil
 	}
 	if state != raftstore.StateStopping {

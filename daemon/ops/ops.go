@@ -58,6 +58,9 @@ type Engine interface {
 	// Seed starts a partition's progress at a position found on the
 	// destination (re-add over an existing topic).
 	Seed(ctx context.Context, k fetch.Key, at fetch.Entry, leaderEpoch int32, entries []fetch.Entry) error
+	// RecordActive writes (nil value: deletes) a topic's active record in
+	// the destination's state topic (truncate.ActiveMirror).
+	RecordActive(ctx context.Context, mirror, topic string, value []byte) error
 }
 
 // Leader is the leader's duties as the verbs use them (*leader.Leader).
@@ -123,6 +126,9 @@ type Ops struct {
 	// the leader loop does not finish them as leftovers concurrently.
 	creatingMu sync.Mutex
 	creating   map[string]bool
+	// adding holds the topics an add is between writing their active
+	// record and recording them (reconcileActive leaves those alone).
+	adding map[string]int
 	// pendingTried is when the leader last tried to create the
 	// destination topic of a PENDING topic (FinishPending).
 	pendingTried map[string]time.Time
@@ -132,7 +138,7 @@ type Ops struct {
 // cluster.
 func New(cfg Config, store Store, dest *kafka.Admin, engine Engine, lead Leader, member Member, log *zap.Logger) *Ops {
 	return &Ops{cfg: cfg, store: operatorStore{store}, dest: dest, engine: engine, lead: lead, member: member, log: log,
-		creating: map[string]bool{}, pendingTried: map[string]time.Time{}}
+		creating: map[string]bool{}, adding: map[string]int{}, pendingTried: map[string]time.Time{}}
 }
 
 // markCreating marks topic key as being created by an API request, so the
@@ -146,6 +152,28 @@ func (o *Ops) markCreating(key string) (done func()) {
 		delete(o.creating, key)
 		o.creatingMu.Unlock()
 	}
+}
+
+// markAdding marks topic key as being added (addPlanned); the returned
+// func unmarks it.
+func (o *Ops) markAdding(key string) (done func()) {
+	o.creatingMu.Lock()
+	o.adding[key]++
+	o.creatingMu.Unlock()
+	return func() {
+		o.creatingMu.Lock()
+		if o.adding[key]--; o.adding[key] <= 0 {
+			delete(o.adding, key)
+		}
+		o.creatingMu.Unlock()
+	}
+}
+
+// isAdding reports whether an add of topic key runs now.
+func (o *Ops) isAdding(key string) bool {
+	o.creatingMu.Lock()
+	defer o.creatingMu.Unlock()
+	return o.adding[key] > 0
 }
 
 // operatorStore applies only the commands the command table lets an

@@ -25,8 +25,10 @@ kafka:
 test-integration: kafka
 	KAFKA_VERSION='$(KAFKA_VERSION)' '$(KAFKA_MK_DIR)/gotest.sh' -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...
 
-# Source clusters of other Kafka versions (2.8.2 ZooKeeper, 3.9.1 KRaft)
-# mirrored into the default; the harness starting each version and mode.
+# Source clusters of other Kafka versions (2.8.2 ZooKeeper, 3.9.1 KRaft and
+# ZooKeeper, 4.4.0) mirrored into the default, 4.4.0 into 3.9.1 and into
+# 4.4.0; the harness starting each version and mode. make test runs them
+# too (each pair takes seconds).
 test-compat: kafka
 	KAFKA_VERSION='$(KAFKA_VERSION)' '$(KAFKA_MK_DIR)/gotest.sh' -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) \
 		-run 'TestMirrorFromKafka|TestOlderKafkaVersions|TestModeRefusals' ./integration/ ./integration/harness/
