@@ -174,3 +174,31 @@ func TestStopRecordOnlyUnderTheLease(t *testing.T) {
 		t.Fatalf("the state topic reads %s for %s; want the record written under the lease {\"destination_offset\":310}", got, k)
 	}
 }
+
+// TestStateWriteRedialsBrokenConnection: a write connection that broke
+// while idle (a broker restart) fails before a byte is sent; the write is
+// made again on a new connection instead of failing (an add failed on
+// "broken pipe" in CI), and the active record it wrote reads back.
+func TestStateWriteRedialsBrokenConnection(t *testing.T) {
+	x := newKfakePair(t)
+	x.createTopic("t", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := newOffsetStore(kafka.NewCluster("destination cluster", x.dst.ListenAddrs(), "test", nil), x.e.cfg.StateTopic, nil)
+	defer s.close()
+	if err := s.writeActive(ctx, x.e.cfg.StateTopic, "m", "a", []byte(`{"mirror":"m"}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.wmu.Lock()
+	s.wconn.Close() // broken under the store, as a restart leaves it
+	s.wmu.Unlock()
+	if err := s.writeActive(ctx, x.e.cfg.StateTopic, "m", "b", []byte(`{"mirror":"m"}`)); err != nil {
+		t.Fatalf("write on a connection broken while idle: %v; want it made again on a new one", err)
+	}
+	if err := s.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.active) != 2 {
+		t.Fatalf("active records read back: %d, want 2", len(s.active))
+	}
+}

@@ -155,30 +155,56 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	// The offsets and the state topic may have different leaders: the
-	// connection follows the leader of the topic written now (metadata at
-	// most 5 s old; a stale one answers NOT_LEADER and is asked afresh).
+	for attempt := 0; ; attempt++ {
+		fresh, err := s.connectLocked(ctx, topic)
+		if err != nil {
+			return err
+		}
+		err = s.produceLocked(ctx, topic, b, writeBy)
+		// A connection that a broker restart broke while it sat idle
+		// fails before any byte reaches the broker: dialled again once
+		// (issue 21: an add failed on "broken pipe" after an earlier
+		// restart). Nothing was sent, so nothing can land twice.
+		if err != nil && attempt == 0 && !fresh && errors.Is(err, kwire.ErrNotSent) && (writeBy.IsZero() || time.Now().Before(writeBy)) {
+			continue
+		}
+		return err
+	}
+}
+
+// connectLocked makes wconn a connection to the leader of topic's
+// partition 0 (the offsets and the state topic may have different
+// leaders; metadata at most 5 s old, a stale one answers NOT_LEADER and
+// is asked afresh); fresh reports a new connection.
+func (s *offsetStore) connectLocked(ctx context.Context, topic string) (fresh bool, err error) {
 	_, addr, _, err := s.dest.Leader(ctx, topic, 0, 5*time.Second)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if s.wconn != nil && s.waddr != addr {
 		s.wconn.Close()
 		s.wconn = nil
 	}
-	if s.wconn == nil {
-		if s.wconn, err = s.dest.Dial(ctx, addr); err != nil {
-			return err
-		}
-		s.waddr = addr
-		if s.userTimeout > 0 {
-			if err := s.wconn.SetUserTimeout(s.userTimeout); err != nil {
-				s.wconn.Close()
-				s.wconn = nil
-				return fmt.Errorf("write %s: %w", topic, err)
-			}
+	if s.wconn != nil {
+		return false, nil
+	}
+	if s.wconn, err = s.dest.Dial(ctx, addr); err != nil {
+		return false, err
+	}
+	s.waddr = addr
+	if s.userTimeout > 0 {
+		if err := s.wconn.SetUserTimeout(s.userTimeout); err != nil {
+			s.wconn.Close()
+			s.wconn = nil
+			return false, fmt.Errorf("write %s: %w", topic, err)
 		}
 	}
+	return true, nil
+}
+
+// produceLocked sends batch b to partition 0 of topic on wconn with
+// acks=all; a failure drops the connection.
+func (s *offsetStore) produceLocked(ctx context.Context, topic string, b []byte, writeBy time.Time) error {
 	if d := time.Until(s.wconn.ThrottledUntil()); d > 0 {
 		// A quota on kmirror's client.id: the broker reads nothing on
 		// this connection until the throttle ends (KIP-219).
