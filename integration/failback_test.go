@@ -31,6 +31,17 @@ func sideMember(t *testing.T, name string, dst, src *harness.Cluster, mirror str
 	return m
 }
 
+// syncingMember is sideMember with its mirror syncing groups every 300 ms.
+func syncingMember(t *testing.T, name string, dst, src *harness.Cluster, mirror string) *member {
+	t.Helper()
+	m := sideMember(t, name, dst, src, mirror)
+	if err := m.client.AlterMirror(context.Background(), api.CreateMirrorRequest{Name: mirror, Properties: map[string]string{
+		"bootstrap.servers": src.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // fetchedBytes reads a member's kmirror_source_fetched_bytes_total of a mirror.
 func fetchedBytes(t *testing.T, m *member, mirror string) int64 {
 	t.Helper()
@@ -89,11 +100,7 @@ func TestFailbackRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceTo(t, env.src, topic, partitions, 400, "a1")
-	mB := sideMember(t, "fb-beside-b", env.dst, env.src, "ab")
-	if err := mB.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "ab", Properties: map[string]string{
-		"bootstrap.servers": env.src.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
-		t.Fatal(err)
-	}
+	mB := syncingMember(t, "fb-beside-b", env.dst, env.src, "ab")
 	addCaughtUp(t, mB, "ab", topic)
 	var reads []consumed
 	reads = append(reads, consoleConsume(t, env.src, topic, group, "consumer", 150)...)
@@ -107,11 +114,7 @@ func TestFailbackRoundTrip(t *testing.T) {
 	reads = append(reads, consoleConsume(t, env.dst, topic, group, "consumer", 400)...)
 
 	// Failback: a member beside A mirrors B->A.
-	mA := sideMember(t, "fb-beside-a", env.src, env.dst, "ba")
-	if err := mA.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: "ba", Properties: map[string]string{
-		"bootstrap.servers": env.dst.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
-		t.Fatal(err)
-	}
+	mA := syncingMember(t, "fb-beside-a", env.src, env.dst, "ba")
 	out, errOut, code := cli(t, mA, "add", "--mirror", "ba", "--topic", topic, "--dry-run")
 	if code != 0 || !strings.Contains(out, "failback from mirror ab: continue") {
 		t.Fatalf("add --dry-run of the failback: exit %d\n%s%s", code, out, errOut)

@@ -67,11 +67,12 @@ type leased interface {
 	leaseOf() (PartitionKey, Lease)
 }
 
-func (c SetPartitionState) leaseOf() (PartitionKey, Lease) { return c.Key, c.Lease }
-func (c RenewProducer) leaseOf() (PartitionKey, Lease)     { return c.Key, c.Lease }
-func (c ReleasePartition) leaseOf() (PartitionKey, Lease)  { return c.Key, c.Lease }
-func (c PartitionStopped) leaseOf() (PartitionKey, Lease)  { return c.Key, c.Lease }
-func (c RecordGap) leaseOf() (PartitionKey, Lease)         { return c.Key, c.Lease }
+func (c SetPartitionState) leaseOf() (PartitionKey, Lease)  { return c.Key, c.Lease }
+func (c RenewProducer) leaseOf() (PartitionKey, Lease)      { return c.Key, c.Lease }
+func (c ReleasePartition) leaseOf() (PartitionKey, Lease)   { return c.Key, c.Lease }
+func (c PartitionStopped) leaseOf() (PartitionKey, Lease)   { return c.Key, c.Lease }
+func (c RecordGap) leaseOf() (PartitionKey, Lease)          { return c.Key, c.Lease }
+func (c ClearGroupRestores) leaseOf() (PartitionKey, Lease) { return c.Key, c.Lease }
 func (c SetProducer) leaseOf() (PartitionKey, Lease) {
 	return c.Key, Lease{Owner: c.Owner, Generation: c.Generation}
 }

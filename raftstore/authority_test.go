@@ -34,6 +34,7 @@ func TestAuthorize(t *testing.T) {
 		ReleasePartition{Key: k, Lease: lease},
 		PartitionStopped{Key: k, Lease: lease},
 		RecordGap{Key: k, Lease: lease, From: 1, To: 5},
+		ClearGroupRestores{Key: k, Lease: lease},
 		UpsertMember{Member: Member{ID: "n2"}},
 		SetDraining{ID: "n2", Draining: true},
 	} {
@@ -92,6 +93,7 @@ func TestAuthorizeMemberSpeaksForItself(t *testing.T) {
 		ReleasePartition{Key: k, Lease: lease},
 		PartitionStopped{Key: k, Lease: lease},
 		RecordGap{Key: k, Lease: lease, From: 1, To: 5},
+		ClearGroupRestores{Key: k, Lease: lease},
 		UpsertMember{Member: Member{ID: "n2", HTTPAddr: "10.0.0.2:8080"}},
 		SetDraining{ID: "n2", Draining: true},
 	}

@@ -57,6 +57,12 @@ const (
 	// TypeSetSyncedACLs records the ACLs a mirror's ACL sync created: a
 	// member that does not know ACL sync may skip it.
 	TypeSetSyncedACLs CommandType = 31 | IgnorableFlag
+	// TypeSetGroupRestores and TypeClearGroupRestores keep the group
+	// positions a truncation took (State.GroupRestores): a member that
+	// does not know them gives no position back, and disagrees on nothing
+	// it knows.
+	TypeSetGroupRestores   CommandType = 32 | IgnorableFlag
+	TypeClearGroupRestores CommandType = 33 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -182,6 +188,8 @@ func init() {
 	register("SetDiscoverySkips", leader|operator, NoLease, (*State).applySetDiscoverySkips)
 	register("SetConfigSyncError", leader|operator, NoLease, (*State).applySetConfigSyncError)
 	register("SetSyncedACLs", leader|operator, NoLease, (*State).applySetSyncedACLs)
+	register("SetGroupRestores", leader|operator, NoLease, (*State).applySetGroupRestores)
+	register("ClearGroupRestores", member, LeaseRequired, (*State).applyClearGroupRestores)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.
@@ -471,6 +479,24 @@ type SetSyncedACLs struct {
 	ACLs []ACLBinding `json:"acls,omitempty"`
 }
 
+// SetGroupRestores replaces the group positions kept for mirror topic
+// Topic (State.GroupRestores); none removes them.
+type SetGroupRestores struct {
+	Mirror   string         `json:"mirror"`
+	Topic    string         `json:"topic"`
+	Restores []GroupRestore `json:"restores,omitempty"`
+}
+
+// ClearGroupRestores removes the kept positions of partition Key equal to
+// Done (given back, or made moot by a later commit); an entry replaced
+// meanwhile stays. Sent by the partition's owner under its lease: the
+// member that commits them.
+type ClearGroupRestores struct {
+	Key   PartitionKey   `json:"key"`
+	Lease Lease          `json:"lease"`
+	Done  []GroupRestore `json:"done"`
+}
+
 // SetWriteDenials records the principals kmirror denies WRITE on a
 // destination topic (State.WriteDenials); none removes the record.
 type SetWriteDenials struct {
@@ -509,6 +535,8 @@ func (SetDiscoverySkips) Type() CommandType  { return TypeSetDiscoverySkips }
 func (SetConfigSyncError) Type() CommandType { return TypeSetConfigSyncError }
 func (SetSyncedACLs) Type() CommandType      { return TypeSetSyncedACLs }
 func (SetWriteDenials) Type() CommandType    { return TypeSetWriteDenials }
+func (SetGroupRestores) Type() CommandType   { return TypeSetGroupRestores }
+func (ClearGroupRestores) Type() CommandType { return TypeClearGroupRestores }
 func (SettleStopped) Type() CommandType      { return TypeSettleStopped }
 func (RecordLateBatch) Type() CommandType    { return TypeRecordLateBatch }
 func (SetStopFence) Type() CommandType       { return TypeSetStopFence }

@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -116,118 +113,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.state = s
 	f.mu.Unlock()
 	f.notify()
-	return nil
-}
-
-func (s *State) applyCreateMirror(c CreateMirror, index uint64) error {
-	name := c.Mirror.Name
-	if name == "" || strings.Contains(name, "/") {
-		return fmt.Errorf("%w: mirror name %q must be non-empty and contain no '/'", ErrInvalid, name)
-	}
-	if _, ok := s.Mirrors[name]; ok {
-		return fmt.Errorf("%w: mirror %q", ErrExists, name)
-	}
-	s.Mirrors[name] = c.Mirror.Clone()
-	return nil
-}
-
-func (s *State) applyAlterMirror(c AlterMirror, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
-	}
-	if len(c.Bootstrap) == 0 {
-		return fmt.Errorf("%w: mirror %q: an empty bootstrap list", ErrInvalid, c.Name)
-	}
-	mir.Bootstrap = slices.Clone(c.Bootstrap)
-	mir.Properties = maps.Clone(c.Properties)
-	return nil
-}
-
-func (s *State) applySetTopicPatterns(c SetTopicPatterns, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
-	}
-	mir.Include, mir.Exclude = slices.Clone(c.Include), slices.Clone(c.Exclude)
-	if len(mir.Include) == 0 {
-		mir.Skipped = nil // nothing matches any more
-	}
-	return nil
-}
-
-func (s *State) applySetDiscoverySkips(c SetDiscoverySkips, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
-	}
-	mir.Skipped = maps.Clone(c.Skipped)
-	if len(mir.Skipped) == 0 {
-		mir.Skipped = nil
-	}
-	return nil
-}
-
-func (s *State) applySetConfigSyncError(c SetConfigSyncError, _ uint64) error {
-	t, ok := s.Topic(c.Mirror, c.Topic)
-	if !ok {
-		return fmt.Errorf("%w: topic %q", ErrNotFound, TopicKey(c.Mirror, c.Topic))
-	}
-	t.ConfigSyncError = c.Error
-	return nil
-}
-
-func (s *State) applySetSyncedACLs(c SetSyncedACLs, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
-	}
-	mir.SyncedACLs = slices.Clone(c.ACLs)
-	return nil
-}
-
-func (s *State) applySetWriteDenials(c SetWriteDenials, _ uint64) error {
-	if c.Topic == "" {
-		return fmt.Errorf("%w: write denials need a topic", ErrInvalid)
-	}
-	if len(c.Principals) == 0 {
-		delete(s.WriteDenials, c.Topic)
-		return nil
-	}
-	if s.WriteDenials == nil {
-		s.WriteDenials = map[string][]string{}
-	}
-	p := slices.Clone(c.Principals)
-	slices.Sort(p)
-	s.WriteDenials[c.Topic] = slices.Compact(p)
-	return nil
-}
-
-func (s *State) applySetStopFence(c SetStopFence, _ uint64) error {
-	if c.Topic == "" {
-		return fmt.Errorf("%w: a stop fence needs a topic", ErrInvalid)
-	}
-	if c.Principal == "" {
-		delete(s.StopFences, c.Topic)
-		return nil
-	}
-	if s.StopFences == nil {
-		s.StopFences = map[string]string{}
-	}
-	s.StopFences[c.Topic] = c.Principal
-	return nil
-}
-
-func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
-	if _, ok := s.Mirrors[c.Name]; !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
-	}
-	delete(s.Mirrors, c.Name)
-	for k, t := range s.Topics {
-		if t.Mirror == c.Name {
-			delete(s.Topics, k)
-		}
-	}
 	return nil
 }
 
@@ -503,6 +388,7 @@ func (s *State) applyRemoveTopic(c RemoveTopic, index uint64) error {
 		return fmt.Errorf("%w: topic %q", ErrNotFound, k)
 	}
 	delete(s.Topics, k)
+	s.dropGroupRestores(c.Mirror, c.Topic)
 	return nil
 }
 

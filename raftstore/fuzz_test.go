@@ -43,6 +43,9 @@ func seedCommands() []Command {
 		SetTopicPatterns{Name: "m1", Include: []string{"orders\\..*"}, Exclude: []string{".*-tmp"}},
 		SetDiscoverySkips{Name: "m1", Skipped: map[string]string{"orders.x": "mirrored by mirror m2"}},
 		SetConfigSyncError{Mirror: "m1", Topic: "orders", Error: "POLICY_VIOLATION"},
+		SetGroupRestores{Mirror: "m1", Topic: "orders", Restores: []GroupRestore{{Group: "g", Partition: 0, DestinationCommitted: 1050, SourceOffset: 1000}}},
+		ClearGroupRestores{Key: PartitionKey{Mirror: "m1", Topic: "orders"}, Lease: Lease{Owner: "n1", Generation: 3},
+			Done: []GroupRestore{{Group: "g", DestinationCommitted: 1050, SourceOffset: 1000}}},
 		SetSyncedACLs{Name: "m1", ACLs: []ACLBinding{{ResourceType: 2, Name: "orders", PatternType: 3, Principal: "User:a", Host: "*", Operation: 3, Permission: 3}}},
 		RecordLateBatch{Key: p1, Batch: LateBatch{FirstOffset: 1106, LastOffset: 1205, ProducerID: 7, BaseSequence: 1006, Records: 100}},
 	}

@@ -208,6 +208,23 @@ type MirrorTopic struct {
 	Partitions []PartitionInfo `json:"partitions"`
 }
 
+// GroupRestore is one destination consumer group's committed position on
+// a partition of a topic that add --truncate deleted for its rebuild
+// (Kafka drops a deleted topic's committed offsets). SourceOffset is that
+// position in the source's offsets: the destination commit, at most the
+// truncation point (the first divergent offset), mapped through the old
+// mirror's translation, so group sync translates it into the rebuilt topic
+// like a source commit.
+type GroupRestore struct {
+	Group     string `json:"group"`
+	Partition int32  `json:"partition"`
+	// DestinationCommitted is the group's commit on the deleted topic
+	// (destination offsets) and SourceOffset what it is given back as.
+	DestinationCommitted int64  `json:"destination_committed"`
+	SourceOffset         int64  `json:"source_offset"`
+	Metadata             string `json:"metadata,omitempty"`
+}
+
 // Member is one kmirror daemon of the group.
 type Member struct {
 	ID       string `json:"id"`
@@ -257,6 +274,11 @@ type State struct {
 	// before the ACL is created, cleared once an add of the topic deleted
 	// it.
 	StopFences map[string]string `json:"stop_fences,omitempty"`
+	// GroupRestores are the consumer group positions a truncation took
+	// from the destination, by TopicKey(mirror, topic): group sync gives
+	// each back once the rebuilt topic is mirrored past it (issue 21,
+	// section 4), then clears it.
+	GroupRestores map[string][]GroupRestore `json:"group_restores,omitempty"`
 	// Index is the raft index of the last command applied to this state.
 	Index uint64 `json:"index"`
 }
@@ -316,6 +338,12 @@ func (s *State) Clone() *State {
 		}
 	}
 	c.StopFences = maps.Clone(s.StopFences)
+	if s.GroupRestores != nil {
+		c.GroupRestores = make(map[string][]GroupRestore, len(s.GroupRestores))
+		for k, v := range s.GroupRestores {
+			c.GroupRestores[k] = slices.Clone(v)
+		}
+	}
 	return c
 }
 

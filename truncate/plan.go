@@ -75,6 +75,12 @@ type Plan struct {
 	// Reason says why a KindRefused topic cannot be added.
 	Reason     string          `json:"reason,omitempty"`
 	Partitions []PartitionPlan `json:"partitions"`
+	// Groups (add --dry-run of a divergent topic) are the destination
+	// groups' positions --truncate would give back; GroupsNote says why
+	// it would be refused now (groups with members) or why they could not
+	// be read.
+	Groups     []GroupPosition `json:"groups,omitempty"`
+	GroupsNote string          `json:"groups_note,omitempty"`
 }
 
 // Divergent reports whether any partition has divergent records.

@@ -16,6 +16,10 @@ type Result struct {
 	// Copied[p] the records copied from partition p.
 	Quarantine string  `json:"quarantine"`
 	Copied     []int64 `json:"copied"`
+	// Groups are the destination groups' positions on the deleted topic,
+	// given back by group sync once the rebuilt topic is mirrored past
+	// them (GroupPositions).
+	Groups []GroupPosition `json:"groups,omitempty"`
 }
 
 // QuarantineName is the first free "TOPIC.kmirror-diverged.N" on dst.

@@ -187,6 +187,10 @@ func addCommand() *cli.Command {
 				topic := strings.TrimSuffix(tr.Quarantine[:strings.LastIndex(tr.Quarantine, ".")], ".kmirror-diverged")
 				lines = append(lines, fmt.Sprintf("quarantined %d divergent records of %s into %s; %s was deleted and is mirrored again from the source",
 					n, topic, tr.Quarantine, topic))
+				if len(tr.Groups) > 0 {
+					lines = append(lines, fmt.Sprintf("consumer group positions on %s kept and given back once the rebuilt topic is mirrored "+
+						"past them (kmirror describe --groups shows them as restore rows): %s", topic, groupPositions(tr.Groups)))
+				}
 			}
 			_, err = fmt.Fprintln(c.App.Writer, strings.Join(lines, "\n"))
 			return err

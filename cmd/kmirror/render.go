@@ -92,6 +92,13 @@ func writePlans(w io.Writer, plans []truncate.Plan) error {
 			what = p.Kind + " from mirror " + p.From + ": refused without --truncate"
 			notes = append(notes, fmt.Sprintf("--truncate would copy the %d divergent records of %s into %s.kmirror-diverged.N, delete %s "+
 				"and mirror it again from the source", p.DivergentRecords(), p.Topic, p.Topic, p.Topic))
+			if p.GroupsNote != "" {
+				notes = append(notes, "--truncate is refused now: "+p.GroupsNote)
+			}
+			if len(p.Groups) > 0 {
+				notes = append(notes, fmt.Sprintf("--truncate would give consumer groups their positions on %s back once the rebuilt topic is "+
+					"mirrored past them: %s", p.Topic, groupPositions(p.Groups)))
+			}
 		}
 		for _, pp := range p.Partitions {
 			rows = append(rows, []string{p.Topic, what, strconv.Itoa(int(pp.Partition)), offset(pp.SourceOffset), offset(pp.DestinationOffset),
@@ -153,4 +160,21 @@ func writeTable(w io.Writer, rows [][]string) error {
 	}
 	_, err := io.WriteString(w, out.String())
 	return err
+}
+
+// groupPositions names each group position a truncation keeps: "g
+// partition 0 at 1000 (committed 1050)".
+func groupPositions(pos []truncate.GroupPosition) string {
+	parts := make([]string, 0, len(pos))
+	for _, gp := range pos {
+		s := fmt.Sprintf("%s partition %d at %d", gp.Group, gp.Partition, gp.Kept)
+		switch {
+		case gp.SourceOffset < 0:
+			s = fmt.Sprintf("%s partition %d not given back (%s)", gp.Group, gp.Partition, gp.Reason)
+		case gp.Kept != gp.Committed:
+			s += fmt.Sprintf(" (committed %d, past the truncation point)", gp.Committed)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
 }

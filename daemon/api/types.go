@@ -361,6 +361,11 @@ type GroupStatus struct {
 	// of the source's translated one: kmirror leaves it, and a planned
 	// switchover counts it done (nothing would be read twice or lost).
 	Ahead bool `json:"ahead,omitempty"`
+	// Restore marks a row that gives back a destination group's position
+	// which add --truncate took with the deleted topic (issue 21, section
+	// 4): SourceCommitted is that position in the source's offsets, not a
+	// source group's commit. It goes once committed.
+	Restore bool `json:"restore,omitempty"`
 }
 
 // Reach is one member's view of the clusters it works with

@@ -150,6 +150,15 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 			pl = *p.existing
 			if p.existing.Divergent() {
 				refused = append(refused, divergentText(p.existing))
+				if req.DryRun {
+					gctx, cancel := context.WithTimeout(ctx, adminTimeout)
+					pos, err := truncate.GroupPositions(gctx, o.dest, p.existing)
+					cancel()
+					pl.Groups = pos
+					if err != nil {
+						pl.GroupsNote = err.Error()
+					}
+				}
 			}
 		}
 		plans = append(plans, pl)

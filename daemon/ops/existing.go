@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -98,8 +99,20 @@ func (o *Ops) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstor
 	}
 	tctx, cancel := context.WithTimeout(ctx, api.TruncateTimeout)
 	defer cancel()
-	res, err := truncate.Truncate(tctx, o.dest, p.existing, rf)
+	restores, positions, err := o.keepGroupPositions(tctx, p)
 	if err != nil {
+		return truncate.Result{}, err
+	}
+	res, err := truncate.Truncate(tctx, o.dest, p.existing, rf)
+	res.Groups = positions
+	if err != nil {
+		if len(restores) > 0 {
+			// The topic is unchanged (Truncate deletes it last) and keeps
+			// its groups' commits: nothing is to be given back.
+			if cerr := o.store.Apply(ctx, raftstore.SetGroupRestores{Mirror: mir.Name, Topic: p.topic.Topic}); cerr != nil {
+				o.log.Warn("kept group positions not cleared after a failed truncation", zap.String("topic", p.topic.Topic), zap.Error(cerr))
+			}
+		}
 		return res, fmt.Errorf("%w: truncate %s: %v", api.ErrUnavailable, p.topic.Topic, err)
 	}
 	o.log.Warn("destination topic truncated: divergent records quarantined, topic deleted for its rebuild", zap.String("mirror", mir.Name),
@@ -112,4 +125,38 @@ func (o *Ops) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstor
 		return res, err
 	}
 	return res, o.createTopic(ctx, fresh, rf)
+}
+
+// keepGroupPositions reads the destination groups' commits on a topic
+// about to be truncated and records in raft, before anything is deleted,
+// what each is given back as (State.GroupRestores; group sync commits them
+// into the rebuilt topic). Groups with members refuse the truncation
+// (api.ErrConflict, naming them).
+func (o *Ops) keepGroupPositions(ctx context.Context, p plannedTopic) ([]raftstore.GroupRestore, []truncate.GroupPosition, error) {
+	positions, err := truncate.GroupPositions(ctx, o.dest, p.existing)
+	var busy *truncate.BusyGroupsError
+	switch {
+	case errors.As(err, &busy):
+		return nil, nil, fmt.Errorf("%w: %v. Nothing was truncated", api.ErrConflict, err)
+	case err != nil:
+		return nil, nil, fmt.Errorf("%w: %v (kmirror gives every group its position back after --truncate, so it reads them first); "+
+			"nothing was truncated", api.ErrUnavailable, err)
+	}
+	var restores []raftstore.GroupRestore
+	for _, gp := range positions {
+		if gp.SourceOffset < 0 {
+			o.log.Warn("a consumer group's position on a truncated topic cannot be given back", zap.String("topic", p.topic.Topic),
+				zap.String("group", gp.Group), zap.Int32("partition", gp.Partition), zap.String("why", gp.Reason))
+			continue
+		}
+		restores = append(restores, raftstore.GroupRestore{Group: gp.Group, Partition: gp.Partition, DestinationCommitted: gp.Committed,
+			SourceOffset: gp.SourceOffset, Metadata: gp.Metadata})
+	}
+	if len(restores) > 0 {
+		if err := o.store.Apply(ctx, raftstore.SetGroupRestores{Mirror: p.topic.Mirror, Topic: p.topic.Topic, Restores: restores}); err != nil {
+			return nil, nil, StoreErr(err)
+		}
+		o.log.Info("consumer group positions kept for after the truncation", zap.String("topic", p.topic.Topic), zap.Int("positions", len(restores)))
+	}
+	return restores, positions, nil
 }

@@ -48,6 +48,8 @@ type GroupSync struct {
 	dest     *kafka.Admin
 	engine   func() *fetch.Engine
 	log      *zap.Logger
+	// submit applies a command through the raft leader (Member.Submit).
+	submit func(ctx context.Context, cmd raftstore.Command) error
 
 	mu   sync.Mutex
 	rows map[groupRowKey]api.GroupStatus
@@ -75,7 +77,7 @@ type groupSource struct {
 
 func newGroupSync(o *Owner) *GroupSync {
 	return &GroupSync{ctx: o.ctx, nodeID: o.cfg.NodeID, clientID: o.cfg.ClientID, store: o.store, dest: o.dest,
-		engine: func() *fetch.Engine { return o.engine }, log: o.log, rows: map[groupRowKey]api.GroupStatus{}, final: map[groupRowKey]api.GroupStatus{},
+		engine: func() *fetch.Engine { return o.engine }, log: o.log, submit: o.member.Submit, rows: map[groupRowKey]api.GroupStatus{}, final: map[groupRowKey]api.GroupStatus{},
 		since: map[groupRowKey]seenCommit{}, conflicts: map[string]int64{}, sources: map[string]*groupSource{},
 		due: map[string]time.Time{}, warned: map[string]string{}}
 }

@@ -134,6 +134,9 @@ func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 	}
 	var rows []api.GroupStatus
 	seen := map[string]bool{}
+	// fromSource: the (group, partition) rows a source group's commit
+	// governs; a position kept by a truncation yields to it.
+	fromSource := map[groupRowKey]bool{}
 	for _, sg := range srcGroups {
 		if seen[sg.ID] || !settings.SyncsGroup(sg.ID) {
 			continue
@@ -154,9 +157,13 @@ func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 		if len(committed) == 0 {
 			continue
 		}
+		for tp := range committed {
+			fromSource[groupRowKey{mir.Name, sg.ID, tp.Topic, tp.Partition}] = true
+		}
 		dg, exists := onDest[sg.ID]
 		rows = append(rows, g.syncGroup(ctx, mir.Name, sg.ID, dg, exists, committed, tr)...)
 	}
+	rows = append(rows, g.restore(ctx, mir.Name, keys, onDest, fromSource, tr)...)
 	for i := range rows {
 		rows[i].SyncedAtMs = started
 	}
