@@ -223,12 +223,17 @@ func compatCore(t *testing.T, src, dst *harness.Cluster, m *member, mirror strin
 			m.start()
 		}
 	}
+	// Partition growth on the source: the new partition is mirrored from
+	// its start.
+	createPartitions(t, src, topic, 3)
+	produceSync(t, kgoClient(t, src), keyedRecords(topic, 30_000, 300))
+	waitPartitions(t, m, mirror, topic, 3)
 	waitCaughtUp(t, m, mirror, topic)
-	requireSameRecords(t, readAll(t, src, topic, 2, true), readAll(t, dst, topic, 2, true))
+	requireSameRecords(t, readAll(t, src, topic, 3, true), readAll(t, dst, topic, 3, true))
 
 	// Offsets past the aborted transaction: its records are not copied,
 	// so the translation shifts them.
-	end := endOffsets(t, kgoClient(t, src), topic, 2, true)
+	end := endOffsets(t, kgoClient(t, src), topic, 3, true)
 	committed := map[int32]int64{0: 1000, 1: end[1] - 10}
 	commitOn(t, src, mirror+"-app", topic, committed)
 	want := map[int32]int64{}
@@ -245,7 +250,22 @@ func compatCore(t *testing.T, src, dst *harness.Cluster, m *member, mirror strin
 	if got := committedByTool(t, dst, mirror+"-app", topic); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the handover the destination's group offsets are %v, want the source's %v translated: %v", got, committed, want)
 	}
-	requireSameRecords(t, readAll(t, src, topic, 2, true), readAll(t, dst, topic, 2, true))
+	requireSameRecords(t, readAll(t, src, topic, 3, true), readAll(t, dst, topic, 3, true))
+
+	// Failback: writes on the destination after the failover, mirrored
+	// back by a member beside the old source (only those are copied).
+	produceSync(t, kgoClient(t, dst, kgo.ProducerBatchCompression(kgo.Lz4Compression())), keyedRecords(topic, 40_000, 300))
+	back := startMember(t, mirror+"-back", memberOpts{destination: src.Bootstrap()})
+	back.src = dst
+	if err := back.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: mirror + "-back", Properties: map[string]string{"bootstrap.servers": dst.Bootstrap()}}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, back, "add", "--mirror", mirror+"-back", "--topic", topic, "--dry-run")
+	if code != 0 || !strings.Contains(out, "failback from mirror "+mirror+": continue") {
+		t.Fatalf("add --dry-run of the failback: exit %d\n%s%s", code, out, errOut)
+	}
+	addCaughtUp(t, back, mirror+"-back", topic)
+	requireSameRecords(t, readAll(t, dst, topic, 3, true), readAll(t, src, topic, 3, true))
 }
 
 // TestMirrorFromKafka39ZooKeeper: a Kafka 3.9.1 source in ZooKeeper mode
