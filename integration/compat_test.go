@@ -170,6 +170,7 @@ func TestMirrorFromKafka44Into39(t *testing.T) {
 	waitCaughtUp(t, m, "new44", topic)
 	requireSameRecords(t, readAll(t, src, topic, 2, true), readAll(t, dst, topic, 2, true))
 	compatCore(t, src, dst, m, "new44")
+	shareGroupUnsupported(t, src, m, "new44")
 }
 
 // grepLines returns the lines of text holding s.
@@ -295,4 +296,5 @@ func TestMirrorFromKafka44Into44(t *testing.T) {
 		t.Fatal(err)
 	}
 	compatCore(t, cls[0], cls[1], m, "new44b")
+	shareGroupSwitchover(t, cls[0], cls[1], m, "new44b")
 }

@@ -47,17 +47,24 @@ func consoleArgs(cl *harness.Cluster, topic, group, protocol string, max int) []
 // records and exited (committing its position on close).
 func consoleConsume(t *testing.T, cl *harness.Cluster, topic, group, protocol string, max int) []consumed {
 	t.Helper()
+	return runConsole(t, cl, "org.apache.kafka.tools.consumer.ConsoleConsumer", topic, group, max, consoleArgs(cl, topic, group, protocol, max))
+}
+
+// runConsole runs one of Kafka's console consumers (mainClass) and
+// returns the max records it must have printed.
+func runConsole(t *testing.T, cl *harness.Cluster, mainClass, topic, group string, max int, args []string) []consumed {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := cl.Java(ctx, "org.apache.kafka.tools.consumer.ConsoleConsumer", consoleArgs(cl, topic, group, protocol, max)...)
+	cmd := cl.Java(ctx, mainClass, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("console consumer of %s (group %s): %v\n%s", topic, group, err, errb.String())
+		t.Fatalf("%s of %s (group %s): %v\n%s", mainClass, topic, group, err, errb.String())
 	}
 	recs := parseConsole(t, out.String())
 	if len(recs) != max {
-		t.Fatalf("console consumer of %s (group %s) printed %d records, want %d\n%s", topic, group, len(recs), max, errb.String())
+		t.Fatalf("%s of %s (group %s) printed %d records, want %d\n%s", mainClass, topic, group, len(recs), max, errb.String())
 	}
 	return recs
 }

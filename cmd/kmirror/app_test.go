@@ -217,8 +217,8 @@ func TestCommandsSucceed(t *testing.T) {
 		{"alter", []string{"alter", "--mirror", "east", "--mirror-config", props},
 			"altered mirror east\n", "AlterMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
 		{"describe groups", []string{"describe", "--groups", "--mirror", "east"},
-			"MIRROR  GROUP    TOPIC  PARTITION  SOURCE-COMMITTED  DESTINATION-COMMITTED  STATE     SYNC-LAG  REASON\n" +
-				"a       billing  t1     2          40                38                     conflict  1.5s      in use\n",
+			"MIRROR  GROUP    KIND      TOPIC  PARTITION  SOURCE-COMMITTED  DESTINATION-COMMITTED  STATE     SYNC-LAG  REASON\n" +
+				"a       billing  consumer  t1     2          40                38                     conflict  1.5s      in use\n",
 			"DescribeGroups east"},
 		{"create json", []string{"--output", "json", "create", "--mirror", "east", "--mirror-config", props},
 			"{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n", "CreateMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},

@@ -61,13 +61,17 @@ func writePartitionTable(w io.Writer, partitions []api.PartitionStatus) error {
 
 // writeGroupTable prints the rows of `kmirror describe --groups`.
 func writeGroupTable(w io.Writer, groups []api.GroupStatus) error {
-	rows := [][]string{{"MIRROR", "GROUP", "TOPIC", "PARTITION", "SOURCE-COMMITTED", "DESTINATION-COMMITTED", "STATE", "SYNC-LAG", "REASON"}}
+	rows := [][]string{{"MIRROR", "GROUP", "KIND", "TOPIC", "PARTITION", "SOURCE-COMMITTED", "DESTINATION-COMMITTED", "STATE", "SYNC-LAG", "REASON"}}
 	for _, g := range groups {
 		lag := "-"
 		if g.State != api.GroupSynced {
 			lag = strconv.FormatFloat(float64(g.SyncLagMs)/1000, 'f', 1, 64) + "s"
 		}
-		rows = append(rows, []string{g.Mirror, g.Group, g.Topic, strconv.Itoa(int(g.Partition)),
+		kind := "consumer"
+		if g.Kind != "" {
+			kind = g.Kind
+		}
+		rows = append(rows, []string{g.Mirror, g.Group, kind, g.Topic, strconv.Itoa(int(g.Partition)),
 			offset(g.SourceCommitted), offset(g.DestinationCommitted), g.State, lag, g.Reason})
 	}
 	return writeTable(w, rows)

@@ -366,6 +366,14 @@ type GroupStatus struct {
 	// 4): SourceCommitted is that position in the source's offsets, not a
 	// source group's commit. It goes once committed.
 	Restore bool `json:"restore,omitempty"`
+	// Kind is "share" for a share group (KIP-932: SourceCommitted and
+	// DestinationCommitted are share-partition start offsets), "" for a
+	// consumer group.
+	Kind string `json:"kind,omitempty"`
+	// Unsupported marks a group kmirror cannot carry to this destination
+	// (a share group into a cluster without share groups): the reason
+	// says so, and a switchover does not wait for it.
+	Unsupported bool `json:"unsupported,omitempty"`
 }
 
 // Reach is one member's view of the clusters it works with

@@ -187,6 +187,12 @@ func (w *switchoverWait) blocker(ctx context.Context) string {
 			}
 			w.ahead[fmt.Sprintf("%s %09d", r.Group, r.Partition)] = fmt.Sprintf("group %s partition %d: the destination's commit %d is ahead of "+
 				"the source's (%d): left as it is, it loses no records", r.Group, r.Partition, r.DestinationCommitted, r.SourceCommitted)
+		case r.Unsupported:
+			// Nothing kmirror can carry: the result names it.
+			if w.ahead == nil {
+				w.ahead = map[string]string{}
+			}
+			w.ahead[fmt.Sprintf("%s %09d", r.Group, r.Partition)] = fmt.Sprintf("group %s partition %d: %s", r.Group, r.Partition, r.Reason)
 		case r.State != api.GroupSynced:
 			unsynced = append(unsynced, fmt.Sprintf("group %s partition %d is %s (%s)", r.Group, r.Partition, r.State, r.Reason))
 		case r.SyncedAtMs < w.caughtUp.UnixMilli():

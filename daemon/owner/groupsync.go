@@ -142,6 +142,11 @@ func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 			continue
 		}
 		seen[sg.ID] = true
+		if sg.Type == "share" {
+			dg, exists := onDest[sg.ID]
+			rows = append(rows, g.syncShareGroup(ctx, mir.Name, src, sg.ID, dg, exists, parts, tr)...)
+			continue
+		}
 		committed, err := src.CommittedOffsets(ctx, sg.ID, parts)
 		if err != nil {
 			if ctx.Err() != nil {

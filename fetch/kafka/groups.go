@@ -113,12 +113,29 @@ func coordinatorMoved(code int16) bool {
 // retrying (at most 5 times, 200 ms apart) while the coordinator moves or
 // loads. retry inspects the response for such codes.
 func (a *Admin) groupRequest(ctx context.Context, group string, msg protocol.Message, moved func(protocol.Message) int16) (protocol.Message, error) {
+	var res protocol.Message
+	err := a.groupExchange(ctx, group, func(rctx context.Context, conn *kwire.Conn) (int16, error) {
+		var err error
+		res, err = conn.RoundTrip(rctx, msg)
+		if err != nil {
+			return 0, err
+		}
+		return moved(res), nil
+	})
+	return res, err
+}
+
+// groupExchange runs one exchange with the group's coordinator: exchange
+// returns a transport error (the connection is closed) or the code of its
+// answer that says the coordinator moved or loads. Like groupRequest, it
+// finds the coordinator again and retries, at most 5 times, 200 ms apart.
+func (a *Admin) groupExchange(ctx context.Context, group string, exchange func(context.Context, *kwire.Conn) (int16, error)) error {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), lastErr)
+				return fmt.Errorf("%w (last: %v)", ctx.Err(), lastErr)
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
@@ -129,7 +146,7 @@ func (a *Admin) groupRequest(ctx context.Context, group string, msg protocol.Mes
 				lastErr = err
 				continue
 			}
-			return nil, err
+			return err
 		}
 		conn, err := a.cl.Borrow(ctx, addr)
 		if err != nil {
@@ -138,8 +155,12 @@ func (a *Admin) groupRequest(ctx context.Context, group string, msg protocol.Mes
 			continue
 		}
 		rctx, cancel := ExchangeCtx(ctx)
-		res, err := conn.RoundTrip(rctx, msg)
+		code, err := exchange(rctx, conn)
 		cancel()
+		if errors.Is(err, kwire.ErrNoShareGroups) {
+			a.cl.GiveBack(addr, conn) // refused before a byte was sent
+			return fmt.Errorf("group %s on %s: %w", group, a.cl.Name, err)
+		}
 		if err != nil {
 			conn.Close()
 			a.forgetCoordinator(group)
@@ -147,14 +168,14 @@ func (a *Admin) groupRequest(ctx context.Context, group string, msg protocol.Mes
 			continue
 		}
 		a.cl.GiveBack(addr, conn)
-		if code := moved(res); coordinatorMoved(code) {
+		if coordinatorMoved(code) {
 			a.forgetCoordinator(group)
 			lastErr = &kwire.Error{Code: code, Topic: group, Partition: -1, Op: "group request on " + a.cl.Name}
 			continue
 		}
-		return res, nil
+		return nil
 	}
-	return nil, lastErr
+	return lastErr
 }
 
 // CommittedOffsets returns a group's committed offsets of the given
@@ -259,7 +280,7 @@ func IsGroupInUse(err error) bool {
 		return false
 	}
 	switch kerr.Code {
-	case CodeIllegalGeneration, CodeUnknownMemberID, CodeRebalanceInProgress, CodeStaleMemberEpoch:
+	case CodeIllegalGeneration, CodeUnknownMemberID, CodeRebalanceInProgress, CodeStaleMemberEpoch, kwire.CodeNonEmptyGroup:
 		return true
 	}
 	return false

@@ -43,6 +43,8 @@ const (
 	CodeInvalidProducerEpoch    int16 = 47
 	CodeUnknownProducerID       int16 = 59
 	CodeKafkaStorageError       int16 = 56
+	CodeNonEmptyGroup           int16 = 68
+	CodeGroupIDNotFound         int16 = 69
 	CodeFencedLeaderEpoch       int16 = 74
 	CodeUnknownLeaderEpoch      int16 = 75
 	CodeOffsetNotAvailable      int16 = 78
