@@ -100,7 +100,7 @@ func shareGroupSwitchover(t *testing.T, src, dst *harness.Cluster, m *member, mi
 	setShareReset(t, src, group, "earliest")
 	before := shareConsume(t, src, topic, group, 300) // more than a partition holds: both have a start offset
 	if err := m.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: mirror, Properties: map[string]string{
-		"bootstrap.servers": src.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
+		"bootstrap.servers": src.Bootstrap(), "groups.sync.interval": "300ms", "topics.config.sync.interval": "1s"}}); err != nil {
 		t.Fatal(err)
 	}
 	addCaughtUp(t, m, mirror, topic)
@@ -120,6 +120,9 @@ func shareGroupSwitchover(t *testing.T, src, dst *harness.Cluster, m *member, mi
 	}
 	if out, errOut, code := cli(t, m, "remove", "--mirror", mirror, "--topic", topic, "--wait-for-sync=2m"); code != 0 {
 		t.Fatalf("remove --wait-for-sync: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, _, _ := cli(t, m, "list"); strings.Contains(out, mirror+": ") {
+		t.Fatalf("kmirror list names something turned off between two 4.4.0 clusters:\n%s", out)
 	}
 	// The destination group starts at the source's start offsets,
 	// translated (the topic's plain records keep their offsets).
@@ -181,8 +184,21 @@ func shareGroupUnsupported(t *testing.T, src *harness.Cluster, m *member, mirror
 	setShareReset(t, src, group, "earliest")
 	shareConsume(t, src, topic, group, 100)
 	if err := m.client.AlterMirror(ctx, api.CreateMirrorRequest{Name: mirror, Properties: map[string]string{
-		"bootstrap.servers": src.Bootstrap(), "groups.sync.interval": "300ms"}}); err != nil {
+		"bootstrap.servers": src.Bootstrap(), "groups.sync.interval": "300ms", "topics.config.sync.interval": "1s"}}); err != nil {
 		t.Fatal(err)
+	}
+	// list names it for the mirror (the leader's config sync round
+	// reads both clusters' ApiVersions).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, _, code := cli(t, m, "list")
+		if code == 0 && strings.Contains(out, mirror+": share groups are not carried: the destination has no AlterShareGroupOffsets") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kmirror list does not say share groups are not carried into a 3.9.1 destination:\n%s", out)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	addCaughtUp(t, m, mirror, topic)
 	rows := waitGroupRows(t, m, mirror, group, api.GroupConflict, "the destination cluster has no share groups", 1)

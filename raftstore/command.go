@@ -63,6 +63,9 @@ const (
 	// it knows.
 	TypeSetGroupRestores   CommandType = 32 | IgnorableFlag
 	TypeClearGroupRestores CommandType = 33 | IgnorableFlag
+	// TypeSetMirrorNotes only names what the Kafka versions turn off (a
+	// hint for list): a member that does not know it may skip it.
+	TypeSetMirrorNotes CommandType = 34 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -189,6 +192,7 @@ func init() {
 	register("SetConfigSyncError", leader|operator, NoLease, (*State).applySetConfigSyncError)
 	register("SetSyncedACLs", leader|operator, NoLease, (*State).applySetSyncedACLs)
 	register("SetGroupRestores", leader|operator, NoLease, (*State).applySetGroupRestores)
+	register("SetMirrorNotes", leader|operator, NoLease, (*State).applySetMirrorNotes)
 	register("ClearGroupRestores", member, LeaseRequired, (*State).applyClearGroupRestores)
 }
 
@@ -479,6 +483,12 @@ type SetSyncedACLs struct {
 	ACLs []ACLBinding `json:"acls,omitempty"`
 }
 
+// SetMirrorNotes replaces mirror Name's Notes (none clears).
+type SetMirrorNotes struct {
+	Name  string   `json:"name"`
+	Notes []string `json:"notes,omitempty"`
+}
+
 // SetGroupRestores replaces the group positions kept for mirror topic
 // Topic (State.GroupRestores); none removes them.
 type SetGroupRestores struct {
@@ -536,6 +546,7 @@ func (SetConfigSyncError) Type() CommandType { return TypeSetConfigSyncError }
 func (SetSyncedACLs) Type() CommandType      { return TypeSetSyncedACLs }
 func (SetWriteDenials) Type() CommandType    { return TypeSetWriteDenials }
 func (SetGroupRestores) Type() CommandType   { return TypeSetGroupRestores }
+func (SetMirrorNotes) Type() CommandType     { return TypeSetMirrorNotes }
 func (ClearGroupRestores) Type() CommandType { return TypeClearGroupRestores }
 func (SettleStopped) Type() CommandType      { return TypeSettleStopped }
 func (RecordLateBatch) Type() CommandType    { return TypeRecordLateBatch }

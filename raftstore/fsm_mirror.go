@@ -123,6 +123,15 @@ func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
 	return nil
 }
 
+func (s *State) applySetMirrorNotes(c SetMirrorNotes, _ uint64) error {
+	mir, ok := s.Mirrors[c.Name]
+	if !ok {
+		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	}
+	mir.Notes = slices.Clone(c.Notes)
+	return nil
+}
+
 func (s *State) applySetGroupRestores(c SetGroupRestores, _ uint64) error {
 	if c.Mirror == "" || c.Topic == "" {
 		return fmt.Errorf("%w: group restores need a mirror and a topic", ErrInvalid)

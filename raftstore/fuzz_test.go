@@ -43,6 +43,7 @@ func seedCommands() []Command {
 		SetTopicPatterns{Name: "m1", Include: []string{"orders\\..*"}, Exclude: []string{".*-tmp"}},
 		SetDiscoverySkips{Name: "m1", Skipped: map[string]string{"orders.x": "mirrored by mirror m2"}},
 		SetConfigSyncError{Mirror: "m1", Topic: "orders", Error: "POLICY_VIOLATION"},
+		SetMirrorNotes{Name: "m1", Notes: []string{"share groups are not carried"}},
 		SetGroupRestores{Mirror: "m1", Topic: "orders", Restores: []GroupRestore{{Group: "g", Partition: 0, DestinationCommitted: 1050, SourceOffset: 1000}}},
 		ClearGroupRestores{Key: PartitionKey{Mirror: "m1", Topic: "orders"}, Lease: Lease{Owner: "n1", Generation: 3},
 			Done: []GroupRestore{{Group: "g", DestinationCommitted: 1050, SourceOffset: 1000}}},

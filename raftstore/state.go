@@ -44,6 +44,10 @@ type Mirror struct {
 	// created (acls.sync), so any leader deletes them once the source no
 	// longer has them, and never touches bindings it did not create.
 	SyncedACLs []ACLBinding `json:"synced_acls,omitempty"`
+	// Notes name what the two clusters' Kafka versions turn off for this
+	// mirror (issue 21: never a silent gap), as the leader's last config
+	// sync round found them.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // ACLBinding is one Kafka ACL binding, with the protocol's enum values
@@ -355,6 +359,7 @@ func (m *Mirror) Clone() *Mirror {
 	c.Include, c.Exclude = slices.Clone(m.Include), slices.Clone(m.Exclude)
 	c.Skipped = maps.Clone(m.Skipped)
 	c.SyncedACLs = slices.Clone(m.SyncedACLs)
+	c.Notes = slices.Clone(m.Notes)
 	return &c
 }
 

@@ -33,7 +33,17 @@ func writeMirrorTable(w io.Writer, mirrors []api.MirrorSummary) error {
 		}
 		rows = append(rows, []string{m.Name, list(m.Topics), list(m.Bootstrap), m.State, pats})
 	}
-	return writeTable(w, rows)
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	for _, m := range mirrors {
+		for _, n := range m.Notes {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", m.Name, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // writePartitionTable prints the rows of `kmirror describe`. The daemon

@@ -134,6 +134,9 @@ type MirrorSummary struct {
 	Include []string          `json:"include,omitempty"`
 	Exclude []string          `json:"exclude,omitempty"`
 	Skipped map[string]string `json:"skipped,omitempty"`
+	// Notes name what the two clusters' Kafka versions turn off for the
+	// mirror (found in the leader's config sync rounds).
+	Notes []string `json:"notes,omitempty"`
 	// State summarises the topics that are not STOPPED: MIRRORING when all
 	// of them mirror, otherwise the worst (DIVERGED > FAILED > STOPPING >
 	// PENDING > PAUSED); STOPPED when every topic is; EMPTY with none.

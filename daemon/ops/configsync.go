@@ -86,6 +86,7 @@ func (o *Ops) SyncTopicConfigs(ctx context.Context, mirror string) error {
 			o.log.Warn("ACL sync", zap.String("mirror", mirror), zap.Error(err))
 		}
 	}
+	o.recordNotes(ctx, mir, src)
 	slices.SortFunc(topics, func(a, b raftstore.MirrorTopic) int { return strings.Compare(a.Topic, b.Topic) })
 	for _, t := range topics {
 		if ctx.Err() != nil {

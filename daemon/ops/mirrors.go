@@ -214,7 +214,7 @@ func (o *Ops) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
 	o.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
 			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{},
-				Include: slices.Clone(mir.Include), Exclude: slices.Clone(mir.Exclude), Skipped: maps.Clone(mir.Skipped)}
+				Include: slices.Clone(mir.Include), Exclude: slices.Clone(mir.Exclude), Skipped: maps.Clone(mir.Skipped), Notes: slices.Clone(mir.Notes)}
 			var states []raftstore.TopicState
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {

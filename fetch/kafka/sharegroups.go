@@ -12,24 +12,27 @@ import (
 // (kwire.ErrNoShareGroups; Kafka before 4.1, production-ready from 4.2).
 var ErrNoShareGroups = kwire.ErrNoShareGroups
 
-// ServesShareGroups reports whether the cluster's brokers serve
-// DescribeShareGroupOffsets and AlterShareGroupOffsets v0; it asks one
-// broker (a cluster runs one version outside a rolling upgrade).
-func (a *Admin) ServesShareGroups(ctx context.Context) (bool, error) {
+// MaxVersions returns, per API key, the newest version one broker of the
+// cluster serves (-1: none); a cluster runs one version outside a rolling
+// upgrade.
+func (a *Admin) MaxVersions(ctx context.Context, keys ...int16) (map[int16]int16, error) {
 	md, err := a.cl.Metadata(ctx, 0)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	for _, addr := range md.Brokers {
 		conn, err := a.cl.Borrow(ctx, addr)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		ok := conn.ServesShareGroupOffsets()
+		out := map[int16]int16{}
+		for _, k := range keys {
+			out[k] = conn.MaxVersion(k)
+		}
 		a.cl.GiveBack(addr, conn)
-		return ok, nil
+		return out, nil
 	}
-	return false, fmt.Errorf("%s lists no brokers", a.cl.Name)
+	return nil, fmt.Errorf("%s lists no brokers", a.cl.Name)
 }
 
 // ShareGroupOffsets returns a share group's share-partition start offsets

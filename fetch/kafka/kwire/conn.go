@@ -103,6 +103,15 @@ func Dial(ctx context.Context, addr, clientID string, sec *Security) (*Conn, err
 // Addr is the broker address the connection was dialled to.
 func (c *Conn) Addr() string { return c.addr }
 
+// MaxVersion is the newest version of API key the broker serves (from its
+// ApiVersions answer), -1 when it serves none.
+func (c *Conn) MaxVersion(key int16) int16 {
+	if vr, ok := c.versions[key]; ok {
+		return vr.max
+	}
+	return -1
+}
+
 // Close closes the connection.
 func (c *Conn) Close() error { return c.nc.Close() }
 
