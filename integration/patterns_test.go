@@ -160,6 +160,23 @@ func TestTopicPatternsDiscoverTopics(t *testing.T) {
 		requireSameRecords(t, readAll(t, env.src, n, 1, true), readAll(t, env.dst, n, 1, true))
 	}
 
+	// A matched topic deleted on the source stays on the destination as
+	// it was, its partitions FAILED saying why (as KIP-1279 shows it);
+	// discovery neither removes nor re-adds it.
+	gone := want[1]
+	kept := readAll(t, env.src, gone, 1, true)
+	deleteTopic(t, env.src, gone)
+	waitAllStates(t, m, mirror, gone, "FAILED", "source topic "+gone+" no longer exists", 90*time.Second)
+	requireSameRecords(t, kept, readAll(t, env.dst, gone, 1, true))
+	if sums, err = m.client.ListMirrors(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sums {
+		if s.Name == mirror && !slices.Contains(s.Topics, gone) {
+			t.Fatalf("after %s was deleted on the source, mirror %s no longer lists it: %v", gone, mirror, s.Topics)
+		}
+	}
+
 	var lags []time.Duration
 	for n, c := range created {
 		if matches(n) {
