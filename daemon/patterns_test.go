@@ -62,8 +62,9 @@ func TestTopicPatterns(t *testing.T) {
 	if !slices.Equal(added, []string{"orders.a", "orders.b"}) {
 		t.Fatalf("add --include added %v (%+v), want orders.a and orders.b", added, res.Topics)
 	}
-	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "nomatch-.* matches no source topic") {
-		t.Fatalf("notes %q, want one naming the pattern that matches nothing", res.Notes)
+	if len(res.Notes) != 2 || !strings.Contains(res.Notes[0], "nomatch-.* matches no source topic") ||
+		!strings.Contains(res.Notes[1], "orders.x skipped: matched, but mirrored by mirror m2") {
+		t.Fatalf("notes %q, want one naming the pattern that matches nothing and one the match mirrored by m2", res.Notes)
 	}
 	want := map[string]string{"orders.a": "m", "orders.b": "m", "orders.x": "m2"}
 	if got := mirroredBy(l); !maps.Equal(got, want) {

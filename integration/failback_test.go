@@ -315,12 +315,43 @@ func TestReAddStoppedTopic(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "has 5 records past the last mirrored position") || !strings.Contains(errOut, "re-add") {
 		t.Fatalf("re-add onto divergent records: exit %d\n%s", code, errOut)
 	}
+	// A destination group's positions survive the truncation, also when
+	// a first --truncate was refused for a group with members (a fresh-
+	// user trial lost one: the refused attempt had already forgotten the
+	// old translation that maps them).
+	srcStop := stoppedAt(t, m, "ra2", topic, partitions, false)
+	commitOn(t, env.dst, "readd-app", topic, map[int32]int64{0: 50, 1: lastMirrored[1] + 2})
+	live := kgoClient(t, env.dst, kgo.ConsumerGroup("readd-live"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	if fs := live.PollRecords(pctx, 5); fs.Err() != nil {
+		cancel()
+		t.Fatalf("live consumer poll: %v", fs.Err())
+	}
+	if err := live.CommitUncommittedOffsets(pctx); err != nil {
+		cancel()
+		t.Fatalf("live consumer commit: %v", err)
+	}
+	cancel()
+	if out, errOut, code := cli(t, m, "add", "--mirror", "ra2", "--topic", topic, "--truncate"); code != 1 || !strings.Contains(out+errOut, "readd-live") {
+		t.Fatalf("add --truncate with a live group on the destination: exit %d, want 1 naming readd-live\n%s%s", code, out, errOut)
+	}
+	live.Close()
 	if out, errOut, code := cli(t, m, "add", "--mirror", "ra2", "--topic", topic, "--truncate"); code != 0 {
 		t.Fatalf("add --truncate: exit %d\n%s%s", code, out, errOut)
 	}
 	requireSameRecords(t, late, readAll(t, env.dst, topic+".kmirror-diverged.1", partitions, true))
 	waitCaughtUp(t, m, "ra2", topic)
 	requireSameRecords(t, readAll(t, env.src, topic, partitions, true), readAll(t, env.dst, topic, partitions, true))
+	want := map[int32]int64{}
+	for p, o := range map[int32]int64{0: 50, 1: srcStop[1]} { // destination 50 was source 50: plain records keep offsets
+		tr, err := m.client.Translate(ctx, "ra2", topic, p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p] = tr.DestinationOffset
+	}
+	waitCommitted(t, env.dst, "readd-app", topic, want)
 }
 
 // TestFailbackAfterUncleanElection: A's leader took records that were

@@ -104,6 +104,12 @@ func positionOf(group string, pp PartitionPlan, c kafka.Committed) GroupPosition
 		gp.SourceOffset = pp.SourceOffset
 	case len(pp.Translation) == 0:
 		gp.Reason = fmt.Sprintf("offset %d is below the last mirrored position %d and the old mirror left no translation for it", gp.Kept, pp.DestinationOffset)
+	case gp.Kept < pp.Translation[0].Dst:
+		// Records below the old mirror's first are not its copies (a
+		// mirror that started later than the topic): no source offset
+		// is known for them, and the next mirrored one would skip some.
+		gp.Reason = fmt.Sprintf("offset %d is below the first record the old mirror wrote (offset %d): no source offset is known for it",
+			gp.Kept, pp.Translation[0].Dst)
 	default:
 		// pp.Translation maps source -> destination; a position on the
 		// destination maps back through the inverse, which is exact below

@@ -36,6 +36,16 @@ func TestPositionOfMapsThroughTheOldTranslation(t *testing.T) {
 	if gp := positionOf("g", pp, kafka.Committed{Offset: 100}); gp.Kept != 80 || gp.SourceOffset != 70 {
 		t.Errorf("truncation point 80: kept %d source %d, want 80 and 70", gp.Kept, gp.SourceOffset)
 	}
+	// Below the old mirror's first copied record: not guessed either.
+	late := pp
+	late.Translation = swapped([]fetch.Entry{{Src: 63, Dst: 63}})
+	late.DivergentFrom = 110
+	if gp := positionOf("g", late, kafka.Committed{Offset: 52}); gp.SourceOffset != -1 || gp.Reason == "" {
+		t.Errorf("below the translation's first entry: %+v, want source offset -1 and a reason", gp)
+	}
+	if gp := positionOf("g", late, kafka.Committed{Offset: 70}); gp.SourceOffset != 70 {
+		t.Errorf("inside the translation: source offset %d, want 70", gp.SourceOffset)
+	}
 	// No translation below the last mirrored position: not guessed.
 	pp.Translation = nil
 	if gp := positionOf("g", pp, kafka.Committed{Offset: 40}); gp.SourceOffset != -1 || gp.Reason == "" {

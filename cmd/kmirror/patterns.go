@@ -110,9 +110,12 @@ func writePatternAdd(w io.Writer, req api.AddTopicsRequest, res api.AddResult) e
 // outcomeLines says what became of the topics a pattern change matched.
 func outcomeLines(mirror string, res api.AddResult) []string {
 	var lines []string
-	if added := addedTopics(nil, res.Topics); len(added) > 0 {
+	switch added := addedTopics(nil, res.Topics); {
+	case len(added) > 0:
 		lines = append(lines, fmt.Sprintf("added %s to mirror %s", strings.Join(added, ", "), mirror))
-	} else {
+	case len(res.Topics) > 0:
+		lines = append(lines, "no topic added now")
+	default:
 		lines = append(lines, "no new topic matched now")
 	}
 	for _, t := range res.Topics {

@@ -47,6 +47,10 @@ type AddTopicsRequest struct {
 	// are never matched.
 	Include []string `json:"include,omitempty"`
 	Exclude []string `json:"exclude,omitempty"`
+	// Discovery marks the leader's own add of a topic its patterns
+	// matched (never sent over the API): a failback is left to the
+	// operator.
+	Discovery bool `json:"-"`
 }
 
 // StateSkipped is the state describe shows for a topic a mirror's

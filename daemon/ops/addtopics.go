@@ -138,6 +138,14 @@ func (o *Ops) addTopics(ctx context.Context, req api.AddTopicsRequest, res *api.
 			p, err = o.planTopic(pctx, src, mir, t, which, stopped[t] == req.Mirror)
 			cancel()
 		}
+		if err == nil && req.Discovery && p.existing != nil && p.existing.Kind == truncate.KindFailback {
+			// Which cluster is writable for a topic is the operator's
+			// call: a pattern does not fail a topic back on its own
+			// (issue 21 review: it did, right after a failover).
+			err = fmt.Errorf("%w: %s was mirrored the other way by mirror %s (a failover): patterns do not fail a topic back by "+
+				"themselves; kmirror add --mirror %s --topic %s --dry-run shows the failback, and without --dry-run does it",
+				api.ErrConflict, t, p.existing.From, req.Mirror, t)
+		}
 		if err != nil {
 			if rerr := refuse(t, err); rerr != nil {
 				return nil, rerr
@@ -206,10 +214,12 @@ func (o *Ops) addPlanned(ctx context.Context, src *kafka.Admin, mir raftstore.Mi
 	if err != nil {
 		err = fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
-	if owner, ok := stopped[p.topic.Topic]; err == nil && ok && owner == mir.Name {
+	if owner, ok := stopped[p.topic.Topic]; err == nil && ok && owner == mir.Name && (p.existing == nil || !p.existing.Divergent()) {
 		// Mirrored before and removed: its old checkpoints and translation
 		// must not be taken for the new start (a continued one is seeded
-		// from what was read).
+		// from what was read). A truncation forgets them itself once the
+		// topic is deleted: until then they map its groups' positions, also
+		// for an add --truncate tried again after a refusal.
 		fctx, cancel := context.WithTimeout(ctx, adminTimeout)
 		err = o.engine.ForgetTopic(fctx, mir.Name, p.topic.Topic)
 		cancel()
@@ -269,7 +279,11 @@ func addSummary(topics []api.AddedTopic) string {
 			parts = append(parts, r+": "+strings.Join(by[r], ", "))
 		}
 	}
-	return "Per topic: " + strings.Join(parts, "; ") + " (pending topics are finished by the leader; kmirror describe shows them)"
+	out := "Per topic: " + strings.Join(parts, "; ")
+	if len(by[api.TopicPending]) > 0 {
+		out += " (pending topics are finished by the leader; kmirror describe shows them)"
+	}
+	return out
 }
 
 // pendingError is a creation whose outcome is unknown: the topic stays

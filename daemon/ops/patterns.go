@@ -220,6 +220,11 @@ func (o *Ops) discover(ctx context.Context, mirror, startFrom string, rf int16) 
 		}
 	}
 	res.Topics = added
+	for _, t := range slices.Sorted(maps.Keys(m.skipped)) {
+		if !slices.ContainsFunc(added, func(a api.AddedTopic) bool { return a.Topic == t }) {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s skipped: %s", t, m.skipped[t]))
+		}
+	}
 	if !maps.Equal(m.skipped, mir.Skipped) {
 		if err := StoreErr(o.store.Apply(ctx, raftstore.SetDiscoverySkips{Name: mirror, Skipped: m.skipped})); err != nil {
 			o.log.Warn("record the topics a discovery skipped", zap.String("mirror", mirror), zap.Error(err))
@@ -364,7 +369,8 @@ func (o *Ops) addEach(ctx context.Context, mirror string, topics []string, start
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			var r api.AddResult
-			_, err := o.addTopics(ctx, api.AddTopicsRequest{Mirror: mirror, Topics: []string{t}, StartFrom: startFrom, ReplicationFactor: rf}, &r)
+			_, err := o.addTopics(ctx, api.AddTopicsRequest{Mirror: mirror, Topics: []string{t}, StartFrom: startFrom, ReplicationFactor: rf,
+				Discovery: true}, &r)
 			switch {
 			case len(r.Topics) > 0:
 				out[i] = r.Topics[0]

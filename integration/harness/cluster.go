@@ -37,6 +37,7 @@ type Cluster struct {
 	ownDir     bool
 	clusterID  string
 	throughput bool
+	classpath  []string // Options.Classpath
 	logFile    *os.File // the default Log, closed by Close
 	sink       *lockedWriter
 
@@ -77,6 +78,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		java:       java,
 		dir:        opts.Dir,
 		throughput: opts.Throughput,
+		classpath:  opts.Classpath,
 		delayLine:  opts.DelayLine,
 		zk:         opts.ZooKeeper,
 	}
@@ -316,7 +318,7 @@ func (c *Cluster) format(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() {
-			argv := append(jvmArgs(c.home, false, "-Xmx256m"), storageTool,
+			argv := append(jvmArgs(c.home, nil, false, "-Xmx256m"), storageTool,
 				"format", "-t", c.clusterID, "-c", n.config())
 			argv = append(argv, c.formatArgs...)
 			cmd := exec.CommandContext(ctx, c.java, argv...)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -34,7 +35,7 @@ const killWaitDelay = 5 * time.Second
 
 // jvmArgs returns the java arguments up to (excluding) the main class: heap,
 // small-machine GC and logging settings, and the classpath.
-func jvmArgs(home string, throughput bool, heap ...string) []string {
+func jvmArgs(home string, extraClasspath []string, throughput bool, heap ...string) []string {
 	args := append(append([]string{}, heap...),
 		"-XX:+UseSerialGC",
 		"-XX:-UsePerfData",
@@ -47,7 +48,7 @@ func jvmArgs(home string, throughput bool, heap ...string) []string {
 	}
 	args = append(args, "-Dlog4j2.configurationFile="+filepath.Join(home, "log4j2.properties"))
 	args = append(args, "-Dkmirror.kafka.log.level="+logLevel())
-	return append(args, "-cp", filepath.Join(home, "libs", "*"))
+	return append(args, "-cp", strings.Join(append([]string{filepath.Join(home, "libs", "*")}, extraClasspath...), string(filepath.ListSeparator)))
 }
 
 // childAttr puts a JVM in its own process group (so the whole group can be
@@ -73,7 +74,7 @@ func (c *Cluster) Java(ctx context.Context, mainClass string, args ...string) *e
 // "2g"), for tools whose own launch script gives them more than the
 // command-line tools' 512m (connect-mirror-maker.sh: 2G).
 func (c *Cluster) JavaHeap(ctx context.Context, maxHeap, mainClass string, args ...string) *exec.Cmd {
-	argv := append(jvmArgs(c.home, c.throughput, "-Xms64m", "-Xmx"+maxHeap), mainClass)
+	argv := append(jvmArgs(c.home, nil, c.throughput, "-Xms64m", "-Xmx"+maxHeap), mainClass)
 	cmd := exec.CommandContext(ctx, c.java, append(argv, args...)...)
 	cmd.SysProcAttr = childAttr()
 	cmd.Cancel = func() error {

@@ -86,9 +86,9 @@ func (c *Cluster) launch(n *node) error {
 			return fmt.Errorf("harness: %s is already running", n.label)
 		}
 	}
-	argv := append(jvmArgs(c.home, c.throughput, "-Xms256m", "-Xmx512m"), kafkaMain, n.config())
+	argv := append(jvmArgs(c.home, c.classpath, c.throughput, "-Xms256m", "-Xmx512m"), kafkaMain, n.config())
 	if n.roles == zkRole {
-		argv = append(jvmArgs(c.home, c.throughput, "-Xms64m", "-Xmx256m"), zooKeeperMain, n.zooKeeperConfig())
+		argv = append(jvmArgs(c.home, nil, c.throughput, "-Xms64m", "-Xmx256m"), zooKeeperMain, n.zooKeeperConfig())
 	}
 	cmd := exec.Command(c.java, argv...)
 	if c.delayLine != nil {

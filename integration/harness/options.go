@@ -60,6 +60,9 @@ type Options struct {
 	// the nodes reach each other inside the namespace at once. Not with
 	// Proxy or Listeners.
 	DelayLine *DelayLine
+	// Classpath entries (directories or jars) go on the brokers'
+	// classpath after Kafka's own: plugins such as a create.topic.policy.
+	Classpath []string
 }
 
 // harnessOwned are server.properties the harness computes per node.
