@@ -189,7 +189,7 @@ func addCommand() *cli.Command {
 					n, topic, tr.Quarantine, topic))
 				if len(tr.Groups) > 0 {
 					lines = append(lines, fmt.Sprintf("consumer group positions on %s kept and given back once the rebuilt topic is mirrored "+
-						"past them (kmirror describe --groups shows them as restore rows): %s", topic, groupPositions(tr.Groups)))
+						"past them (kmirror describe --groups shows each until it is committed): %s", topic, groupPositions(tr.Groups)))
 				}
 			}
 			_, err = fmt.Fprintln(c.App.Writer, strings.Join(lines, "\n"))
