@@ -318,7 +318,7 @@ func (c *Cluster) format(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() {
-			argv := append(jvmArgs(c.home, nil, false, "-Xmx256m"), storageTool,
+			argv := append(jvmArgs(c.home, c.classpath, false, "-Xmx256m"), storageTool,
 				"format", "-t", c.clusterID, "-c", n.config())
 			argv = append(argv, c.formatArgs...)
 			cmd := exec.CommandContext(ctx, c.java, argv...)
