@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -61,6 +62,18 @@ func TestHazardSourceTopicRecreated(t *testing.T) {
 	produceSync(t, kgoClient(t, env.src), keyedRecords(topic, 1000, 80))
 	waitAllStates(t, m, "src", topic, "DIVERGED", "source topic "+topic+" was recreated", time.Minute)
 	requireSameRecords(t, old, readAll(t, env.dst, topic, 2, true))
+	// describe --failed (KIP-1279's view): both partitions, since when,
+	// and two failures each (FAILED, then DIVERGED).
+	out, errOut, code := cli(t, m, "--output", "json", "describe", "--failed", "--mirror", "src", "--topic", topic)
+	var failed []api.PartitionStatus
+	if code != 0 || json.Unmarshal([]byte(out), &failed) != nil || len(failed) != 2 {
+		t.Fatalf("describe --failed: exit %d, want the 2 DIVERGED partitions\n%s%s", code, out, errOut)
+	}
+	for _, r := range failed {
+		if r.State != "DIVERGED" || r.Failures != 2 || time.Since(time.UnixMilli(r.StateSinceMs)) > 2*time.Minute {
+			t.Fatalf("describe --failed row %+v: want DIVERGED, 2 failures, since the last minutes", r)
+		}
+	}
 	if _, err := m.client.Translate(ctx, "src", topic, 0, 0); err == nil {
 		t.Fatalf("translate answered for a partition whose source topic was recreated")
 	}

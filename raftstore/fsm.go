@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -86,6 +87,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	var resp error
 	f.mu.Lock()
 	if cmd != nil {
+		f.state.appendedAtMs = 0
+		if !l.AppendedAt.IsZero() {
+			f.state.appendedAtMs = l.AppendedAt.UnixMilli()
+		}
 		resp = commands[cmd.Type()].apply(f.state, cmd, l.Index)
 	}
 	f.state.Index = l.Index
@@ -157,7 +162,12 @@ func (s *State) applySetTopicState(c SetTopicState, _ uint64) error {
 		case p.State == StateStopped:
 		case p.State == StateDiverged && c.State != StateStopping:
 		default:
-			p.State, p.Reason = c.State, c.Reason
+			reason := c.Reason
+			if reason == "" && c.State == StateStopping && (p.State == StateDiverged || p.State == StateFailed) && p.Reason != "" {
+				reason = fmt.Sprintf("stopped while %s: %s", p.State, p.Reason) // kept through STOPPED
+			}
+			s.enter(p, c.State)
+			p.Reason = reason
 		}
 	}
 	return nil
@@ -176,7 +186,8 @@ func (s *State) applySetPartitionState(c SetPartitionState, index uint64) error 
 			return fmt.Errorf("%w: partition %s is %s; its owner records it stopped instead", ErrInvalid, c.Key, p.State)
 		}
 	}
-	p.State, p.Reason, p.GapBelow = c.State, c.Reason, c.GapBelow
+	s.enter(p, c.State)
+	p.Reason, p.GapBelow = c.Reason, c.GapBelow
 	if c.Owner == "" && c.State == StateDiverged && p.Owner != "" {
 		// The leader's decision (a destination topic recreated, say): a
 		// new generation, so the owner's reports observed before it are
@@ -277,10 +288,20 @@ func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 	pos := c.Position
 	p.LastMirrored, p.UnverifiedEnd, p.StoppedAtMs = &pos, c.UnverifiedEnd, c.AtMs
 	p.LateBatches, p.LateRecords, p.LateEnd = nil, 0, 0
-	// The topic's reason (an automatic failover says why) stays with it.
-	p.State, p.Reason = StateStopped, t.Reason
+	// The topic's reason (an automatic failover says why) stays with it;
+	// a partition stopped while DIVERGED or FAILED keeps why.
+	was, why := p.State, p.Reason
+	s.enter(p, StateStopped)
+	p.Reason = t.Reason
 	if c.Reason != "" {
 		p.Reason = c.Reason
+	}
+	switch {
+	case p.Reason != "" || why == "":
+	case was == StateStopping && strings.HasPrefix(why, "stopped while "):
+		p.Reason = why
+	case was == StateDiverged || was == StateFailed:
+		p.Reason = fmt.Sprintf("stopped while %s: %s", was, why)
 	}
 	p.Owner, p.Generation, p.MoveTo, p.Handoff = "", index, "", nil
 	for _, q := range t.Partitions {
@@ -445,7 +466,8 @@ func (s *State) applyResumePartition(c ResumePartition, index uint64) error {
 	if p.State != StateDiverged && p.State != StateFailed {
 		return fmt.Errorf("%w: partition %s is %s, not DIVERGED or FAILED: nothing to resume", ErrInvalid, c.Key, p.State)
 	}
-	p.State, p.Reason = StateMirroring, ""
+	s.enter(p, StateMirroring)
+	p.Reason = ""
 	p.AcceptGap, p.AcceptGapBelow = c.AcceptGap, c.AcceptGapBelow
 	p.Generation, p.MoveTo, p.Handoff = index, "", nil
 	return nil
@@ -526,4 +548,16 @@ func knownState(s TopicState) bool {
 		return true
 	}
 	return false
+}
+
+// enter moves p to state, noting since when (the entry's append time)
+// and counting failures; staying in the same state changes neither.
+func (s *State) enter(p *PartitionInfo, state TopicState) {
+	if p.State == state {
+		return
+	}
+	p.State, p.StateSinceMs = state, s.appendedAtMs
+	if state == StateFailed || state == StateDiverged {
+		p.Failures++
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // TestApplyGroupRestores: the positions a truncation kept are replaced as
@@ -62,5 +65,45 @@ func TestApplyGroupRestores(t *testing.T) {
 	}
 	if err := Authorize(ClearGroupRestores{Key: p0, Done: []GroupRestore{g0}}, ByMember); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a member's clear without its lease: %v, want refused", err)
+	}
+}
+
+// TestPartitionStateSince: a partition's state change notes the leader's
+// append time of its entry and counts FAILED and DIVERGED entries;
+// staying in a state keeps the time; a stop keeps why it had failed.
+func TestPartitionStateSince(t *testing.T) {
+	x := newFixture(t)
+	at := func(cmd Command, ms int64) {
+		t.Helper()
+		b, err := Encode(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.idx++
+		if resp := x.f.Apply(&raft.Log{Index: x.idx, Term: 1, Type: raft.LogCommand, Data: b, AppendedAt: time.UnixMilli(ms)}); resp != nil {
+			t.Fatalf("apply %s: %v", cmd.Type(), resp)
+		}
+	}
+	p := func() PartitionInfo {
+		pi, _ := x.state().Partition(p1)
+		return *pi
+	}
+	at(Assign{Key: p1, Owner: "n1"}, 500)
+	lease := Lease{Owner: "n1", Generation: x.idx}
+	at(SetPartitionState{Key: p1, State: StateFailed, Reason: "broker down"}, 1000)
+	at(SetPartitionState{Key: p1, State: StateFailed, Reason: "still down"}, 2000)
+	if got := p(); got.StateSinceMs != 1000 || got.Failures != 1 {
+		t.Fatalf("FAILED twice: since %d failures %d, want 1000 and 1", got.StateSinceMs, got.Failures)
+	}
+	at(SetPartitionState{Key: p1, State: StateMirroring}, 3000)
+	at(SetPartitionState{Key: p1, State: StateDiverged, Reason: "foreign write"}, 4000)
+	if got := p(); got.StateSinceMs != 4000 || got.Failures != 2 {
+		t.Fatalf("then MIRRORING and DIVERGED: since %d failures %d, want 4000 and 2", got.StateSinceMs, got.Failures)
+	}
+	at(SetTopicState{Mirror: "m1", Topic: "orders", State: StateStopping}, 5000)
+	lease.Generation = p().Generation // the leader's DIVERGED began a new one
+	at(PartitionStopped{Key: p1, Lease: lease, Position: Position{SourceOffset: 10}}, 6000)
+	if got := p(); got.State != StateStopped || got.StateSinceMs != 6000 || got.Reason != "stopped while DIVERGED: foreign write" {
+		t.Fatalf("stopped while DIVERGED: %+v", got)
 	}
 }

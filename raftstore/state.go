@@ -109,6 +109,12 @@ type Checkpoint struct {
 type PartitionInfo struct {
 	State  TopicState `json:"state"`
 	Reason string     `json:"reason,omitempty"`
+	// StateSinceMs is when the partition entered State (Unix ms, the
+	// leader's clock when it appended the change; 0: unknown, a change
+	// made by an older build). Failures counts how often it went FAILED
+	// or DIVERGED since it was added (describe --failed).
+	StateSinceMs int64 `json:"state_since_ms,omitempty"`
+	Failures     int   `json:"failures,omitempty"`
 	// Owner is the member ID that leases the partition; Generation is the
 	// raft index of the command that last changed the lease (owner or
 	// producer identity), so it never repeats and a stale owner can tell.
@@ -285,6 +291,10 @@ type State struct {
 	GroupRestores map[string][]GroupRestore `json:"group_restores,omitempty"`
 	// Index is the raft index of the last command applied to this state.
 	Index uint64 `json:"index"`
+	// appendedAtMs is when the leader appended the entry being applied
+	// (raft.Log.AppendedAt, Unix ms; 0 when unknown): the same on every
+	// member, so applies may record it.
+	appendedAtMs int64
 }
 
 // NewState returns an empty state with all maps allocated.

@@ -109,8 +109,9 @@ func readProperties(path string) (map[string]string, error) {
 
 func addCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "add",
-		Usage: "start mirroring topics of a mirror into the destination cluster",
+		Name:    "add",
+		Aliases: []string{"start"},
+		Usage:   "start mirroring topics of a mirror into the destination cluster",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringSliceFlag{Name: "topic", Usage: "`TOPIC` to mirror; repeat or separate with commas (this, --include, or both)"},
@@ -218,8 +219,9 @@ func checkAdd(c *cli.Context) error {
 
 func removeCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "remove",
-		Usage: "stop mirroring a topic and record its last mirrored position (failover); the destination topic is then the one to use",
+		Name:    "remove",
+		Aliases: []string{"stop"},
+		Usage:   "stop mirroring a topic and record its last mirrored position (failover); the destination topic is then the one to use",
 		Flags: []cli.Flag{
 			mirrorFlag("`NAME` of the mirror (required)"),
 			&cli.StringFlag{Name: "topic", Usage: "`TOPIC` to stop mirroring (this, or --include/--exclude)"},
@@ -390,9 +392,13 @@ func describeCommand() *cli.Command {
 			mirrorFlag("only this mirror `NAME`"),
 			&cli.StringFlag{Name: "topic", Usage: "only this `TOPIC`"},
 			&cli.BoolFlag{Name: "groups", Usage: "show each synced consumer group's committed offsets on both clusters instead"},
+			&cli.BoolFlag{Name: "failed", Usage: "show only the partitions that are not MIRRORING, with since when and how often they failed (KIP-1279's view)"},
 		},
 		Action: apiCall(required(), func(c *cli.Context, client *api.Client) error {
 			if c.Bool("groups") {
+				if c.Bool("failed") {
+					return usagef("describe: --failed shows partitions; leave out --groups")
+				}
 				if c.IsSet("topic") {
 					return usagef("describe: --groups shows every topic of the mirror; leave out --topic")
 				}
@@ -408,6 +414,12 @@ func describeCommand() *cli.Command {
 			rows, err := client.Describe(c.Context, c.String("mirror"), c.String("topic"))
 			if err != nil {
 				return err
+			}
+			if c.Bool("failed") {
+				rows = notMirroring(rows)
+				if !jsonOutput(c) {
+					return writeFailedTable(c.App.Writer, rows, time.Now())
+				}
 			}
 			if jsonOutput(c) {
 				return writeJSON(c.App.Writer, rows)

@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
+	"github.com/kmirror/kmirror/raftstore"
 	"github.com/kmirror/kmirror/truncate"
 )
 
@@ -191,4 +193,38 @@ func groupPositions(pos []truncate.GroupPosition) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// notMirroring keeps the rows of partitions that are not MIRRORING.
+func notMirroring(rows []api.PartitionStatus) []api.PartitionStatus {
+	out := []api.PartitionStatus{}
+	for _, r := range rows {
+		if r.State != string(raftstore.StateMirroring) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// writeFailedTable prints describe --failed: each partition not
+// MIRRORING, since when (UTC, and how long before now) and how often it
+// failed.
+func writeFailedTable(w io.Writer, rows []api.PartitionStatus, now time.Time) error {
+	table := [][]string{{"MIRROR", "TOPIC", "PARTITION", "STATE", "SINCE", "FAILURES", "OWNER", "REASON"}}
+	for _, p := range rows {
+		since := "-"
+		if p.StateSinceMs > 0 {
+			at := time.UnixMilli(p.StateSinceMs).UTC()
+			since = at.Format("2006-01-02 15:04:05Z") + " (" + now.Sub(at).Round(time.Second).String() + " ago)"
+		}
+		part, owner := strconv.Itoa(int(p.Partition)), p.Owner
+		if p.Partition < 0 {
+			part = "-"
+		}
+		if owner == "" {
+			owner = "-"
+		}
+		table = append(table, []string{p.Mirror, p.Topic, part, p.State, since, strconv.Itoa(p.Failures), owner, p.Reason})
+	}
+	return writeTable(w, table)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kmirror/kmirror/daemon/api"
 )
@@ -68,5 +69,29 @@ func TestWriteJSON(t *testing.T) {
 	want := "{\n  \"result\": \"created\",\n  \"mirror\": \"east\"\n}\n"
 	if out.String() != want {
 		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}
+
+// TestWriteFailedTable: describe --failed keeps the partitions that are
+// not MIRRORING and shows since when (UTC, and how long ago) and how
+// often each failed.
+func TestWriteFailedTable(t *testing.T) {
+	now := time.Date(2026, 12, 5, 15, 0, 0, 0, time.UTC)
+	rows := notMirroring([]api.PartitionStatus{
+		{Mirror: "east", Topic: "orders", Partition: 0, State: "MIRRORING"},
+		{Mirror: "east", Topic: "orders", Partition: 1, State: "DIVERGED", Reason: "foreign write", Owner: "m2",
+			StateSinceMs: now.Add(-90 * time.Second).UnixMilli(), Failures: 2},
+		{Mirror: "east", Topic: "pay", Partition: -1, State: "SKIPPED", Reason: "mirrored by mirror b"},
+	})
+	var out strings.Builder
+	if err := writeFailedTable(&out, rows, now); err != nil {
+		t.Fatal(err)
+	}
+	want := `MIRROR  TOPIC   PARTITION  STATE     SINCE                             FAILURES  OWNER  REASON
+east    orders  1          DIVERGED  2026-12-05 14:58:30Z (1m30s ago)  2         m2     foreign write
+east    pay     -          SKIPPED   -                                 0         -      mirrored by mirror b
+`
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }

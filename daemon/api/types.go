@@ -171,6 +171,11 @@ type PartitionStatus struct {
 	// --accept-gap); LastGap is the latest such range of source offsets.
 	SkippedRecords int64  `json:"skipped_records,omitempty"`
 	LastGap        string `json:"last_gap,omitempty"`
+	// StateSinceMs is since when the partition is in its raft state (Unix
+	// ms; 0 unknown); Failures how often it went FAILED or DIVERGED since
+	// it was added (describe --failed).
+	StateSinceMs int64 `json:"state_since_ms,omitempty"`
+	Failures     int   `json:"failures,omitempty"`
 }
 
 // Translation answers GET /v1/translate.

@@ -401,7 +401,9 @@ func jsonFields(v any) []string {
 	names := make([]string, 0, t.NumField())
 	for i := 0; i < t.NumField(); i++ {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		names = append(names, name)
+		if name != "-" { // an internal field, never decoded
+			names = append(names, name)
+		}
 	}
 	return names
 }

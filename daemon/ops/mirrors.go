@@ -286,7 +286,7 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 			for i, p := range t.Partitions {
 				ps := api.PartitionStatus{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i),
 					State: string(p.State), Reason: p.Reason, Owner: p.Owner, SourceOffset: -1, DestinationOffset: -1, Lag: -1,
-					SkippedRecords: p.SkippedRecords, LastGap: p.LastGap}
+					SkippedRecords: p.SkippedRecords, LastGap: p.LastGap, StateSinceMs: p.StateSinceMs, Failures: p.Failures}
 				if t.State == raftstore.StatePending || t.State == raftstore.StateStopping {
 					ps.State = string(t.State)
 				}
