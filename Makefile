@@ -1,7 +1,8 @@
 # kmirror — see README.md.
 #
 #   make build   the kmirror binary into bin/
-#   make test    unit tests, then the real-Kafka integration tests
+#   make test    unit tests and the Prometheus rules' tests, then the real-Kafka integration tests
+#   make test-rules  promtool check and test of deploy/prometheus (Debian: apt-get install prometheus)
 #   make demo    source + destination Kafka and a kmirror member, mirroring a demo topic
 #                (runs DEMO_SECONDS, default 60, after the backlog is mirrored; Ctrl-C stops)
 #   make bench   throughput and latency of a 3-member group against the Kafka Java
@@ -13,7 +14,7 @@
 GO ?= go
 BIN := bin/kmirror
 
-.PHONY: build test test-unit demo bench fuzz clean
+.PHONY: build test test-unit test-rules demo bench fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kmirror
@@ -22,7 +23,13 @@ test-unit:
 	$(GO) vet ./...
 	$(GO) test -count=1 -race ./cmd/... ./daemon/... ./raftstore/... ./fetch/... ./truncate/...
 
-test: test-unit test-integration
+# The alerting rules operators load (deploy/prometheus): checked and
+# unit-tested with promtool against series that must and must not fire.
+test-rules:
+	promtool check rules deploy/prometheus/kmirror-rules.yml
+	promtool test rules deploy/prometheus/kmirror-rules.test.yml
+
+test: test-unit test-rules test-integration
 
 # Prints figures, asserts none: BENCH_FLAGS="--bytes 64MiB --latency-seconds 5"
 # for a short run (see go run ./integration/bench --help).
