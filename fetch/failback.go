@@ -127,20 +127,39 @@ func (e *Engine) Seed(ctx context.Context, k Key, at Entry, leaderEpoch int32, e
 // It is the quarantine copy of truncation: the caller deletes the
 // originals only after it returned nil. It returns the records copied.
 func CopyRange(ctx context.Context, a *kafka.Admin, topic string, partition int32, from, to int64, dstTopic string) (int64, error) {
+	var copied int64
+	err := eachCommitted(ctx, a, topic, partition, from, to, func(recs []kwire.Record) error {
+		if err := a.Produce(ctx, dstTopic, partition, recs); err != nil {
+			return err
+		}
+		copied += int64(len(recs))
+		return nil
+	})
+	return copied, err
+}
+
+// errStopRead ends eachCommitted early without an error.
+var errStopRead = errors.New("stop reading")
+
+// eachCommitted calls fn with the records of each batch of
+// topic/partition at offsets [from, to) as a read_committed consumer sees
+// them (aborted transactions and control records left out); to < 0 reads
+// up to the last stable offset. fn returning errStopRead ends it with nil.
+// Offsets not yet committed below to are an error.
+func eachCommitted(ctx context.Context, a *kafka.Admin, topic string, partition int32, from, to int64, fn func([]kwire.Record) error) error {
 	r, err := kafka.OpenPartitionReader(ctx, a.Cluster(), topic, partition, from, true)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer r.Close()
-	var copied int64
-	for r.Offset < to {
+	for to < 0 || r.Offset < to {
 		fp, err := r.Fetch(ctx)
 		if err != nil {
-			return copied, err
+			return err
 		}
 		items, next, need, err := buildItems(fp.Records, fp.Aborted, r.Offset)
 		if err != nil {
-			return copied, err
+			return err
 		}
 		for _, it := range items {
 			if it.skip() {
@@ -148,30 +167,35 @@ func CopyRange(ctx context.Context, a *kafka.Admin, topic string, partition int3
 			}
 			recs, err := it.records()
 			if err != nil {
-				return copied, err
+				return err
 			}
 			kept := recs[:0]
 			for _, rec := range recs {
-				if rec.Offset < to {
+				if rec.Offset >= r.Offset && (to < 0 || rec.Offset < to) {
 					kept = append(kept, rec)
 				}
 			}
 			if len(kept) == 0 {
 				continue
 			}
-			if err := a.Produce(ctx, dstTopic, partition, kept); err != nil {
-				return copied, err
+			if err := fn(kept); err != nil {
+				if errors.Is(err, errStopRead) {
+					return nil
+				}
+				return err
 			}
-			copied += int64(len(kept))
 		}
 		switch {
 		case need > 0:
 			r.MaxBytes = int32(max(int(r.MaxBytes)*2, need))
 		case next == r.Offset && fp.LastStableOffset <= r.Offset:
+			if to < 0 {
+				return nil
+			}
 			// Nothing committed past here yet (an open transaction).
-			return copied, fmt.Errorf("copy %s/%d: offsets %d..%d are not committed yet", topic, partition, r.Offset, to-1)
+			return fmt.Errorf("%s/%d: offsets %d..%d are not committed yet", topic, partition, r.Offset, to-1)
 		}
 		r.Offset = next
 	}
-	return copied, nil
+	return nil
 }

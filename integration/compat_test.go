@@ -198,21 +198,7 @@ func compatCore(t *testing.T, src, dst *harness.Cluster, m *member, mirror strin
 		t.Fatal(err)
 	}
 	produceSync(t, kgoClient(t, src, kgo.ProducerBatchCompression(kgo.ZstdCompression())), keyedRecords(topic, 0, 2000))
-	txn := kgoClient(t, src, kgo.TransactionalID(topic+"-txn"), kgo.DefaultProduceTopic(topic))
-	for i, commit := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort, kgo.TryCommit} {
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range keyedRecords(topic, 10_000+i*100, 100) {
-			txn.Produce(ctx, r, nil)
-		}
-		if err := txn.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.EndTransaction(ctx, commit); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produceTransactions(t, src, topic, 10_000, 100, kgo.TryCommit, kgo.TryAbort, kgo.TryCommit)
 	if _, err := m.client.AddTopics(ctx, api.AddTopicsRequest{Mirror: mirror, Topics: []string{topic}}); err != nil {
 		t.Fatal(err)
 	}
@@ -297,4 +283,26 @@ func TestMirrorFromKafka44Into44(t *testing.T) {
 	}
 	compatCore(t, cls[0], cls[1], m, "new44b")
 	shareGroupSwitchover(t, cls[0], cls[1], m, "new44b")
+}
+
+// produceTransactions writes one transaction of n keyed records per end
+// (commit or abort) into topic on cl, keys from `from` on, 100 apart.
+func produceTransactions(t *testing.T, cl *harness.Cluster, topic string, from, n int, ends ...kgo.TransactionEndTry) {
+	t.Helper()
+	ctx := context.Background()
+	txn := kgoClient(t, cl, kgo.TransactionalID(topic+"-txn"), kgo.DefaultProduceTopic(topic))
+	for i, end := range ends {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range keyedRecords(topic, from+i*100, n) {
+			txn.Produce(ctx, r, nil)
+		}
+		if err := txn.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

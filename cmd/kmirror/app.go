@@ -112,6 +112,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			resumeCommand(),
 			listCommand(),
 			describeCommand(),
+			verifyCommand(),
 			deleteCommand(),
 			membersCommand(),
 			versionCommand(),

@@ -79,6 +79,15 @@ func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition i
 	return api.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
 }
 
+func (f *fakeAPI) Verify(_ context.Context, req api.VerifyRequest) ([]api.VerifyPartition, error) {
+	rows := []api.VerifyPartition{{Partition: 0, From: 0, To: 40, Compared: 40, MismatchSource: -1, MismatchDestination: -1}}
+	if req.Topic == "bad" {
+		rows = append(rows, api.VerifyPartition{Partition: 1, From: 0, To: 30, Compared: 9, Mismatch: "source offset 9, destination offset 9: values differ",
+			MismatchSource: 9, MismatchDestination: 9})
+	}
+	return rows, f.record("Verify %s %s full=%t samples=%d", req.Mirror, req.Topic, req.Full, req.Samples)
+}
+
 func (f *fakeAPI) Ready(context.Context) error { return nil }
 
 func (f *fakeAPI) SwitchoverTopic(_ context.Context, mirror, topic string, timeout time.Duration) ([]string, error) {
@@ -196,6 +205,10 @@ func TestCommandsSucceed(t *testing.T) {
 			"SetTopicPatterns east include=[a.*] exclude=[a-tmp] remove=false"},
 		{"remove", []string{"remove", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
+		{"verify sampled", []string{"verify", "--mirror", "east", "--topic", "orders"},
+			"PARTITION  SOURCE-OFFSETS  COMPARED  RESULT\n0          0..39           40        equal\n", "Verify east orders full=false samples=100"},
+		{"verify full", []string{"verify", "--mirror", "east", "--topic", "orders", "--full"},
+			"PARTITION  SOURCE-OFFSETS  COMPARED  RESULT\n0          0..39           40        equal\n", "Verify east orders full=true samples=100"},
 		{"stop (KIP-1279's verb for remove)", []string{"stop", "--mirror", "east", "--topic", "orders"},
 			"removed orders from mirror east\n", "RemoveTopic east orders"},
 		{"remove wait-for-sync", []string{"remove", "--mirror", "east", "--topic", "orders", "--wait-for-sync"},
@@ -415,5 +428,18 @@ func TestTokenNotSentInClear(t *testing.T) {
 		if got != refused {
 			t.Errorf("--server %s: refused=%v (exit %d, %q), want %v", server, got, code, errb.String(), refused)
 		}
+	}
+}
+
+// TestVerifyMismatchExits1: kmirror verify prints its whole report and
+// exits 1 when a partition differs, so a script can gate a switchover.
+func TestVerifyMismatchExits1(t *testing.T) {
+	res := runCLI(t, &fakeAPI{}, "verify", "--mirror", "east", "--topic", "bad")
+	if res.code != exitError || !strings.Contains(res.stdout, "1          0..29           9         MISMATCH: source offset 9, destination offset 9: values differ") ||
+		!strings.Contains(res.stderr, "the destination differs from the source") {
+		t.Fatalf("verify of a topic with a mismatch: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if res := runCLI(t, &fakeAPI{}, "verify", "--mirror", "east", "--topic", "orders", "--full", "--samples", "5"); res.code != exitUsage {
+		t.Fatalf("verify --full --samples: exit %d, want %d\n%s", res.code, exitUsage, res.stderr)
 	}
 }

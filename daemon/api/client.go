@@ -238,6 +238,15 @@ func (c *Client) Describe(ctx context.Context, mirror, topic string) ([]Partitio
 	return rows, nil
 }
 
+// Verify implements Service.
+func (c *Client) Verify(ctx context.Context, req VerifyRequest) ([]VerifyPartition, error) {
+	long := *c
+	long.http = &http.Client{Timeout: max(c.http.Timeout, VerifyTimeout+30*time.Second), Transport: c.http.Transport}
+	var out []VerifyPartition
+	err := long.do(ctx, http.MethodPost, "/v1/verify", nil, req, &out)
+	return out, err
+}
+
 // Translate implements Service.
 func (c *Client) Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error) {
 	query := url.Values{}

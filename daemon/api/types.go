@@ -178,6 +178,40 @@ type PartitionStatus struct {
 	Failures     int   `json:"failures,omitempty"`
 }
 
+// VerifyRequest is the body of POST /v1/verify (kmirror verify).
+type VerifyRequest struct {
+	Mirror string `json:"mirror"`
+	Topic  string `json:"topic"`
+	// Full compares every mirrored record; otherwise Samples source
+	// offsets per partition (default DefaultVerifySamples), the first and
+	// the last mirrored one among them.
+	Full    bool `json:"full,omitempty"`
+	Samples int  `json:"samples,omitempty"`
+}
+
+// DefaultVerifySamples is VerifyRequest.Samples when not given.
+const DefaultVerifySamples = 100
+
+// VerifyTimeout bounds one kmirror verify (a full pass reads every
+// mirrored record of the topic from both clusters).
+const VerifyTimeout = 30 * time.Minute
+
+// VerifyPartition is one partition's report of kmirror verify: the source
+// offsets [From, To) it covered (To is the mirrored position), the record
+// pairs found equal, and the first mismatch with its offsets (-1 for a
+// side without a record). Skipped says why the partition was not
+// compared (not MIRRORING, position or translation unknown).
+type VerifyPartition struct {
+	Partition           int32  `json:"partition"`
+	From                int64  `json:"from"`
+	To                  int64  `json:"to"`
+	Compared            int64  `json:"compared"`
+	Mismatch            string `json:"mismatch,omitempty"`
+	MismatchSource      int64  `json:"mismatch_source"`
+	MismatchDestination int64  `json:"mismatch_destination"`
+	Skipped             string `json:"skipped,omitempty"`
+}
+
 // Translation answers GET /v1/translate.
 type Translation struct {
 	Mirror            string `json:"mirror"`
@@ -206,6 +240,10 @@ type Service interface {
 	// Translate returns the destination offset at which a consumer that
 	// stopped at sourceOffset on the source continues (design.md section 5).
 	Translate(ctx context.Context, mirror, topic string, partition int32, sourceOffset int64) (Translation, error)
+	// Verify compares the destination with the source record by record
+	// for the offsets a topic's partitions have mirrored (issue 22): each
+	// partition's report; a mismatch is a result, not an error.
+	Verify(ctx context.Context, req VerifyRequest) ([]VerifyPartition, error)
 	// Ready returns nil when raft has a leader, the FSM has caught up and the
 	// destination cluster answers; otherwise an error saying which is not.
 	Ready(ctx context.Context) error

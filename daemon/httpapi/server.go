@@ -50,6 +50,7 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 	mux.Handle("POST /v1/mirrors/{name}/topics/{topic}/resume", h.wrap(h.resumeTopic))
 	mux.Handle("GET /v1/describe", h.wrap(h.describe))
 	mux.Handle("GET /v1/translate", h.wrap(h.translate))
+	mux.Handle("POST /v1/verify", h.wrap(h.verify))
 	mux.Handle("GET /v1/members", h.wrap(h.members))
 	mux.Handle("POST /v1/members", h.wrap(h.addMember))
 	mux.Handle("DELETE /v1/members/{id}", h.wrap(h.removeMember))
@@ -333,6 +334,18 @@ func (h *handler) describeGroups(r *http.Request) (int, any, error) {
 		rows = []api.GroupStatus{}
 	}
 	return http.StatusOK, rows, nil
+}
+
+func (h *handler) verify(r *http.Request) (int, any, error) {
+	var req api.VerifyRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	res, err := h.api.Verify(r.Context(), req)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, res, nil
 }
 
 func (h *handler) translate(r *http.Request) (int, any, error) {

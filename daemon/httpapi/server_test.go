@@ -78,6 +78,10 @@ func (f *fakeAPI) Describe(_ context.Context, mirror, topic string) ([]api.Parti
 	return f.rows, nil
 }
 
+func (f *fakeAPI) Verify(_ context.Context, req api.VerifyRequest) ([]api.VerifyPartition, error) {
+	return nil, nil
+}
+
 func (f *fakeAPI) Translate(_ context.Context, mirror, topic string, partition int32, offset int64) (api.Translation, error) {
 	return api.Translation{Mirror: mirror, Topic: topic, Partition: partition, SourceOffset: offset, DestinationOffset: offset + 1}, nil
 }
