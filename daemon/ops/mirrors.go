@@ -296,7 +296,7 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 						ps.SourceOffset, ps.Lag = st.SourceEnd, st.Lag
 					}
 					if st.State == string(fetch.Starting) && ps.State == string(raftstore.StateMirroring) {
-						ps.Reason = "resuming: verifying the destination against the source before mirroring"
+						ps.Reason = "starting: checking the destination against the source before mirroring (from the last checkpoint, or from the start)"
 					}
 					ps.DuplicateRecords, ps.ConvertedRecords = st.DuplicateRecords, st.ConvertedRecords
 					stale := ""
