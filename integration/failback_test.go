@@ -321,18 +321,7 @@ func TestReAddStoppedTopic(t *testing.T) {
 	// old translation that maps them).
 	srcStop := stoppedAt(t, m, "ra2", topic, partitions, false)
 	commitOn(t, env.dst, "readd-app", topic, map[int32]int64{0: 50, 1: lastMirrored[1] + 2})
-	live := kgoClient(t, env.dst, kgo.ConsumerGroup("readd-live"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
-	if fs := live.PollRecords(pctx, 5); fs.Err() != nil {
-		cancel()
-		t.Fatalf("live consumer poll: %v", fs.Err())
-	}
-	if err := live.CommitUncommittedOffsets(pctx); err != nil {
-		cancel()
-		t.Fatalf("live consumer commit: %v", err)
-	}
-	cancel()
+	live := liveGroup(t, env.dst, "readd-live", topic)
 	if out, errOut, code := cli(t, m, "add", "--mirror", "ra2", "--topic", topic, "--truncate"); code != 1 || !strings.Contains(out+errOut, "readd-live") {
 		t.Fatalf("add --truncate with a live group on the destination: exit %d, want 1 naming readd-live\n%s%s", code, out, errOut)
 	}

@@ -47,18 +47,7 @@ func TestFailbackKeepsGroupPositions(t *testing.T) {
 	commitOn(t, env.src, "fbg-a-end", topic, map[int32]int64{0: endA[0], 1: endA[1]})
 	commitOn(t, env.src, "fbg-a-mid", topic, map[int32]int64{0: 40})
 	// A group with a live member on A.
-	live := kgoClient(t, env.src, kgo.ConsumerGroup("fbg-live"), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
-	if fs := live.PollRecords(pctx, 10); fs.Err() != nil {
-		cancel()
-		t.Fatalf("live consumer poll: %v", fs.Err())
-	}
-	if err := live.CommitUncommittedOffsets(pctx); err != nil {
-		cancel()
-		t.Fatalf("live consumer commit: %v", err)
-	}
-	cancel()
+	live := liveGroup(t, env.src, "fbg-live", topic)
 
 	mA := syncingMember(t, "fg-beside-a", env.src, env.dst, "fgba")
 	out, errOut, code := cli(t, mA, "add", "--mirror", "fgba", "--topic", topic, "--dry-run")
@@ -130,6 +119,24 @@ func TestFailbackKeepsGroupPositions(t *testing.T) {
 		}
 		next[c.partition]++
 	}
+}
+
+// liveGroup starts a consumer of topic in group on cl that has read and
+// committed some records and stays a member (the group is Stable) until
+// the returned client is closed.
+func liveGroup(t *testing.T, cl *harness.Cluster, group, topic string) *kgo.Client {
+	t.Helper()
+	live := kgoClient(t, cl, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if fs := live.PollRecords(ctx, 10); fs.Err() != nil {
+		t.Fatalf("consumer of group %s: poll: %v", group, fs.Err())
+	}
+	if err := live.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("consumer of group %s: commit: %v", group, err)
+	}
+	return live
 }
 
 // waitCommitted waits until group's committed offsets of topic on the

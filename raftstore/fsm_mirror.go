@@ -10,6 +10,15 @@ import (
 // Applies of the mirror-level commands (mirror definitions, patterns,
 // hints, ACL records) and of the group positions kept across a truncation.
 
+// mirror returns mirror name, or ErrNotFound.
+func (s *State) mirror(name string) (*Mirror, error) {
+	mir, ok := s.Mirrors[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: mirror %q", ErrNotFound, name)
+	}
+	return mir, nil
+}
+
 func (s *State) applyCreateMirror(c CreateMirror, index uint64) error {
 	name := c.Mirror.Name
 	if name == "" || strings.Contains(name, "/") {
@@ -23,9 +32,9 @@ func (s *State) applyCreateMirror(c CreateMirror, index uint64) error {
 }
 
 func (s *State) applyAlterMirror(c AlterMirror, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	mir, err := s.mirror(c.Name)
+	if err != nil {
+		return err
 	}
 	if len(c.Bootstrap) == 0 {
 		return fmt.Errorf("%w: mirror %q: an empty bootstrap list", ErrInvalid, c.Name)
@@ -36,9 +45,9 @@ func (s *State) applyAlterMirror(c AlterMirror, _ uint64) error {
 }
 
 func (s *State) applySetTopicPatterns(c SetTopicPatterns, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	mir, err := s.mirror(c.Name)
+	if err != nil {
+		return err
 	}
 	mir.Include, mir.Exclude = slices.Clone(c.Include), slices.Clone(c.Exclude)
 	if len(mir.Include) == 0 {
@@ -48,9 +57,9 @@ func (s *State) applySetTopicPatterns(c SetTopicPatterns, _ uint64) error {
 }
 
 func (s *State) applySetDiscoverySkips(c SetDiscoverySkips, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	mir, err := s.mirror(c.Name)
+	if err != nil {
+		return err
 	}
 	mir.Skipped = maps.Clone(c.Skipped)
 	if len(mir.Skipped) == 0 {
@@ -69,9 +78,9 @@ func (s *State) applySetConfigSyncError(c SetConfigSyncError, _ uint64) error {
 }
 
 func (s *State) applySetSyncedACLs(c SetSyncedACLs, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	mir, err := s.mirror(c.Name)
+	if err != nil {
+		return err
 	}
 	mir.SyncedACLs = slices.Clone(c.ACLs)
 	return nil
@@ -110,8 +119,8 @@ func (s *State) applySetStopFence(c SetStopFence, _ uint64) error {
 }
 
 func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
-	if _, ok := s.Mirrors[c.Name]; !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	if _, err := s.mirror(c.Name); err != nil {
+		return err
 	}
 	delete(s.Mirrors, c.Name)
 	s.dropGroupRestores(c.Name, "")
@@ -124,9 +133,9 @@ func (s *State) applyDeleteMirror(c DeleteMirror, index uint64) error {
 }
 
 func (s *State) applySetMirrorNotes(c SetMirrorNotes, _ uint64) error {
-	mir, ok := s.Mirrors[c.Name]
-	if !ok {
-		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Name)
+	mir, err := s.mirror(c.Name)
+	if err != nil {
+		return err
 	}
 	mir.Notes = slices.Clone(c.Notes)
 	return nil

@@ -54,14 +54,7 @@ func writeMirrorTable(w io.Writer, mirrors []api.MirrorSummary) error {
 func writePartitionTable(w io.Writer, partitions []api.PartitionStatus) error {
 	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "OWNER", "STATE", "REASON"}}
 	for _, p := range partitions {
-		owner := p.Owner
-		if owner == "" {
-			owner = "-"
-		}
-		part := strconv.Itoa(int(p.Partition))
-		if p.Partition < 0 {
-			part = "-" // a row for the whole topic (SKIPPED)
-		}
+		part, owner := partitionCells(p)
 		rows = append(rows, []string{
 			p.Mirror, p.Topic, part,
 			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag),
@@ -217,14 +210,21 @@ func writeFailedTable(w io.Writer, rows []api.PartitionStatus, now time.Time) er
 			at := time.UnixMilli(p.StateSinceMs).UTC()
 			since = at.Format("2006-01-02 15:04:05Z") + " (" + now.Sub(at).Round(time.Second).String() + " ago)"
 		}
-		part, owner := strconv.Itoa(int(p.Partition)), p.Owner
-		if p.Partition < 0 {
-			part = "-"
-		}
-		if owner == "" {
-			owner = "-"
-		}
+		part, owner := partitionCells(p)
 		table = append(table, []string{p.Mirror, p.Topic, part, p.State, since, strconv.Itoa(p.Failures), owner, p.Reason})
 	}
 	return writeTable(w, table)
+}
+
+// partitionCells are a describe row's PARTITION and OWNER cells: "-" for a
+// row of the whole topic (SKIPPED) and for no owner.
+func partitionCells(p api.PartitionStatus) (part, owner string) {
+	part, owner = strconv.Itoa(int(p.Partition)), p.Owner
+	if p.Partition < 0 {
+		part = "-"
+	}
+	if owner == "" {
+		owner = "-"
+	}
+	return part, owner
 }

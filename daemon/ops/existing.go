@@ -99,16 +99,20 @@ func (o *Ops) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstor
 	}
 	tctx, cancel := context.WithTimeout(ctx, api.TruncateTimeout)
 	defer cancel()
-	restores, positions, err := o.keepGroupPositions(tctx, p)
+	positions, kept, err := o.keepGroupPositions(tctx, p)
 	if err != nil {
 		return truncate.Result{}, err
 	}
 	res, err := truncate.Truncate(tctx, o.dest, p.existing, rf)
 	res.Groups = positions
 	if err != nil {
-		if len(restores) > 0 {
-			// The topic is unchanged (Truncate deletes it last) and keeps
-			// its groups' commits: nothing is to be given back.
+		// Truncate deletes the topic last, but a delete that failed (a
+		// timeout) may still have happened: the kept positions go only if
+		// the topic is there with its groups' commits.
+		cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+		_, terr := o.dest.Topic(cctx, p.topic.Topic)
+		cancel()
+		if kept && terr == nil {
 			if cerr := o.store.Apply(ctx, raftstore.SetGroupRestores{Mirror: mir.Name, Topic: p.topic.Topic}); cerr != nil {
 				o.log.Warn("kept group positions not cleared after a failed truncation", zap.String("topic", p.topic.Topic), zap.Error(cerr))
 			}
@@ -131,15 +135,15 @@ func (o *Ops) truncateAndAdd(ctx context.Context, src *kafka.Admin, mir raftstor
 // about to be truncated and records in raft, before anything is deleted,
 // what each is given back as (State.GroupRestores; group sync commits them
 // into the rebuilt topic). Groups with members refuse the truncation
-// (api.ErrConflict, naming them).
-func (o *Ops) keepGroupPositions(ctx context.Context, p plannedTopic) ([]raftstore.GroupRestore, []truncate.GroupPosition, error) {
-	positions, err := truncate.GroupPositions(ctx, o.dest, p.existing)
+// (api.ErrConflict, naming them). kept reports whether any was recorded.
+func (o *Ops) keepGroupPositions(ctx context.Context, p plannedTopic) (positions []truncate.GroupPosition, kept bool, err error) {
+	positions, err = truncate.GroupPositions(ctx, o.dest, p.existing)
 	var busy *truncate.BusyGroupsError
 	switch {
 	case errors.As(err, &busy):
-		return nil, nil, fmt.Errorf("%w: %v. Nothing was truncated", api.ErrConflict, err)
+		return nil, false, fmt.Errorf("%w: %v. Nothing was truncated", api.ErrConflict, err)
 	case err != nil:
-		return nil, nil, fmt.Errorf("%w: %v (kmirror gives every group its position back after --truncate, so it reads them first); "+
+		return nil, false, fmt.Errorf("%w: %v (kmirror gives every group its position back after --truncate, so it reads them first); "+
 			"nothing was truncated", api.ErrUnavailable, err)
 	}
 	var restores []raftstore.GroupRestore
@@ -154,9 +158,9 @@ func (o *Ops) keepGroupPositions(ctx context.Context, p plannedTopic) ([]raftsto
 	}
 	if len(restores) > 0 {
 		if err := o.store.Apply(ctx, raftstore.SetGroupRestores{Mirror: p.topic.Mirror, Topic: p.topic.Topic, Restores: restores}); err != nil {
-			return nil, nil, StoreErr(err)
+			return nil, false, StoreErr(err)
 		}
 		o.log.Info("consumer group positions kept for after the truncation", zap.String("topic", p.topic.Topic), zap.Int("positions", len(restores)))
 	}
-	return restores, positions, nil
+	return positions, len(restores) > 0, nil
 }

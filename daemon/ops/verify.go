@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 
@@ -83,9 +84,10 @@ func (o *Ops) Verify(ctx context.Context, req api.VerifyRequest) ([]api.VerifyPa
 		if vp.From >= vp.To {
 			continue // nothing mirrored to compare
 		}
-		offsets := []int64{vp.From}
+		// Full: one pass from the start; sampled: one record at each offset.
+		offsets, limit := []int64{vp.From}, int64(0)
 		if !req.Full {
-			offsets = sampleOffsets(vp.From, vp.To, samples)
+			offsets, limit = sampleOffsets(vp.From, vp.To, samples), 1
 		}
 		for _, s := range offsets {
 			tr, err := o.Translate(ctx, req.Mirror, req.Topic, r.Partition, s)
@@ -98,10 +100,6 @@ func (o *Ops) Verify(ctx context.Context, req api.VerifyRequest) ([]api.VerifyPa
 					"(records deleted there, by DeleteRecords or a shorter retention, while the source still holds them)", s, d, start)
 				vp.MismatchSource, vp.MismatchDestination = s, d
 				break
-			}
-			limit := int64(1)
-			if req.Full {
-				limit = 0
 			}
 			res, err := fetch.VerifyRange(ctx, src, o.dest, req.Topic, r.Partition, s, vp.To, tr.DestinationOffset, limit)
 			if err != nil {
@@ -124,11 +122,5 @@ func sampleOffsets(from, to int64, n int) []int64 {
 	for span := to - from; len(seen) < n && int64(len(seen)) < span; {
 		seen[from+rand.Int64N(span)] = true
 	}
-	return slices.Sorted(func(yield func(int64) bool) {
-		for o := range seen {
-			if !yield(o) {
-				return
-			}
-		}
-	})
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -27,9 +27,10 @@ import (
 // or overtaken.
 
 // restore syncs the kept positions of keys' partitions and returns their
-// rows (api.GroupStatus.Restore).
+// rows (api.GroupStatus.Restore); those of groups in unread wait for a
+// round that read the group's source commits.
 func (g *GroupSync) restore(ctx context.Context, mirror string, keys []fetch.Key, onDest map[string]kwire.GroupListing,
-	fromSource map[groupRowKey]bool, tr translator) []api.GroupStatus {
+	fromSource map[groupRowKey]bool, unread map[string]bool, tr translator) []api.GroupStatus {
 	held := map[fetch.Key]bool{}
 	for _, k := range keys {
 		held[k] = true
@@ -47,7 +48,7 @@ func (g *GroupSync) restore(ctx context.Context, mirror string, keys []fetch.Key
 			for _, r := range rs {
 				fk := fetch.Key{Mirror: mirror, Topic: topic, Partition: r.Partition}
 				p, ok := s.Partition(raftstore.PartitionKey{Mirror: mirror, Topic: topic, Partition: r.Partition})
-				if !held[fk] || !ok || p.Owner != g.nodeID {
+				if !held[fk] || !ok || p.Owner != g.nodeID || unread[r.Group] {
 					continue
 				}
 				leases[fk] = raftstore.Lease{Owner: p.Owner, Generation: p.Generation}
@@ -72,7 +73,7 @@ func (g *GroupSync) restore(ctx context.Context, mirror string, keys []fetch.Key
 	var rows []api.GroupStatus
 	for _, group := range groups {
 		dg, exists := onDest[group]
-		for _, r := range g.syncGroup(ctx, mirror, group, dg, exists, byGroup[group], tr) {
+		for _, r := range g.syncGroup(ctx, consumerGroups, mirror, group, dg, exists, byGroup[group], tr) {
 			k := kept[rowKeyOf(r)]
 			r.Restore = true
 			note := fmt.Sprintf("position %d on the topic add --truncate deleted, given back", k.DestinationCommitted)

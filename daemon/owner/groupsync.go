@@ -135,8 +135,10 @@ func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 	var rows []api.GroupStatus
 	seen := map[string]bool{}
 	// fromSource: the (group, partition) rows a source group's commit
-	// governs; a position kept by a truncation yields to it.
-	fromSource := map[groupRowKey]bool{}
+	// governs; a position kept by a truncation yields to it. unread: the
+	// groups whose source commits could not be read this round, whose kept
+	// positions wait (the source may hold one that must win).
+	fromSource, unread := map[groupRowKey]bool{}, map[string]bool{}
 	for _, sg := range srcGroups {
 		if seen[sg.ID] || !settings.SyncsGroup(sg.ID) {
 			continue
@@ -154,6 +156,7 @@ func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 			}
 			// One group's failure (a missing ACL, a coordinator moving)
 			// must not hold up the others: its rows wait for the next round.
+			unread[sg.ID] = true
 			g.warn(mir.Name+"/"+sg.ID, "committed offsets of a source group not readable; retrying next round", err)
 			rows = append(rows, g.pendingRows(func(k groupRowKey) bool { return k.Mirror == mir.Name && k.Group == sg.ID },
 				"source committed offsets not readable: "+err.Error())...)
@@ -166,17 +169,18 @@ func (g *GroupSync) sync(ctx context.Context, mir raftstore.Mirror, settings mir
 			fromSource[groupRowKey{mir.Name, sg.ID, tp.Topic, tp.Partition}] = true
 		}
 		dg, exists := onDest[sg.ID]
-		rows = append(rows, g.syncGroup(ctx, mir.Name, sg.ID, dg, exists, committed, tr)...)
+		rows = append(rows, g.syncGroup(ctx, consumerGroups, mir.Name, sg.ID, dg, exists, committed, tr)...)
 	}
-	rows = append(rows, g.restore(ctx, mir.Name, keys, onDest, fromSource, tr)...)
+	rows = append(rows, g.restore(ctx, mir.Name, keys, onDest, fromSource, unread, tr)...)
 	for i := range rows {
 		rows[i].SyncedAtMs = started
 	}
 	return rows, nil
 }
 
-// syncGroup syncs one group; committed holds its source commits.
-func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwire.GroupListing, exists bool,
+// syncGroup syncs one group of kind gk; committed holds its source
+// positions (commits, or a share group's start offsets).
+func (g *GroupSync) syncGroup(ctx context.Context, gk groupKind, mirror, group string, dg kwire.GroupListing, exists bool,
 	committed map[kafka.TopicPartition]kafka.Committed, tr translator) []api.GroupStatus {
 	tps := make([]kafka.TopicPartition, 0, len(committed))
 	for tp := range committed {
@@ -187,7 +191,7 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 	})
 	rows := make([]api.GroupStatus, len(tps))
 	for i, tp := range tps {
-		rows[i] = api.GroupStatus{Mirror: mirror, Group: group, Topic: tp.Topic, Partition: tp.Partition,
+		rows[i] = api.GroupStatus{Mirror: mirror, Group: group, Kind: gk.kind, Topic: tp.Topic, Partition: tp.Partition,
 			SourceCommitted: committed[tp].Offset, DestinationCommitted: -1, Member: g.nodeID}
 	}
 	setAll := func(state, reason string) []api.GroupStatus {
@@ -196,16 +200,22 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		}
 		return rows
 	}
-	if reason := groupNameConflict(group, dg, exists); reason != "" {
+	if reason := gk.conflict(group, dg, exists); reason != "" {
 		return setAll(api.GroupConflict, reason)
 	}
-	dst, err := g.dest.CommittedOffsets(ctx, group, tps)
+	dst, err := gk.read(ctx, g.dest, group, tps)
+	if why := gk.unsupported(err); why != "" {
+		for i := range rows {
+			rows[i].Unsupported = true
+		}
+		return setAll(api.GroupConflict, why)
+	}
 	if err != nil {
-		return setAll(api.GroupPending, "destination committed offsets unknown: "+err.Error())
+		return setAll(api.GroupPending, "destination "+gk.noun+"s unknown: "+err.Error())
 	}
 	for i, tp := range tps {
-		if c, ok := dst[tp]; ok {
-			rows[i].DestinationCommitted = c.Offset
+		if o, ok := dst[tp]; ok {
+			rows[i].DestinationCommitted = o
 		}
 	}
 	if exists && dg.State != "Empty" {
@@ -214,7 +224,6 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 			"with %s (kmirror alter)", group, dg.State, mirrorprops.PropGroupsExclude))
 	}
 	commit := map[kafka.TopicPartition]kafka.Committed{}
-	target := make([]int64, len(tps))
 	for i, tp := range tps {
 		r := &rows[i]
 		k := fetch.Key{Mirror: mirror, Topic: tp.Topic, Partition: tp.Partition}
@@ -224,39 +233,39 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		switch {
 		case errors.As(err, &before):
 			r.State, r.Reason = api.GroupPending, err.Error()+"; kmirror commits nothing for it: set the destination offset yourself "+
-				"(kafka-consumer-groups.sh --reset-offsets) if skipping them is right"
+				"("+gk.tool+" --reset-offsets) if skipping them is right"
 			continue
 		case errors.As(err, &floor):
 			r.State, r.Reason = api.GroupPending, err.Error()+"; kmirror commits nothing for it until the group commits at or above "+
-				fmt.Sprint(floor.Floor)+", or set the destination offset yourself (kafka-consumer-groups.sh --reset-offsets)"
+				fmt.Sprint(floor.Floor)+", or set the destination offset yourself ("+gk.tool+" --reset-offsets)"
 			continue
 		case err != nil:
 			r.State, r.Reason = api.GroupPending, "no translation: "+err.Error()
 			continue
 		}
-		target[i] = d
 		switch {
 		case r.DestinationCommitted > d:
-			r.State, r.Ahead, r.Reason = api.GroupConflict, true, fmt.Sprintf("the destination's committed offset %d is ahead of %d, the translation of the source's %d: "+
-				"kmirror never moves a committed offset backwards; if the source group was reset on purpose, reset the destination group "+
-				"too (kafka-consumer-groups.sh --reset-offsets --to-offset %d) or delete it there", r.DestinationCommitted, d, r.SourceCommitted, d)
+			r.State, r.Ahead, r.Reason = api.GroupConflict, true, fmt.Sprintf("the destination's %s %d is ahead of %d, the translation of the source's %d: "+
+				"kmirror never moves a %s backwards; if the source group was reset on purpose, reset the destination group "+
+				"too (%s --reset-offsets --to-offset %d) or delete it there", gk.noun, r.DestinationCommitted, d, r.SourceCommitted, gk.noun, gk.tool, d)
 		case r.DestinationCommitted < d:
 			commit[tp] = kafka.Committed{Offset: d, Metadata: committed[tp].Metadata}
 			fallthrough
 		default:
 			r.State = api.GroupSynced
 			if capped {
-				r.State, r.Reason = api.GroupPending, fmt.Sprintf("the source commit is past what is mirrored so far: committed the destination end %d; "+
-					"it follows as mirroring catches up", d)
+				r.State, r.Reason = api.GroupPending, fmt.Sprintf("the source's %s is past what is mirrored so far: committed the destination end %d; "+
+					"it follows as mirroring catches up", gk.noun, d)
 			}
 		}
 	}
 	if len(commit) == 0 {
 		return rows
 	}
-	refused, err := g.dest.CommitOffsets(ctx, group, commit)
+	refused, err := gk.write(ctx, g.dest, group, commit)
 	for i, tp := range tps {
-		if _, ok := commit[tp]; !ok {
+		c, ok := commit[tp]
+		if !ok {
 			continue
 		}
 		r := &rows[i]
@@ -266,7 +275,7 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		}
 		switch {
 		case rerr == nil:
-			r.DestinationCommitted = target[i]
+			r.DestinationCommitted = c.Offset
 		case kafka.IsGroupInUse(rerr):
 			r.State, r.Reason = api.GroupConflict, fmt.Sprintf("group %s got members on the destination (the commit was refused: %v): "+
 				"kmirror leaves a group in use alone", group, rerr)
@@ -275,6 +284,40 @@ func (g *GroupSync) syncGroup(ctx context.Context, mirror, group string, dg kwir
 		}
 	}
 	return rows
+}
+
+// groupKind is what a consumer group and a share group sync differently:
+// the name of their position, how the destination's positions are read
+// and written, and when a same-named destination group is not one
+// kmirror may write.
+type groupKind struct {
+	kind  string // api.GroupStatus.Kind
+	noun  string // "committed offset", "start offset"
+	tool  string // the Kafka tool that resets the position by hand
+	read  func(ctx context.Context, dest *kafka.Admin, group string, tps []kafka.TopicPartition) (map[kafka.TopicPartition]int64, error)
+	write func(ctx context.Context, dest *kafka.Admin, group string, pos map[kafka.TopicPartition]kafka.Committed) (map[kafka.TopicPartition]error, error)
+	// conflict says why a same-named destination group is not one
+	// kmirror may write ("" when it may).
+	conflict func(group string, dg kwire.GroupListing, exists bool) string
+	// unsupported says why a read error means the destination cannot take
+	// the group at all ("" for an error worth retrying).
+	unsupported func(err error) string
+}
+
+// consumerGroups syncs committed offsets (OffsetFetch, OffsetCommit).
+var consumerGroups = groupKind{noun: "committed offset", tool: "kafka-consumer-groups.sh", conflict: groupNameConflict,
+	read: func(ctx context.Context, dest *kafka.Admin, group string, tps []kafka.TopicPartition) (map[kafka.TopicPartition]int64, error) {
+		c, err := dest.CommittedOffsets(ctx, group, tps)
+		out := make(map[kafka.TopicPartition]int64, len(c))
+		for tp, o := range c {
+			out[tp] = o.Offset
+		}
+		return out, err
+	},
+	write: func(ctx context.Context, dest *kafka.Admin, group string, pos map[kafka.TopicPartition]kafka.Committed) (map[kafka.TopicPartition]error, error) {
+		return dest.CommitOffsets(ctx, group, pos)
+	},
+	unsupported: func(error) string { return "" },
 }
 
 // groupNameConflict explains why a destination group of the same name is

@@ -157,7 +157,7 @@ func (a *Admin) groupExchange(ctx context.Context, group string, exchange func(c
 		rctx, cancel := ExchangeCtx(ctx)
 		code, err := exchange(rctx, conn)
 		cancel()
-		if errors.Is(err, kwire.ErrNoShareGroups) {
+		if errors.Is(err, kwire.ErrUnsupported) {
 			a.cl.GiveBack(addr, conn) // refused before a byte was sent
 			return fmt.Errorf("group %s on %s: %w", group, a.cl.Name, err)
 		}

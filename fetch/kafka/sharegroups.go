@@ -12,27 +12,38 @@ import (
 // (kwire.ErrNoShareGroups; Kafka before 4.1, production-ready from 4.2).
 var ErrNoShareGroups = kwire.ErrNoShareGroups
 
-// MaxVersions returns, per API key, the newest version one broker of the
-// cluster serves (-1: none); a cluster runs one version outside a rolling
-// upgrade.
+// MaxVersions returns, per API key, the newest version every reachable
+// broker of the cluster serves (-1: one serves none): during a rolling
+// upgrade the older brokers decide. Brokers that cannot be reached are
+// left out; none reachable is an error.
 func (a *Admin) MaxVersions(ctx context.Context, keys ...int16) (map[int16]int16, error) {
 	md, err := a.cl.Metadata(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
+	var out map[int16]int16
+	var lastErr error
 	for _, addr := range md.Brokers {
 		conn, err := a.cl.Borrow(ctx, addr)
 		if err != nil {
-			return nil, err
+			lastErr = err
+			continue
 		}
-		out := map[int16]int16{}
+		if out == nil {
+			out = make(map[int16]int16, len(keys))
+			for _, k := range keys {
+				out[k] = conn.MaxVersion(k)
+			}
+		}
 		for _, k := range keys {
-			out[k] = conn.MaxVersion(k)
+			out[k] = min(out[k], conn.MaxVersion(k))
 		}
 		a.cl.GiveBack(addr, conn)
-		return out, nil
 	}
-	return nil, fmt.Errorf("%s lists no brokers", a.cl.Name)
+	if out == nil {
+		return nil, fmt.Errorf("no broker of %s reachable for its API versions: %v", a.cl.Name, lastErr)
+	}
+	return out, nil
 }
 
 // ShareGroupOffsets returns a share group's share-partition start offsets

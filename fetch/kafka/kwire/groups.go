@@ -36,8 +36,8 @@ func (c *Conn) ListGroups(ctx context.Context) ([]GroupListing, error) {
 	vr, ok := c.versions[apiListGroups]
 	v := min(vr.max, listGroupsMaxVersion)
 	if !ok || v < listGroupsMinVersion || v < vr.min {
-		return nil, fmt.Errorf("kafka broker %s does not support ListGroups v%d..v%d (supports v%d..v%d): kmirror needs Kafka 2.6 or newer to sync groups",
-			c.addr, listGroupsMinVersion, listGroupsMaxVersion, vr.min, vr.max)
+		return nil, fmt.Errorf("kafka broker %s does not support ListGroups v%d..v%d (supports v%d..v%d): kmirror needs Kafka 2.6 or newer to sync groups (%w)",
+			c.addr, listGroupsMinVersion, listGroupsMaxVersion, vr.min, vr.max, ErrUnsupported)
 	}
 	w := c.header(apiListGroups, v)
 	w.uvarint(0) // request header tagged fields

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Share group offsets (KIP-932; production-ready in Kafka 4.2): a share
@@ -16,10 +17,15 @@ const (
 	apiAlterShareGroupOffsets    int16 = 91
 )
 
+// ErrUnsupported wraps a call refused before anything was sent because
+// the broker does not serve the request version kwire speaks (from its
+// ApiVersions answer): retrying, or another connection, cannot help.
+var ErrUnsupported = errors.New("not served by the broker")
+
 // ErrNoShareGroups is returned by the share group calls of a broker that
 // does not serve DescribeShareGroupOffsets and AlterShareGroupOffsets v0
 // (Kafka before 4.1).
-var ErrNoShareGroups = errors.New("the broker does not serve DescribeShareGroupOffsets/AlterShareGroupOffsets v0 (share groups need Kafka 4.2 or newer)")
+var ErrNoShareGroups = fmt.Errorf("%w: DescribeShareGroupOffsets/AlterShareGroupOffsets v0 (share groups need Kafka 4.2 or newer)", ErrUnsupported)
 
 // SharePartitionOffset is one partition's answer: its SPSO (-1 when the
 // group has no state for it) or the broker's error code.
@@ -54,7 +60,7 @@ func (c *Conn) DescribeShareGroupOffsets(ctx context.Context, group string, topi
 	w.uvarint(0) // request header tagged fields
 	w.uvarint(2) // one group
 	w.compactString(group)
-	names := sortedKeys(topics)
+	names := slices.Sorted(maps.Keys(topics))
 	w.uvarint(uint64(len(names) + 1))
 	for _, t := range names {
 		w.compactString(t)
@@ -116,11 +122,11 @@ func (c *Conn) AlterShareGroupOffsets(ctx context.Context, group string, offsets
 	w := c.header(apiAlterShareGroupOffsets, 0)
 	w.uvarint(0)
 	w.compactString(group)
-	names := sortedKeys(offsets)
+	names := slices.Sorted(maps.Keys(offsets))
 	w.uvarint(uint64(len(names) + 1))
 	for _, t := range names {
 		w.compactString(t)
-		ps := sortedKeys(offsets[t])
+		ps := slices.Sorted(maps.Keys(offsets[t]))
 		w.uvarint(uint64(len(ps) + 1))
 		for _, p := range ps {
 			w.int32(p)
@@ -170,13 +176,4 @@ func parseAlterShareGroupOffsets(body []byte, addr string) (code int16, out []Sh
 		}
 	}
 	return 0, nil, fmt.Errorf("AlterShareGroupOffsets response from %s: %d bytes in neither known layout", addr, len(body))
-}
-
-func sortedKeys[K int32 | string, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }

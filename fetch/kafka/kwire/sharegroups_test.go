@@ -65,6 +65,17 @@ func TestParseShareGroupOffsets(t *testing.T) {
 			t.Fatalf("alter (top-level error field %t): %+v code %d err %v, want %+v", topLevel, parts, code, err, want)
 		}
 	}
+	// Kafka 4.4's layout with a top-level refusal and no partitions.
+	w = &writer{}
+	w.uvarint(0)
+	w.int32(0)
+	w.int16(CodeNonEmptyGroup)
+	w.compactString("group is not empty")
+	w.uvarint(1) // no topics
+	w.uvarint(0)
+	if code, parts, err := parseAlterShareGroupOffsets(w.b, "b1"); err != nil || code != CodeNonEmptyGroup || len(parts) != 0 {
+		t.Fatalf("alter with a top-level error: code %d parts %+v err %v, want code %d and no partitions", code, parts, err, CodeNonEmptyGroup)
+	}
 	if _, _, err := parseAlterShareGroupOffsets([]byte{0, 0, 0}, "b1"); err == nil {
 		t.Fatal("a truncated alter answer parsed")
 	}
