@@ -252,7 +252,17 @@ func (r *securityRun) readOnlyMirrorTopics(t *testing.T) {
 		return app.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("from the app")}).FirstErr()
 	}
 	waitDenied := func(topic string, want bool) { t.Helper(); r.waitAppDenied(t, topic, want) }
+	appDeny := aclSpec{kmsg.ACLResourceTypeTopic, "sec-plain", kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLOperationWrite}
 	waitDenied("sec-plain", true)
+	// The record comes first (a crash after it leaves a harmless record),
+	// the broker enforces the DENY once the metadata reached it: write
+	// only when the broker lists it (a write before that lands, and the
+	// partition goes DIVERGED, as it should).
+	for deadline := time.Now().Add(30 * time.Second); !hasDenyACL(t, s.dst, "User:CN=app", appDeny); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("kmirror recorded a DENY WRITE for the app on sec-plain, but the broker did not list it within 30s:\n%s", m.logTail())
+		}
+	}
 	if err := appWrite("sec-plain"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("the app wrote into a MIRRORING topic: %v", err)
 	}
@@ -263,7 +273,6 @@ func (r *securityRun) readOnlyMirrorTopics(t *testing.T) {
 	// propagation (put back without a warning): delete it later than that.
 	time.Sleep(3 * time.Second)
 	// Someone deletes kmirror's DENY: the next round puts it back.
-	appDeny := aclSpec{kmsg.ACLResourceTypeTopic, "sec-plain", kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLOperationWrite}
 	if n := deleteDenyACL(t, s.dst, "User:CN=app", appDeny); n != 1 {
 		t.Fatalf("deleted %d DENY ACLs for the app on sec-plain, want kmirror's one", n)
 	}

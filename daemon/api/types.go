@@ -131,7 +131,9 @@ type MirrorSummary struct {
 	Properties map[string]string `json:"properties,omitempty"`
 	// WriteDenied lists, per mirror topic, the principals kmirror denies
 	// WRITE on the destination while the topic is mirrored (read-only
-	// mirror topics, KIP-1279).
+	// mirror topics, KIP-1279), as recorded in raft: the leader records a
+	// DENY just before it creates it, and each broker enforces it once the
+	// ACL change reached its metadata (KRaft: typically well under a second).
 	WriteDenied map[string][]string `json:"write_denied,omitempty"`
 	// Include and Exclude are the mirror's topic patterns; Skipped names
 	// the topics they match that the last discovery did not add, with why.
