@@ -8,13 +8,14 @@
 #   make bench   throughput and latency of a 3-member group against the Kafka Java
 #                producer baseline, then the control plane at 100,000 partitions
 #   make fuzz    each fuzz target for FUZZTIME (default 30s); the seed corpus is in testdata/fuzz
+#   make dist    a release tarball and a Debian package (with the systemd unit) into dist/
 #   make kafka   assemble Apache Kafka from Maven Central (KAFKA_VERSION=... to override)
 #   make clean   remove build outputs and the Kafka cache
 
 GO ?= go
 BIN := bin/kmirror
 
-.PHONY: build test test-unit test-rules demo bench fuzz clean
+.PHONY: build test test-unit test-rules demo bench fuzz dist clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kmirror
@@ -53,7 +54,29 @@ demo: build kafka
 	$(GO) build -o bin/kmirror-demo ./integration/demo
 	KAFKA_VERSION='$(KAFKA_VERSION)' bin/kmirror-demo --kmirror $(BIN)
 
+# Release artifacts: dist/kmirror_$(VERSION)_amd64.deb (built by nfpm,
+# github.com/goreleaser/nfpm, pinned here; go run fetches it through the
+# module proxy, checksums from go.sum's database) and
+# dist/kmirror-$(VERSION)-linux-amd64.tar.gz. The packaged unit runs
+# /usr/bin/kmirror; deploy/kmirror.service (a manual install) runs
+# /usr/local/bin/kmirror.
+VERSION ?= 0.1.0+git.$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+NFPM ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0
+TARBALL := kmirror-$(VERSION)-linux-amd64
+
+dist:
+	rm -rf dist && mkdir -p dist/root dist/$(TARBALL)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o dist/root/kmirror ./cmd/kmirror
+	sed 's|/usr/local/bin/kmirror|/usr/bin/kmirror|g; s|^# /etc/systemd/system/kmirror.service.*|# (installed by the kmirror package)|' \
+		deploy/kmirror.service > dist/root/kmirror.service
+	VERSION='$(VERSION)' $(NFPM) package --config deploy/dist/nfpm.yaml --packager deb --target dist/
+	cp dist/root/kmirror deploy/kmirror.service deploy/kmirror.example.yaml deploy/dist/sysusers.conf deploy/dist/tmpfiles.conf \
+		deploy/prometheus/kmirror-rules.yml README.md dist/$(TARBALL)/
+	tar -C dist -czf dist/$(TARBALL).tar.gz $(TARBALL)
+	rm -rf dist/root dist/$(TARBALL)
+	ls -l dist
+
 clean:
-	rm -rf bin .cache
+	rm -rf bin .cache dist
 
 include integration/kafka/kafka.mk

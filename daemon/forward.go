@@ -268,7 +268,8 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 			State: string(st.State), Retrying: st.Retrying, SourceEnd: st.SourceEnd, SourcePosition: st.Position.SourceOffset,
 			DestinationOffset: st.Position.DestinationOffset, Lag: st.Lag,
 			DuplicateRecords: st.DuplicateRecords, Duplicate: st.Duplicate, Waiting: st.Waiting, Throttled: st.Throttled,
-			ConvertedRecords: st.ConvertedRecords,
+			ConvertedRecords: st.ConvertedRecords, MirroredRecords: st.MirroredRecords, MirroredBytes: st.MirroredBytes,
+			RecordsPerSec: st.RecordsPerSec, BytesPerSec: st.BytesPerSec, TimeLagMs: &st.TimeLagMs,
 		})
 	}
 	return out

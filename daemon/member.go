@@ -207,7 +207,8 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	if err != nil {
 		return fail(fmt.Errorf("start data path: %w", err))
 	}
-	m.lead = leader.New(m.ctx, leader.Config{NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Peers: cfg.Peers, DestPrincipal: m.destPrincipal},
+	m.lead = leader.New(m.ctx, leader.Config{NodeID: cfg.NodeID, LeaseTTL: cfg.LeaseTTL, Peers: cfg.Peers, DestPrincipal: m.destPrincipal,
+		HooksDir: cfg.HooksDir},
 		m.store, m.dest, m, log)
 	m.wireOps()
 	mx := newMetrics(m.engine, m.skippedRecords, m.own.Groups(), m.sources, m.lead)
@@ -215,6 +216,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	mx.late = m.lateRecords
 	mx.conns = m.conns
 	mx.destination = m.destination
+	mx.lease = m.own.LeaseStatus
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)

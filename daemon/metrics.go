@@ -22,6 +22,9 @@ type metrics struct {
 	engine   *fetch.Engine
 	reg      *prometheus.Registry
 	lag      *prometheus.Desc
+	timeLag  *prometheus.Desc
+	records  *prometheus.Desc
+	bytes    *prometheus.Desc
 	srcPos   *prometheus.Desc
 	dstPos   *prometheus.Desc
 	state    *prometheus.Desc
@@ -51,6 +54,15 @@ type metrics struct {
 	lead        *leader.Leader
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
+	hookTries   *prometheus.Desc
+	probeAns    *prometheus.Desc
+	probeAll    *prometheus.Desc
+	// lease feeds kmirror_lease_valid and kmirror_lease_losses_total (nil
+	// in tests).
+	lease      func() (bool, uint64)
+	leaseValid *prometheus.Desc
+	leaseLost  *prometheus.Desc
+	hookRuns   *prometheus.Desc
 	// destination feeds kmirror_destination_unreachable_seconds (nil in
 	// tests).
 	destination *destinationProbe
@@ -109,6 +121,20 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 				"round trip up to 8, or the mirror's fetch.connections.", []string{"mirror", "broker"}, nil),
 		fetched: prometheus.NewDesc("kmirror_source_fetched_bytes_total",
 			"Record bytes this member fetched from the mirror's source cluster (mirroring and resume walks).", []string{"mirror"}, nil),
+		probeAns: prometheus.NewDesc("kmirror_failover_probe_answered_members",
+			"Members (the leader included) that answered the raft leader's last reachability probe round, on which automatic failover "+
+				"and placement decide; exported by the leader. A member that does not answer counts as reaching every source.", nil, nil),
+		probeAll: prometheus.NewDesc("kmirror_group_members", "Members of the group in the replicated state; exported by the raft leader.", nil, nil),
+		leaseValid: prometheus.NewDesc("kmirror_lease_valid",
+			"1 while this member may write its partitions (its lease from the raft leader is valid and its state caught up), else 0: "+
+				"its partitions stand still and move to other members after lease_ttl.", nil, nil),
+		leaseLost: prometheus.NewDesc("kmirror_lease_losses_total", "Times this member lost its lease (self-fenced) since it started.", nil, nil),
+		hookTries: prometheus.NewDesc("kmirror_failover_hook_attempts_total",
+			"Failover hook attempts (failover.hook.exec, failover.hook.url) this member made as raft leader, by outcome (ok, error).",
+			[]string{"mirror", "outcome"}, nil),
+		hookRuns: prometheus.NewDesc("kmirror_failover_hook_runs",
+			"The mirror's failover hook runs kept in the replicated state (pending and the last 20 finished), by state "+
+				"(pending, retrying, succeeded, failed); exported by the raft leader.", []string{"mirror", "state"}, nil),
 		autoFailovr: prometheus.NewDesc("kmirror_automatic_failovers_total",
 			"Topics this member, as raft leader, failed over automatically (failover.auto.after.ms).", []string{"mirror"}, nil),
 		groupRows: prometheus.NewDesc("kmirror_group_partitions",
@@ -121,6 +147,14 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		reg: prometheus.NewRegistry(),
 		lag: prometheus.NewDesc("kmirror_partition_lag_records", "Committed source offsets not yet mirrored; "+
 			"absent while the source's end is unknown (a partition starting, or stopped before its first fetch).", labels, nil),
+		timeLag: prometheus.NewDesc("kmirror_partition_time_lag_seconds",
+			"Replication latency: how long the oldest source record not yet on the destination has been on the source "+
+				"(now minus its timestamp; 0 when caught up); absent while not known.", labels, nil),
+		records: prometheus.NewDesc("kmirror_partition_mirrored_records_total",
+			"Records the destination acknowledged since this member took the partition (rate(): the record rate).", labels, nil),
+		bytes: prometheus.NewDesc("kmirror_partition_mirrored_bytes_total",
+			"Bytes of record batches, as written (compressed), the destination acknowledged since this member took the partition "+
+				"(rate(): the byte rate).", labels, nil),
 		srcPos: prometheus.NewDesc("kmirror_partition_source_offset", "Next source offset to mirror.", labels, nil),
 		dstPos: prometheus.NewDesc("kmirror_partition_destination_offset", "Next destination offset.", labels, nil),
 		state:  prometheus.NewDesc("kmirror_partition_state", "1 for the partition's current data-path state.", append(labels, "state"), nil),
@@ -157,6 +191,9 @@ func (m *metrics) handler() http.Handler {
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.lag
+	ch <- m.timeLag
+	ch <- m.records
+	ch <- m.bytes
 	ch <- m.lateRecs
 	ch <- m.srcPos
 	ch <- m.dstPos
@@ -181,6 +218,12 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.connsRefused
 	ch <- m.connsEvicted
 	ch <- m.autoFailovr
+	ch <- m.hookTries
+	ch <- m.probeAns
+	ch <- m.probeAll
+	ch <- m.leaseValid
+	ch <- m.leaseLost
+	ch <- m.hookRuns
 	ch <- m.fetched
 	ch <- m.fetchConns
 	ch <- m.throttled
@@ -204,6 +247,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if st.SourceEnd >= 0 { // unknown: no series rather than a 0 that reads as caught up
 			ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.Lag), l...)
 		}
+		if st.TimeLagMs >= 0 {
+			ch <- prometheus.MustNewConstMetric(m.timeLag, prometheus.GaugeValue, float64(st.TimeLagMs)/1000, l...)
+		}
+		ch <- prometheus.MustNewConstMetric(m.records, prometheus.CounterValue, float64(st.MirroredRecords), l...)
+		ch <- prometheus.MustNewConstMetric(m.bytes, prometheus.CounterValue, float64(st.MirroredBytes), l...)
 		ch <- prometheus.MustNewConstMetric(m.srcPos, prometheus.GaugeValue, float64(st.Position.SourceOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.dstPos, prometheus.GaugeValue, float64(st.Position.DestinationOffset), l...)
 		ch <- prometheus.MustNewConstMetric(m.state, prometheus.GaugeValue, 1, append(l, string(st.State))...)
@@ -249,6 +297,25 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		for mirror, n := range m.lead.AutoFailovers() {
 			ch <- prometheus.MustNewConstMetric(m.autoFailovr, prometheus.CounterValue, float64(n), mirror)
 		}
+		for k, n := range m.lead.HookAttempts() {
+			ch <- prometheus.MustNewConstMetric(m.hookTries, prometheus.CounterValue, float64(n), k[0], k[1])
+		}
+		for k, n := range m.lead.HookRunStates() {
+			ch <- prometheus.MustNewConstMetric(m.hookRuns, prometheus.GaugeValue, float64(n), k[0], k[1])
+		}
+		if answered, members, ok := m.lead.ProbeMembers(); ok {
+			ch <- prometheus.MustNewConstMetric(m.probeAns, prometheus.GaugeValue, float64(answered))
+			ch <- prometheus.MustNewConstMetric(m.probeAll, prometheus.GaugeValue, float64(members))
+		}
+	}
+	if m.lease != nil {
+		valid, losses := m.lease()
+		v := 0.0
+		if valid {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.leaseValid, prometheus.GaugeValue, v)
+		ch <- prometheus.MustNewConstMetric(m.leaseLost, prometheus.CounterValue, float64(losses))
 	}
 	if m.late != nil {
 		for k, n := range m.late() {

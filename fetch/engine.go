@@ -354,7 +354,7 @@ func (e *Engine) Assign(specs []Spec) {
 			}
 			continue
 		}
-		p = &partition{spec: s, life: lifeStarting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
+		p = &partition{spec: s, life: lifeStarting, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1, progress: newProgress(time.Now())}
 		e.parts[k] = p
 		e.heldVersion++
 		e.startLocked(p, 0)
@@ -375,7 +375,8 @@ func (e *Engine) parkDivergedLocked(k Key, p *partition, s Spec) {
 		}
 		return
 	}
-	p = &partition{spec: s, life: lifeDiverged, reason: s.Diverged, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1}
+	p = &partition{spec: s, life: lifeDiverged, reason: s.Diverged, srcLeader: -1, dstLeader: -1, srcEnd: -1, idleSeen: -1,
+		progress: newProgress(time.Now())}
 	if cp, ok := e.store.checkpointOf(k); ok {
 		p.pos = Position{SourceOffset: cp.Src, DestinationOffset: cp.Dst, SourceLeaderEpoch: cp.LeaderEpoch}
 	} else {
@@ -450,8 +451,9 @@ func (e *Engine) updateLocked(p *partition) update {
 func (e *Engine) Statuses() []Status {
 	e.mu.Lock()
 	out := make([]Status, 0, len(e.parts))
+	now := time.Now()
 	for k, p := range e.parts {
-		st := p.status()
+		st := p.status(now)
 		if !p.resumed {
 			// Not resumed yet (starting, or failed or diverged in its
 			// first resume): the position is the checkpoint, not the

@@ -316,6 +316,8 @@ type partition struct {
 	// took the partition.
 	convertedRecords int64
 	lastDuplicate    string
+	// progress counts what was mirrored, for rates and the time lag.
+	progress progress
 	// idleSeen is the destination offset at the previous idle check when
 	// the partition was idle then (-1 otherwise); see checkIdle.
 	idleSeen int64
@@ -437,7 +439,7 @@ func (p *partition) skipped(it *item) {
 	p.dirty = true
 }
 
-func (p *partition) status() Status {
+func (p *partition) status(now time.Time) Status {
 	st := Status{Key: p.key(), State: p.reported(), Reason: p.reason, Position: p.pos, SourceEnd: p.srcEnd,
 		DuplicateRecords: p.duplicateRecords, Duplicate: p.lastDuplicate, ConvertedRecords: p.convertedRecords}
 	if p.mirroring() {
@@ -452,6 +454,17 @@ func (p *partition) status() Status {
 	if p.srcEnd >= 0 && p.srcEnd > p.pos.SourceOffset {
 		st.Lag = p.srcEnd - p.pos.SourceOffset
 	}
+	lag := int64(-1) // the source's end not known yet
+	if p.srcEnd >= 0 {
+		lag = st.Lag
+	}
+	var head kwire.Batch
+	if it := p.headBatch(); it != nil {
+		head = it.batch
+	}
+	st.TimeLagMs = timeLagMs(now, lag, head, p.progress.newestTs)
+	st.MirroredRecords, st.MirroredBytes = p.progress.records, p.progress.bytes
+	st.RecordsPerSec, st.BytesPerSec = p.progress.rates(now)
 	st.CheckpointFailing = p.checkpointErr != ""
 	st.Throttled = p.throttled
 	st.SourceAnswered = p.srcAnswered

@@ -179,6 +179,16 @@ type Status struct {
 	// because Kafka 4.x brokers refuse v0/v1 (KIP-724), since this member
 	// took the partition.
 	ConvertedRecords int64
+	// MirroredRecords and MirroredBytes count the records and batch bytes
+	// (as written to the destination, compressed) the destination
+	// acknowledged since this member took the partition; RecordsPerSec
+	// and BytesPerSec are their rates over the last minute. TimeLagMs is
+	// the replication latency in ms: how long the oldest source record not
+	// yet on the destination has been on the source, 0 caught up, -1 not
+	// known (see timeLagMs).
+	MirroredRecords, MirroredBytes int64
+	RecordsPerSec, BytesPerSec     float64
+	TimeLagMs                      int64
 	// TranslationEntries and TranslationBytes are the breakpoints the
 	// partition's translation holds in memory and about how many bytes
 	// they take (bounded by the source's retention, see Translation.Trim,

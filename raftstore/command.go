@@ -66,6 +66,9 @@ const (
 	// TypeSetMirrorNotes only names what the Kafka versions turn off (a
 	// hint for list): a member that does not know it may skip it.
 	TypeSetMirrorNotes CommandType = 34 | IgnorableFlag
+	// TypeRecordHookAttempt records an attempt at a failover hook run
+	// (Mirror.HookRuns): a member that does not know hooks may skip it.
+	TypeRecordHookAttempt CommandType = 35 | IgnorableFlag
 )
 
 // IgnorableFlag marks a command type that a member which does not know it
@@ -194,6 +197,7 @@ func init() {
 	register("SetGroupRestores", leader|operator, NoLease, (*State).applySetGroupRestores)
 	register("SetMirrorNotes", leader|operator, NoLease, (*State).applySetMirrorNotes)
 	register("ClearGroupRestores", member, LeaseRequired, (*State).applyClearGroupRestores)
+	register("RecordHookAttempt", leader, NoLease, (*State).applyRecordHookAttempt)
 }
 
 // CreateMirror adds a mirror; it fails with ErrExists if the name is taken.

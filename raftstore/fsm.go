@@ -310,6 +310,7 @@ func (s *State) applyPartitionStopped(c PartitionStopped, index uint64) error {
 		}
 	}
 	t.State = StateStopped
+	s.noteFailover(t, index)
 	return nil
 }
 

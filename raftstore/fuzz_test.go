@@ -44,6 +44,7 @@ func seedCommands() []Command {
 		SetDiscoverySkips{Name: "m1", Skipped: map[string]string{"orders.x": "mirrored by mirror m2"}},
 		SetConfigSyncError{Mirror: "m1", Topic: "orders", Error: "POLICY_VIOLATION"},
 		SetMirrorNotes{Name: "m1", Notes: []string{"share groups are not carried"}},
+		RecordHookAttempt{Mirror: "m1", ID: 7, Attempt: 1, AtMs: 1000, Error: "exit status 1"},
 		SetGroupRestores{Mirror: "m1", Topic: "orders", Restores: []GroupRestore{{Group: "g", Partition: 0, DestinationCommitted: 1050, SourceOffset: 1000}}},
 		ClearGroupRestores{Key: PartitionKey{Mirror: "m1", Topic: "orders"}, Lease: Lease{Owner: "n1", Generation: 3},
 			Done: []GroupRestore{{Group: "g", DestinationCommitted: 1050, SourceOffset: 1000}}},

@@ -48,6 +48,9 @@ type Mirror struct {
 	// mirror (issue 21: never a silent gap), as the leader's last config
 	// sync round found them.
 	Notes []string `json:"notes,omitempty"`
+	// HookRuns are the mirror's failover hook runs, pending and the last
+	// finished ones (hooks.go).
+	HookRuns []HookRun `json:"hook_runs,omitempty"`
 }
 
 // ACLBinding is one Kafka ACL binding, with the protocol's enum values
@@ -370,6 +373,12 @@ func (m *Mirror) Clone() *Mirror {
 	c.Skipped = maps.Clone(m.Skipped)
 	c.SyncedACLs = slices.Clone(m.SyncedACLs)
 	c.Notes = slices.Clone(m.Notes)
+	if m.HookRuns != nil {
+		c.HookRuns = make([]HookRun, len(m.HookRuns))
+		for i, r := range m.HookRuns {
+			c.HookRuns[i] = r.Clone()
+		}
+	}
 	return &c
 }
 

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -228,8 +231,8 @@ func TestCommandsSucceed(t *testing.T) {
 			"[\n  {\n    \"name\": \"east\",\n    \"topics\": [\n      \"orders\"\n    ],\n    \"bootstrap\": [\n      \"a1:9092\"\n    ],\n    \"state\": \"MIRRORING\"\n  }\n]\n",
 			"ListMirrors"},
 		{"describe", []string{"describe", "--mirror", "east", "--topic", "orders"},
-			"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  OWNER  STATE   REASON\n" +
-				"east    orders  0          5              3                   2    -      FAILED  broker down\n",
+			"MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  TIME-LAG  RECORDS/S  OWNER  STATE   REASON\n" +
+				"east    orders  0          5              3                   2    -         0          -      FAILED  broker down\n",
 			"Describe mirror=east topic=orders"},
 		{"alter", []string{"alter", "--mirror", "east", "--mirror-config", props},
 			"altered mirror east\n", "AlterMirror east map[bootstrap.servers:a1:9092 security.protocol:SSL]"},
@@ -258,7 +261,7 @@ func TestCommandsSucceed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeAPI{
 				mirrors: []api.MirrorSummary{{Name: "east", Topics: []string{"orders"}, Bootstrap: []string{"a1:9092"}, State: "MIRRORING"}},
-				rows:    []api.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, State: "FAILED", Reason: "broker down"}},
+				rows:    []api.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2, TimeLagMs: -1, State: "FAILED", Reason: "broker down"}},
 				members: []api.MemberStatus{
 					{ID: "m1", RaftAddr: "r1:7080", HTTPAddr: "h1:8080", Role: "leader", Partitions: 4, State: "alive", LeaseTTLMs: 10000},
 					{ID: "m2", RaftAddr: "r2:7080", HTTPAddr: "h2:8080", Role: "follower", LastContactMs: 12345, LeaseGrantedMs: 16100, State: "unreachable",
@@ -298,6 +301,14 @@ func TestCommandsFail(t *testing.T) {
 	}{
 		{"unknown mirror", notFound, []string{"describe", "--mirror", "nope"}, 1,
 			`mirror "nope": not found: create it first with kmirror create`},
+		{"watch an unknown mirror", notFound, []string{"describe", "--watch", "--mirror", "nope"}, 1,
+			`mirror "nope": not found: create it first with kmirror create`},
+		{"interval without watch", nil, []string{"describe", "--interval", "5s"}, 2,
+			"describe: --interval sets how often --watch refreshes; add --watch"},
+		{"interval too short", nil, []string{"describe", "--watch", "--interval", "100ms"}, 2,
+			"describe: --interval 100ms is too short: give 500ms or more"},
+		{"watch groups", nil, []string{"describe", "--watch", "--groups"}, 2,
+			"describe: --watch refreshes the partition view; leave out --groups"},
 		{"unknown mirror on delete", notFound, []string{"delete", "--mirror", "nope"}, 1,
 			`mirror "nope": not found: create it first with kmirror create`},
 		{"missing properties file", nil, []string{"create", "--mirror", "east", "--mirror-config", noBootstrap + "x"}, 1,
@@ -442,4 +453,67 @@ func TestVerifyMismatchExits1(t *testing.T) {
 	if res := runCLI(t, &fakeAPI{}, "verify", "--mirror", "east", "--topic", "orders", "--full", "--samples", "5"); res.code != exitUsage {
 		t.Fatalf("verify --full --samples: exit %d, want %d\n%s", res.code, exitUsage, res.stderr)
 	}
+}
+
+// TestDescribeWatch: describe --watch refreshes until its context ends
+// (Ctrl-C): as JSON, one line per refresh with the time and the rows; as
+// a table, refreshes one after the other (not a terminal), each with the
+// time; a refresh that fails is shown and the watch goes on.
+func TestDescribeWatch(t *testing.T) {
+	f := &fakeAPI{rows: []api.PartitionStatus{{Mirror: "east", Topic: "orders", SourceOffset: 5, DestinationOffset: 3, Lag: 2,
+		TimeLagMs: 1500, RecordsPerSec: 10, EtaSeconds: 1, BytesLeft: 200, State: "MIRRORING"}}}
+	srv := httptest.NewServer(httpapi.NewHandler(f, zap.NewNop(), nil))
+	defer srv.Close()
+	watchFor := func(frames int, frame string, args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		out := &lockedBuilder{}
+		done := make(chan int)
+		go func() {
+			done <- run(ctx, append([]string{"kmirror", "--server", srv.URL}, args...), out, io.Discard)
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(out.String(), frame) < frames && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+		return out.String(), <-done
+	}
+	out, code := watchFor(2, "\n", "--output", "json", "describe", "--watch", "--interval", "500ms")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) < 2 {
+		t.Fatalf("exit %d, output %q", code, out)
+	}
+	for _, l := range lines {
+		var fr watchFrame
+		if err := json.Unmarshal([]byte(l), &fr); err != nil || len(fr.Partitions) != 1 || fr.Partitions[0].TimeLagMs != 1500 || fr.Time == "" {
+			t.Fatalf("line %q: %+v, %v", l, fr, err)
+		}
+	}
+	f.mu.Lock()
+	f.err = errors.New("connection refused") // a member restarting: shown, then tried again
+	f.mu.Unlock()
+	out, code = watchFor(2, "kmirror describe, every", "describe", "--watch", "--interval", "500ms")
+	if code != 0 || strings.Count(out, "kmirror describe, every 500ms, at ") < 2 || !strings.Contains(out, "refresh failed, trying again: ") {
+		t.Fatalf("exit %d, output\n%s", code, out)
+	}
+}
+
+// lockedBuilder is a strings.Builder safe to read while written.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -393,6 +394,8 @@ func describeCommand() *cli.Command {
 			&cli.StringFlag{Name: "topic", Usage: "only this `TOPIC`"},
 			&cli.BoolFlag{Name: "groups", Usage: "show each synced consumer group's committed offsets on both clusters instead"},
 			&cli.BoolFlag{Name: "failed", Usage: "show only the partitions that are not MIRRORING, with since when and how often they failed (KIP-1279's view)"},
+			&cli.BoolFlag{Name: "watch", Usage: "refresh every --interval until Ctrl-C, in place on a terminal; with --output json one JSON line per refresh"},
+			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "`DURATION` between refreshes of --watch (at least 500ms)"},
 		},
 		Action: apiCall(required(), func(c *cli.Context, client *api.Client) error {
 			if c.Bool("groups") {
@@ -401,6 +404,9 @@ func describeCommand() *cli.Command {
 				}
 				if c.IsSet("topic") {
 					return usagef("describe: --groups shows every topic of the mirror; leave out --topic")
+				}
+				if c.Bool("watch") {
+					return usagef("describe: --watch refreshes the partition view; leave out --groups")
 				}
 				rows, err := client.DescribeGroups(c.Context, c.String("mirror"))
 				if err != nil {
@@ -411,20 +417,34 @@ func describeCommand() *cli.Command {
 				}
 				return writeGroupTable(c.App.Writer, rows)
 			}
-			rows, err := client.Describe(c.Context, c.String("mirror"), c.String("topic"))
+			load := func() ([]api.PartitionStatus, error) {
+				rows, err := client.Describe(c.Context, c.String("mirror"), c.String("topic"))
+				if err == nil && c.Bool("failed") {
+					rows = notMirroring(rows)
+				}
+				return rows, err
+			}
+			render := writePartitionTable
+			if c.Bool("failed") {
+				render = func(w io.Writer, rows []api.PartitionStatus) error { return writeFailedTable(w, rows, time.Now()) }
+			}
+			if c.Bool("watch") {
+				if c.Duration("interval") < 500*time.Millisecond {
+					return usagef("describe: --interval %s is too short: give 500ms or more", c.Duration("interval"))
+				}
+				return watch(c, c.Duration("interval"), load, render)
+			}
+			if c.IsSet("interval") {
+				return usagef("describe: --interval sets how often --watch refreshes; add --watch")
+			}
+			rows, err := load()
 			if err != nil {
 				return err
-			}
-			if c.Bool("failed") {
-				rows = notMirroring(rows)
-				if !jsonOutput(c) {
-					return writeFailedTable(c.App.Writer, rows, time.Now())
-				}
 			}
 			if jsonOutput(c) {
 				return writeJSON(c.App.Writer, rows)
 			}
-			return writePartitionTable(c.App.Writer, rows)
+			return render(c.App.Writer, rows)
 		}),
 	}
 }

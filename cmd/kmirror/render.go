@@ -44,24 +44,63 @@ func writeMirrorTable(w io.Writer, mirrors []api.MirrorSummary) error {
 				return err
 			}
 		}
+		runs := m.FailoverHooks[max(0, len(m.FailoverHooks)-shownHookRuns):]
+		for _, r := range runs {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", m.Name, hookLine(r)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// shownHookRuns is how many of a mirror's latest failover hook runs
+// kmirror list prints (--output json has every one kept).
+const shownHookRuns = 5
+
+// hookLine describes a failover hook run: "failover hook east-42 (remove
+// of orders at 2026-12-05 18:00:01Z): succeeded after 2 attempts".
+func hookLine(r api.HookRunStatus) string {
+	at := "-"
+	if r.StoppedAtMs > 0 {
+		at = time.UnixMilli(r.StoppedAtMs).UTC().Format("2006-01-02 15:04:05Z")
+	}
+	line := fmt.Sprintf("failover hook %s (%s of %s at %s): %s", r.ID, r.Kind, strings.Join(r.Topics, ", "), at, r.State)
+	switch r.State {
+	case api.HookSucceeded:
+		line += fmt.Sprintf(" after %d attempts", r.Attempts)
+	case api.HookRetrying, api.HookFailed:
+		line += fmt.Sprintf(" after %d attempts: %s", r.Attempts, r.LastError)
+	}
+	return line
 }
 
 // writePartitionTable prints the rows of `kmirror describe`. The daemon
 // fills the reason only when there is something to say: why a partition is
 // not MIRRORING, or what a MIRRORING partition is retrying.
+//
+// LAG counts source records not mirrored yet, TIME-LAG is the replication
+// latency (how long the oldest of them has been on the source), RECORDS/S
+// the owner's rate over the last minute; a CATCHING UP table follows when
+// some partition is behind (writeCatchingUp).
 func writePartitionTable(w io.Writer, partitions []api.PartitionStatus) error {
-	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "OWNER", "STATE", "REASON"}}
+	rows := [][]string{{"MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "TIME-LAG", "RECORDS/S", "OWNER", "STATE", "REASON"}}
 	for _, p := range partitions {
 		part, owner := partitionCells(p)
+		rate := "-"
+		if p.Partition >= 0 && p.SourceOffset >= 0 {
+			rate = count(p.RecordsPerSec)
+		}
 		rows = append(rows, []string{
 			p.Mirror, p.Topic, part,
-			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag),
+			offset(p.SourceOffset), offset(p.DestinationOffset), offset(p.Lag), timeLag(p.TimeLagMs), rate,
 			owner, p.State, p.Reason,
 		})
 	}
-	return writeTable(w, rows)
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	return writeCatchingUp(w, partitions)
 }
 
 // writeGroupTable prints the rows of `kmirror describe --groups`.

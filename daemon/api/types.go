@@ -120,6 +120,30 @@ type PlanResult struct {
 	Plans []truncate.Plan `json:"plans"`
 }
 
+// Failover hook run states (HookRunStatus.State).
+const (
+	HookPending   = "pending"   // no attempt yet (waiting for its topics to stop)
+	HookRetrying  = "retrying"  // an attempt failed; another follows
+	HookSucceeded = "succeeded" // an attempt succeeded
+	HookFailed    = "failed"    // every attempt failed (failover.hook.retries)
+)
+
+// HookRunStatus is one failover's run of the mirror's failover hook
+// (failover.hook.exec, failover.hook.url): ID is the event's (the
+// webhook's Idempotency-Key), Kind remove, switchover or automatic;
+// times are Unix ms.
+type HookRunStatus struct {
+	ID            string   `json:"id"`
+	Topics        []string `json:"topics"`
+	Kind          string   `json:"kind"`
+	Reason        string   `json:"reason,omitempty"`
+	State         string   `json:"state"`
+	StoppedAtMs   int64    `json:"stopped_at_ms"`
+	Attempts      int      `json:"attempts"`
+	LastAttemptMs int64    `json:"last_attempt_ms,omitempty"`
+	LastError     string   `json:"last_error,omitempty"`
+}
+
 // MirrorSummary is one row of `kmirror list`.
 type MirrorSummary struct {
 	Name      string   `json:"name"`
@@ -147,6 +171,9 @@ type MirrorSummary struct {
 	// of them mirror, otherwise the worst (DIVERGED > FAILED > STOPPING >
 	// PENDING > PAUSED); STOPPED when every topic is; EMPTY with none.
 	State string `json:"state"`
+	// FailoverHooks are the mirror's failover hook runs, oldest first:
+	// those pending and the last finished ones.
+	FailoverHooks []HookRunStatus `json:"failover_hooks,omitempty"`
 }
 
 // PartitionStatus is one row of `kmirror describe`.
@@ -178,6 +205,22 @@ type PartitionStatus struct {
 	// it was added (describe --failed).
 	StateSinceMs int64 `json:"state_since_ms,omitempty"`
 	Failures     int   `json:"failures,omitempty"`
+	// TimeLagMs is the replication latency in ms: how long the oldest
+	// source record not yet on the destination has been on the source
+	// (now minus its timestamp; with producer-set CreateTime an
+	// estimate), 0 when caught up, -1 when not known.
+	TimeLagMs int64 `json:"time_lag_ms"`
+	// RecordsPerSec and BytesPerSec are what the owner mirrored over the
+	// last minute (bytes of batches as written, compressed).
+	RecordsPerSec float64 `json:"records_per_sec"`
+	BytesPerSec   float64 `json:"bytes_per_sec"`
+	// BytesLeft estimates the bytes of the Lag records not mirrored yet
+	// (at the average batch bytes per record mirrored so far; -1 not
+	// known); EtaSeconds is when, at RecordsPerSec, the partition catches
+	// up with the source's end as it is now (0 caught up, -1 not known:
+	// no rate yet).
+	BytesLeft  int64 `json:"bytes_left"`
+	EtaSeconds int64 `json:"eta_seconds"`
 }
 
 // VerifyRequest is the body of POST /v1/verify (kmirror verify).
@@ -362,8 +405,16 @@ type LiveStatus struct {
 	DuplicateRecords  int64  `json:"duplicate_records,omitempty"`
 	Duplicate         string `json:"duplicate,omitempty"`
 	ConvertedRecords  int64  `json:"converted_records,omitempty"`
-	Waiting           string `json:"waiting,omitempty"`
-	Throttled         string `json:"throttled,omitempty"`
+	// MirroredRecords, MirroredBytes, RecordsPerSec, BytesPerSec and
+	// TimeLagMs are fetch.Status's; TimeLagMs is nil from a member that
+	// does not report it (an older version during an upgrade).
+	MirroredRecords int64   `json:"mirrored_records,omitempty"`
+	MirroredBytes   int64   `json:"mirrored_bytes,omitempty"`
+	RecordsPerSec   float64 `json:"records_per_sec,omitempty"`
+	BytesPerSec     float64 `json:"bytes_per_sec,omitempty"`
+	TimeLagMs       *int64  `json:"time_lag_ms,omitempty"`
+	Waiting         string  `json:"waiting,omitempty"`
+	Throttled       string  `json:"throttled,omitempty"`
 	// SourceAgeMs is how long ago, in ms, the partition's source leader
 	// last answered the owner's fetch (-1: never): SourceEnd and Lag are
 	// as of then. FetchWaitMs is how long, in ms, a fetch for it has

@@ -57,6 +57,11 @@ type Config struct {
 	// may be in flight (1..5, fetch.Config.ProduceWindow; 5, the
 	// idempotent producer's limit, by default).
 	ProduceWindow int `yaml:"produce_window"`
+	// HooksDir holds the executables a mirror's failover.hook.exec may
+	// name (issue 22: the API chooses among commands an administrator
+	// installed, it cannot run any command); the same files on every
+	// member, since the raft leader runs them.
+	HooksDir string `yaml:"hooks_dir"`
 	// API secures the HTTP API: TLS and a bearer token.
 	API APIConfig `yaml:"api"`
 	// Raft secures the raft transport with mutual TLS.
@@ -131,6 +136,7 @@ const (
 	DefaultLeaseMargin        = 4 * time.Second
 	DefaultProduceTimeout     = 2 * time.Second
 	DefaultProduceWindow      = 5
+	DefaultHooksDir           = "/etc/kmirror/hooks"
 )
 
 // MinLeaseWindow is the least write window (lease_ttl - lease_margin) a
@@ -169,6 +175,7 @@ func DefaultConfig() Config {
 		LeaseMargin:         DefaultLeaseMargin,
 		ProduceTimeout:      DefaultProduceTimeout,
 		ProduceWindow:       DefaultProduceWindow,
+		HooksDir:            DefaultHooksDir,
 		API:                 APIConfig{OpenRoutes: append([]string(nil), openableRoutes...)},
 	}
 }

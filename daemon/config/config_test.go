@@ -47,6 +47,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		LeaseMargin:         4 * time.Second,
 		ProduceTimeout:      2 * time.Second,
 		ProduceWindow:       5,
+		HooksDir:            "/etc/kmirror/hooks",
 		API:                 APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -77,6 +78,7 @@ lease_ttl: 15s
 lease_margin: 5s
 produce_timeout: 3s
 produce_window: 2
+hooks_dir: /opt/kmirror/hooks
 api: {insecure: true}
 test_hooks: true
 `))
@@ -107,6 +109,7 @@ test_hooks: true
 		LeaseMargin:         5 * time.Second,
 		ProduceTimeout:      3 * time.Second,
 		ProduceWindow:       2,
+		HooksDir:            "/opt/kmirror/hooks",
 		API:                 APIConfig{OpenRoutes: []string{"/healthz", "/readyz", "/metrics"}, Insecure: true},
 		TestHooks:           true,
 	}

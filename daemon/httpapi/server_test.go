@@ -186,7 +186,7 @@ func TestRoutes(t *testing.T) {
 			200, `{"status":"added"}`, "AddTopics a [t1] from= rf=0"},
 		{"remove topic", "DELETE", "/v1/mirrors/a/topics/t1", "", 200, `{"status":"removed"}`, "RemoveTopic a t1"},
 		{"describe all", "GET", "/v1/describe", "", 200,
-			`[{"mirror":"a","topic":"t1","partition":0,"source_offset":10,"destination_offset":8,"lag":2,"state":"MIRRORING","owner":"m1"}]`,
+			`[{"mirror":"a","topic":"t1","partition":0,"source_offset":10,"destination_offset":8,"lag":2,"state":"MIRRORING","owner":"m1","time_lag_ms":0,"records_per_sec":0,"bytes_per_sec":0,"bytes_left":0,"eta_seconds":0}]`,
 			"Describe mirror= topic="},
 		{"describe filtered", "GET", "/v1/describe?mirror=a&topic=t1", "", 200, "", "Describe mirror=a topic=t1"},
 		{"healthz", "GET", "/healthz", "", 200, `{"status":"ok"}`, ""},

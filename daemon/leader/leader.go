@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +91,8 @@ type Config struct {
 	// DestPrincipal is kmirror's principal on the destination, never
 	// denied WRITE on mirror topics (read-only mirror topics).
 	DestPrincipal string
+	// HooksDir holds the executables failover.hook.exec names (hooks.go).
+	HooksDir string
 }
 
 // Leader runs the raft leader's duties while this member leads: the
@@ -106,6 +109,15 @@ type Leader struct {
 
 	readOnly      readOnly
 	autoFailovers counter
+	// probeAnswered is how many members (this one included) answered the
+	// last round of the automatic failover's reachability probe, and
+	// probeMembers how many the group has; probeKnown: a round ran.
+	probeMu                     sync.Mutex
+	probeAnswered, probeMembers int
+	probeKnown                  bool
+	// hookAttempts counts failover hook attempts by mirror and outcome
+	// ("mirror\x00ok" or "mirror\x00error").
+	hookAttempts counter
 
 	// stuck holds the members that cannot reach a mirror's source while
 	// others can, destStuck those the destination does not answer while
@@ -149,6 +161,41 @@ func (l *Leader) ReadOnlyGauges() (unprotected, unlifted int, ok bool) { return 
 // AutoFailovers counts, per mirror, the automatic failovers this member
 // decided as leader.
 func (l *Leader) AutoFailovers() map[string]int64 { return l.autoFailovers.snapshot() }
+
+// noteProbe records how many members answered a probe round.
+func (l *Leader) noteProbe(answered int) {
+	members := 0
+	l.store.Read(func(s *raftstore.State) { members = len(s.Members) })
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
+	l.probeAnswered, l.probeMembers, l.probeKnown = answered, members, true
+}
+
+// ProbeMembers returns, while this member leads, how many members answered
+// the last round of the reachability probe that automatic failover and
+// placement decide on, and how many members the group has; ok is false on
+// a member that does not lead or has not run a round. A member that does
+// not answer counts as reaching every source, so it can never trigger an
+// automatic failover.
+func (l *Leader) ProbeMembers() (answered, members int, ok bool) {
+	if !l.store.IsLeader() {
+		return 0, 0, false
+	}
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
+	return l.probeAnswered, l.probeMembers, l.probeKnown
+}
+
+// HookAttempts counts, per mirror and outcome ("ok", "error"), the failover
+// hook attempts this member made as leader.
+func (l *Leader) HookAttempts() map[[2]string]int64 {
+	out := map[[2]string]int64{}
+	for k, n := range l.hookAttempts.snapshot() {
+		mirror, outcome, _ := strings.Cut(k, "\x00")
+		out[[2]string{mirror, outcome}] = n
+	}
+	return out
+}
 
 func sleepCtx(ctx context.Context, d time.Duration) {
 	select {

@@ -126,12 +126,19 @@ func (l *Leader) runLeader(ctx context.Context) {
 		l.settleLoop(ctx)
 	}()
 	defer func() { <-settleDone }()
+	hooksDone := make(chan struct{})
+	go func() {
+		defer close(hooksDone)
+		l.hookLoop(ctx)
+	}()
+	defer func() { <-hooksDone }()
 	failoverDone := make(chan struct{})
 	go func() {
 		defer close(failoverDone)
 		for ctx.Err() == nil {
 			sleepCtx(ctx, failoverCheckInterval)
 			views := l.member.Reaches(ctx)
+			l.noteProbe(len(views))
 			l.noteStuck(views)
 			l.checkAutoFailover(ctx, views)
 		}

@@ -63,6 +63,7 @@ var sourceProperties = map[string]bool{
 	propGroupsInclude: true, PropGroupsExclude: true, propGroupsInterval: true, propFailoverAuto: true,
 	propFetchConns: true, propDiscoveryInterval: true, propConfigSyncInterval: true, propConfigExclude: true,
 	propACLSync: true, propACLInclude: true, propACLExclude: true,
+	propHookExec: true, propHookURL: true, propHookTimeout: true, propHookRetries: true,
 }
 
 // minFailoverAuto bounds failover.auto.after.ms from below: members probe
@@ -124,6 +125,8 @@ type Settings struct {
 	ACLSync    bool
 	ACLInclude *regexp.Regexp
 	ACLExclude *regexp.Regexp
+	// Hook is the mirror's failover hook (none: Exec and URL empty).
+	Hook Hook
 	// Security is how to reach the source: TLS, SASL (security.protocol,
 	// ssl.*, sasl.*).
 	Security ksec.Settings
@@ -163,7 +166,8 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		}
 		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s, %s and the security properties %s",
 			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, PropGroupsExclude, propGroupsInterval,
-			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval+", "+propConfigSyncInterval+", "+propConfigExclude+", "+propACLSync+", "+propACLInclude+", "+propACLExclude, strings.Join(ksec.Keys(), ", "))
+			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval+", "+propConfigSyncInterval+", "+propConfigExclude+", "+propACLSync+", "+propACLInclude+", "+propACLExclude+", "+
+				propHookExec+", "+propHookURL+", "+propHookTimeout+", "+propHookRetries, strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
@@ -249,6 +253,9 @@ func Parse(name string, props map[string]string) (Settings, error) {
 				api.ErrInvalid, propFailoverAuto, v, minFailoverAuto.Milliseconds())
 		}
 		s.FailoverAutoAfter = time.Duration(n) * time.Millisecond
+	}
+	if s.Hook, err = parseHook(props); err != nil {
+		return Settings{}, err
 	}
 	return s, nil
 }

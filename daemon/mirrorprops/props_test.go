@@ -31,6 +31,14 @@ func TestParseMirrorSettings(t *testing.T) {
 	if s.FailoverAutoAfter != 0 {
 		t.Errorf("automatic failover is on by default: %s", s.FailoverAutoAfter)
 	}
+	hook := map[string]string{"bootstrap.servers": "a:9092", "failover.hook.exec": "switch-dns.sh", "failover.hook.url": "https://gw/failover",
+		"failover.hook.timeout.ms": "2500", "failover.hook.retries": "0"}
+	if s, err := Parse("m1", hook); err != nil || s.Hook != (Hook{Exec: "switch-dns.sh", URL: "https://gw/failover", Timeout: 2500 * time.Millisecond}) {
+		t.Errorf("failover hook properties: %+v, %v", s.Hook, err)
+	}
+	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092"}); err != nil || s.Hook != (Hook{Timeout: DefaultHookTimeout, Retries: DefaultHookRetries}) {
+		t.Errorf("no failover hook: %+v, %v", s.Hook, err)
+	}
 	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
 		t.Errorf("failover.auto.after.ms=30000: %s, %v", s.FailoverAutoAfter, err)
 	}
@@ -70,6 +78,12 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30s"}, "give milliseconds"},
 		{map[string]string{"bootstrap.servers": "a:9092", "fetch.connections": "0"}, "fetch.connections=0: give a count of connections per source broker from 1 to 32"},
 		{map[string]string{"bootstrap.servers": "a:9092", "fetch.connections": "many"}, "fetch.connections=many"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.exec": "/usr/bin/curl -X POST x"}, "failover.hook.exec=/usr/bin/curl -X POST x: give the file name of an executable in each member's hooks_dir"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.exec": "../bin/sh"}, "not a path or a command line"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "dns-switch:8080/x"}, "give an http:// or https:// URL"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "http://a/x", "failover.hook.timeout.ms": "10s"}, "failover.hook.timeout.ms=10s: give milliseconds from 100 to 600000"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "http://a/x", "failover.hook.retries": "-1"}, "failover.hook.retries=-1"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.retries": "3"}, "set without a hook: add failover.hook.exec or failover.hook.url"},
 	} {
 		_, err := Parse("m1", tc.props)
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -106,6 +120,20 @@ func TestTopicPattern(t *testing.T) {
 	for _, bad := range []string{"(", " "} {
 		if _, err := TopicPattern("--exclude", bad); err == nil || !strings.Contains(err.Error(), "--exclude") || !strings.Contains(err.Error(), "e.g.") {
 			t.Errorf("pattern %q: %v, want an error naming --exclude with an example", bad, err)
+		}
+	}
+}
+
+// TestRedactURL: a webhook URL's user information and query (where
+// tokens go) are hidden in errors, logs and kmirror list.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://user:pw@gw.example/x?token=1": "https://[hidden]@gw.example/x?[hidden]",
+		"http://gw.example:8080/failover":      "http://gw.example:8080/failover",
+		"http://gw.example/f#frag":             "http://gw.example/f?[hidden]",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -213,8 +213,9 @@ func (o *Ops) ListMirrors(ctx context.Context) ([]api.MirrorSummary, error) {
 	var out []api.MirrorSummary
 	o.store.Read(func(s *raftstore.State) {
 		for _, mir := range s.Mirrors {
-			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: ksec.Redact(mir.Properties), Topics: []string{},
-				Include: slices.Clone(mir.Include), Exclude: slices.Clone(mir.Exclude), Skipped: maps.Clone(mir.Skipped), Notes: slices.Clone(mir.Notes)}
+			sum := api.MirrorSummary{Name: mir.Name, Bootstrap: mir.Bootstrap, Properties: redactHookURL(ksec.Redact(mir.Properties)), Topics: []string{},
+				Include: slices.Clone(mir.Include), Exclude: slices.Clone(mir.Exclude), Skipped: maps.Clone(mir.Skipped), Notes: slices.Clone(mir.Notes),
+				FailoverHooks: hookRuns(mir)}
 			var states []raftstore.TopicState
 			for _, t := range s.Topics {
 				if t.Mirror == mir.Name {
@@ -347,6 +348,13 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 					ps.Reason = fmt.Sprintf("skipped %d source records deleted before they were mirrored (latest: source offsets %s), as accepted with resume --accept-gap",
 						p.SkippedRecords, p.LastGap)
 				}
+				if mir, ok := s.Mirrors[t.Mirror]; ok && p.State == raftstore.StateStopped {
+					if note := hookNote(mir, t.Topic); note != "" {
+						ps.Reason = strings.TrimPrefix(ps.Reason+"; "+note, "; ")
+					}
+				}
+				st, ok := live[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}]
+				fillProgress(&ps, st, ok && p.State != raftstore.StateStopped)
 				out = append(out, ps)
 			}
 		}
@@ -385,7 +393,7 @@ func SkippedRows(s *raftstore.State, mirror, topic string) []api.PartitionStatus
 		for t, why := range mir.Skipped {
 			if topic == "" || t == topic {
 				out = append(out, api.PartitionStatus{Mirror: mir.Name, Topic: t, Partition: -1, State: api.StateSkipped, Reason: why,
-					SourceOffset: -1, DestinationOffset: -1, Lag: -1})
+					SourceOffset: -1, DestinationOffset: -1, Lag: -1, TimeLagMs: -1, BytesLeft: -1, EtaSeconds: -1})
 			}
 		}
 	}

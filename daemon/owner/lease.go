@@ -95,6 +95,15 @@ func (o *Owner) leaseSynced() (synced bool, losses uint64) {
 	return o.lease.synced, o.lease.losses
 }
 
+// LeaseStatus reports whether this member may write its partitions now
+// (its lease valid and its state caught up since the last fence), and
+// how many times it lost the lease since it started.
+func (o *Owner) LeaseStatus() (valid bool, losses uint64) {
+	o.lease.mu.Lock()
+	defer o.lease.mu.Unlock()
+	return o.lease.synced && !o.lease.fenced, o.lease.losses
+}
+
 // leaseLoop watches the lease: when the last grant's renewal was sent
 // longer than the lease window ago the member is fenced (it writes
 // nothing); to write again it needs a grant sent after the fence, counted
