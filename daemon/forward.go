@@ -253,6 +253,7 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 	// partitions' produce) makes every partition's offsets stale, also one
 	// with nothing in flight (issue 18: those showed MIRRORING with a lag).
 	memberSince := m.DestinationUnanswered()
+	verified := m.verify.progress()
 	for _, st := range sts {
 		age, fetchWait := int64(-1), int64(0)
 		if !st.SourceAnswered.IsZero() {
@@ -271,6 +272,10 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 			ConvertedRecords: st.ConvertedRecords, MirroredRecords: st.MirroredRecords, MirroredBytes: st.MirroredBytes,
 			RecordsPerSec: st.RecordsPerSec, BytesPerSec: st.BytesPerSec, TimeLagMs: &st.TimeLagMs,
 		})
+		if v, ok := verified[st.Key]; ok {
+			last := &out[len(out)-1]
+			last.VerifiedUpTo, last.VerifiedRecords, last.VerifyMismatch = max(v.UpTo, 0), v.Records, v.Mismatch
+		}
 	}
 	return out
 }

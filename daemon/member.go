@@ -36,9 +36,13 @@ var (
 // Member is one kmirror daemon: the raft store, the data path engine and
 // the admin API, wired together (the package doc lists its files by duty).
 type Member struct {
-	cfg   config.Config
-	log   *zap.Logger
-	store *raftstore.Store
+	cfg config.Config
+	// lagRing is the last hour of the group's lag for the status page.
+	lagRing lagRing
+	// verify is the background verification of this member's partitions.
+	verify verifier
+	log    *zap.Logger
+	store  *raftstore.Store
 	// openStore is store for readers that may run before it is open.
 	openStore atomic.Pointer[raftstore.Store]
 	engine    *fetch.Engine
@@ -217,6 +221,7 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	mx.conns = m.conns
 	mx.destination = m.destination
 	mx.lease = m.own.LeaseStatus
+	mx.verify = &m.verify
 	full := httpapi.NewHandler(m, m.log, mx.handler())
 	m.handler.Store(&full)
 	m.started.Store(true)
@@ -224,6 +229,8 @@ func Start(ctx context.Context, cfg config.Config, logger *zap.Logger) (*Member,
 	m.own.Run()
 	m.Go(m.sources.loop)
 	m.Go(m.destination.loop)
+	m.Go(func() { m.lagSampler(m.ctx) })
+	m.Go(func() { m.verifyLoop(m.ctx) })
 	log.Info("kmirror member started", zap.String("http", m.addr.String()), zap.String("raft", cfg.RaftAdvertise),
 		zap.Int("peers", len(cfg.Peers)))
 	return m, nil

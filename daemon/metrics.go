@@ -62,7 +62,11 @@ type metrics struct {
 	lease      func() (bool, uint64)
 	leaseValid *prometheus.Desc
 	leaseLost  *prometheus.Desc
-	hookRuns   *prometheus.Desc
+	// verify feeds the background verification metrics (nil in tests).
+	verify      *verifier
+	verifiedRec *prometheus.Desc
+	verifiedTo  *prometheus.Desc
+	hookRuns    *prometheus.Desc
 	// destination feeds kmirror_destination_unreachable_seconds (nil in
 	// tests).
 	destination *destinationProbe
@@ -125,6 +129,11 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 			"Members (the leader included) that answered the raft leader's last reachability probe round, on which automatic failover "+
 				"and placement decide; exported by the leader. A member that does not answer counts as reaching every source.", nil, nil),
 		probeAll: prometheus.NewDesc("kmirror_group_members", "Members of the group in the replicated state; exported by the raft leader.", nil, nil),
+		verifiedRec: prometheus.NewDesc("kmirror_partition_verified_records_total",
+			"Records the background verification (verify.mode) compared on both clusters since this member took the partition.", labels, nil),
+		verifiedTo: prometheus.NewDesc("kmirror_partition_verified_offset",
+			"Source offset below which the background verification compared every mirrored record in its current full pass "+
+				"(sampled: the highest offset sampled, plus one).", labels, nil),
 		leaseValid: prometheus.NewDesc("kmirror_lease_valid",
 			"1 while this member may write its partitions (its lease from the raft leader is valid and its state caught up), else 0: "+
 				"its partitions stand still and move to other members after lease_ttl.", nil, nil),
@@ -222,6 +231,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.probeAns
 	ch <- m.probeAll
 	ch <- m.leaseValid
+	ch <- m.verifiedRec
+	ch <- m.verifiedTo
 	ch <- m.leaseLost
 	ch <- m.hookRuns
 	ch <- m.fetched
@@ -306,6 +317,15 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if answered, members, ok := m.lead.ProbeMembers(); ok {
 			ch <- prometheus.MustNewConstMetric(m.probeAns, prometheus.GaugeValue, float64(answered))
 			ch <- prometheus.MustNewConstMetric(m.probeAll, prometheus.GaugeValue, float64(members))
+		}
+	}
+	if m.verify != nil {
+		for k, v := range m.verify.progress() {
+			l := []string{k.Mirror, k.Topic, itoa(k.Partition)}
+			ch <- prometheus.MustNewConstMetric(m.verifiedRec, prometheus.CounterValue, float64(v.Records), l...)
+			if v.UpTo >= 0 {
+				ch <- prometheus.MustNewConstMetric(m.verifiedTo, prometheus.GaugeValue, float64(v.UpTo), l...)
+			}
 		}
 	}
 	if m.lease != nil {

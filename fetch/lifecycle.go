@@ -120,6 +120,21 @@ func (e *Engine) divergeLocked(p *partition, reason string) {
 	e.log.Error("partition diverged", zap.Stringer("partition", p.key()), zap.String("reason", reason))
 }
 
+// Diverge stops a MIRRORING partition held here as DIVERGED with reason
+// (the background verifier found its destination differing from the
+// source: daemon/verifier.go); false when the partition is not held or
+// not mirroring.
+func (e *Engine) Diverge(k Key, reason string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.parts[k]
+	if !ok || !p.mirroring() {
+		return false
+	}
+	e.divergeLocked(p, reason)
+	return true
+}
+
 func (e *Engine) dropQueueLocked(p *partition) {
 	for _, it := range p.queue {
 		e.dequeueLocked(p, it)

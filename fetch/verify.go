@@ -18,8 +18,10 @@ import (
 
 // VerifyResult is one partition's comparison.
 type VerifyResult struct {
-	// Compared counts the record pairs found equal.
+	// Compared counts the record pairs found equal; Bytes their source
+	// records' keys, values and headers.
 	Compared int64
+	Bytes    int64
 	// Mismatch describes the first pair that differs ("" when none), at
 	// source offset MismatchSource and destination offset
 	// MismatchDestination (-1 where that side had no record).
@@ -59,6 +61,7 @@ func VerifyRange(ctx context.Context, src, dst *kafka.Admin, topic string, parti
 				return errStopRead
 			}
 			res.Compared++
+			res.Bytes += recordBytes(s)
 			if res.Compared == limit {
 				return errStopRead
 			}
@@ -77,6 +80,15 @@ func VerifyRange(ctx context.Context, src, dst *kafka.Admin, topic string, parti
 		res.Mismatch, res.MismatchSource = fmt.Sprintf("the destination ends before the copy of source offset %d", want[0].Offset), want[0].Offset
 	}
 	return res, nil
+}
+
+// recordBytes is a record's key, value and headers, in bytes.
+func recordBytes(r kwire.Record) int64 {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
 }
 
 // verifyChunk bounds how many source records VerifyRange holds at once.

@@ -221,6 +221,16 @@ type PartitionStatus struct {
 	// no rate yet).
 	BytesLeft  int64 `json:"bytes_left"`
 	EtaSeconds int64 `json:"eta_seconds"`
+	// VerifiedUpTo is, with background verification on (the mirror's
+	// verify.mode), the source offset below which the owner compared every
+	// mirrored record in its current full pass (sampled: the highest
+	// offset sampled, plus one); VerifiedRecords counts the records it
+	// compared since it took the partition; VerifyMismatch is the
+	// difference it found (the partition is DIVERGED with it). Omitted
+	// when nothing was verified.
+	VerifiedUpTo    int64  `json:"verified_up_to,omitempty"`
+	VerifiedRecords int64  `json:"verified_records,omitempty"`
+	VerifyMismatch  string `json:"verify_mismatch,omitempty"`
 }
 
 // VerifyRequest is the body of POST /v1/verify (kmirror verify).
@@ -413,8 +423,13 @@ type LiveStatus struct {
 	RecordsPerSec   float64 `json:"records_per_sec,omitempty"`
 	BytesPerSec     float64 `json:"bytes_per_sec,omitempty"`
 	TimeLagMs       *int64  `json:"time_lag_ms,omitempty"`
-	Waiting         string  `json:"waiting,omitempty"`
-	Throttled       string  `json:"throttled,omitempty"`
+	// VerifiedUpTo, VerifiedRecords and VerifyMismatch are the owner's
+	// background verification (verify.mode): see PartitionStatus.
+	VerifiedUpTo    int64  `json:"verified_up_to,omitempty"`
+	VerifiedRecords int64  `json:"verified_records,omitempty"`
+	VerifyMismatch  string `json:"verify_mismatch,omitempty"`
+	Waiting         string `json:"waiting,omitempty"`
+	Throttled       string `json:"throttled,omitempty"`
 	// SourceAgeMs is how long ago, in ms, the partition's source leader
 	// last answered the owner's fetch (-1: never): SourceEnd and Lag are
 	// as of then. FetchWaitMs is how long, in ms, a fetch for it has
@@ -504,4 +519,25 @@ type SourceReach struct {
 	// answers), in ms; Error is the last failure.
 	UnreachableMs int64  `json:"unreachable_ms"`
 	Error         string `json:"error,omitempty"`
+}
+
+// LagSample is one point of the status page's lag charts (GET /ui): when
+// (Unix ms) and, per topic ("mirror/topic"), the source records not yet
+// mirrored (the sum over its partitions whose lag is known) and the
+// largest time lag (ms).
+type LagSample struct {
+	AtMs   int64               `json:"at_ms"`
+	Topics map[string]TopicLag `json:"topics"`
+}
+
+// TopicLag is one topic's lag in a LagSample.
+type TopicLag struct {
+	Records   int64 `json:"records"`
+	TimeLagMs int64 `json:"time_lag_ms"`
+}
+
+// LagHistorian is a Service that keeps the last hour of lag samples for
+// the status page (an in-memory ring on each member).
+type LagHistorian interface {
+	LagHistory() []LagSample
 }

@@ -240,6 +240,13 @@ func (a *Auth) Require(h http.Handler) http.Handler {
 		}
 		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		got = strings.TrimSpace(got)
+		ui := r.URL.Path == "/ui"
+		if _, pw, ok := r.BasicAuth(); ok && ui {
+			// A browser sends the token as the password of HTTP Basic
+			// authentication (any user name): it cannot add a bearer
+			// header to a page it navigates to.
+			scheme, got = "Bearer", pw
+		}
 		valid := slices.ContainsFunc(want, func(t string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 })
 		if !valid {
 			a.unauthorized.Add(1)
@@ -247,6 +254,10 @@ func (a *Auth) Require(h http.Handler) http.Handler {
 				zap.String("remote", r.RemoteAddr), zap.String("method", r.Method), zap.String("path", r.URL.Path))
 		}
 		switch {
+		case ui && !valid:
+			w.Header().Set("WWW-Authenticate", `Basic realm="kmirror status: the API token as the password", charset="UTF-8"`)
+			http.Error(w, "kmirror's status page needs the API token: give it as the password (any user name); "+
+				"it is in the file named by api.token_file on the members", http.StatusUnauthorized)
 		case !strings.EqualFold(scheme, "Bearer") || got == "":
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kmirror"`)
 			writeJSON(w, http.StatusUnauthorized, api.ErrorBody{Code: "unauthorized", Error: "this kmirror API needs a bearer token: pass --token-file FILE (or KMIRROR_TOKEN_FILE) " +

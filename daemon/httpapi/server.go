@@ -68,6 +68,7 @@ func NewHandler(api api.Service, logger *zap.Logger, metrics http.Handler) http.
 			mux.Handle("POST /v1/internal/test/block-source", h.wrap(h.blockSource))
 		}
 	}
+	mux.HandleFunc("GET /ui", h.ui)
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	if metrics != nil {

@@ -64,6 +64,7 @@ var sourceProperties = map[string]bool{
 	propFetchConns: true, propDiscoveryInterval: true, propConfigSyncInterval: true, propConfigExclude: true,
 	propACLSync: true, propACLInclude: true, propACLExclude: true,
 	propHookExec: true, propHookURL: true, propHookTimeout: true, propHookRetries: true,
+	propVerifyMode: true, propVerifyRecords: true, propVerifyBytes: true,
 }
 
 // minFailoverAuto bounds failover.auto.after.ms from below: members probe
@@ -127,6 +128,8 @@ type Settings struct {
 	ACLExclude *regexp.Regexp
 	// Hook is the mirror's failover hook (none: Exec and URL empty).
 	Hook Hook
+	// Verify is the mirror's background verification.
+	Verify Verify
 	// Security is how to reach the source: TLS, SASL (security.protocol,
 	// ssl.*, sasl.*).
 	Security ksec.Settings
@@ -167,7 +170,8 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		return Settings{}, fmt.Errorf("%w: mirror %s: unsupported mirror properties %s:%s this version supports %s, %s, %s, %s, %s, %s, %s and the security properties %s",
 			api.ErrInvalid, name, strings.Join(unknown, ", "), hint, propBootstrap, propClientID, propGroupsInclude, PropGroupsExclude, propGroupsInterval,
 			propFailoverAuto, propFetchConns+", "+propDiscoveryInterval+", "+propConfigSyncInterval+", "+propConfigExclude+", "+propACLSync+", "+propACLInclude+", "+propACLExclude+", "+
-				propHookExec+", "+propHookURL+", "+propHookTimeout+", "+propHookRetries, strings.Join(ksec.Keys(), ", "))
+				propHookExec+", "+propHookURL+", "+propHookTimeout+", "+propHookRetries+", "+propVerifyMode+", "+propVerifyRecords+", "+propVerifyBytes,
+			strings.Join(ksec.Keys(), ", "))
 	}
 	sec, err := ksec.Parse(props, "mirror "+name)
 	if err != nil {
@@ -255,6 +259,9 @@ func Parse(name string, props map[string]string) (Settings, error) {
 		s.FailoverAutoAfter = time.Duration(n) * time.Millisecond
 	}
 	if s.Hook, err = parseHook(props); err != nil {
+		return Settings{}, err
+	}
+	if s.Verify, err = parseVerify(props); err != nil {
 		return Settings{}, err
 	}
 	return s, nil

@@ -36,7 +36,12 @@ func TestParseMirrorSettings(t *testing.T) {
 	if s, err := Parse("m1", hook); err != nil || s.Hook != (Hook{Exec: "switch-dns.sh", URL: "https://gw/failover", Timeout: 2500 * time.Millisecond}) {
 		t.Errorf("failover hook properties: %+v, %v", s.Hook, err)
 	}
-	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092"}); err != nil || s.Hook != (Hook{Timeout: DefaultHookTimeout, Retries: DefaultHookRetries}) {
+	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "verify.mode": "sampled", "verify.records.per.sec": "50"}); err != nil ||
+		s.Verify != (Verify{Mode: VerifySampled, RecordsPerSec: 50, BytesPerSec: DefaultVerifyBytes}) {
+		t.Errorf("verify properties: %+v, %v", s.Verify, err)
+	}
+	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092"}); err != nil || s.Hook != (Hook{Timeout: DefaultHookTimeout, Retries: DefaultHookRetries}) ||
+		s.Verify.Mode != VerifyOff {
 		t.Errorf("no failover hook: %+v, %v", s.Hook, err)
 	}
 	if s, err := Parse("m1", map[string]string{"bootstrap.servers": "a:9092", "failover.auto.after.ms": "30000"}); err != nil || s.FailoverAutoAfter != 30*time.Second {
@@ -84,6 +89,9 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "http://a/x", "failover.hook.timeout.ms": "10s"}, "failover.hook.timeout.ms=10s: give milliseconds from 100 to 600000"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "http://a/x", "failover.hook.retries": "-1"}, "failover.hook.retries=-1"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.retries": "3"}, "set without a hook: add failover.hook.exec or failover.hook.url"},
+		{map[string]string{"bootstrap.servers": "a:9092", "verify.mode": "always"}, "verify.mode=always: give off, sampled"},
+		{map[string]string{"bootstrap.servers": "a:9092", "verify.mode": "full", "verify.records.per.sec": "0"}, "verify.records.per.sec=0: give a positive whole number"},
+		{map[string]string{"bootstrap.servers": "a:9092", "verify.bytes.per.sec": "1MiB"}, "verify.bytes.per.sec=1MiB"},
 	} {
 		_, err := Parse("m1", tc.props)
 		if !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
