@@ -274,7 +274,7 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 		})
 		if v, ok := verified[st.Key]; ok {
 			last := &out[len(out)-1]
-			last.VerifiedUpTo, last.VerifiedRecords, last.VerifyMismatch = max(v.UpTo, 0), v.Records, v.Mismatch
+			last.VerifiedUpTo, last.VerifiedRecords, last.VerifyMismatch, last.VerifyNote = max(v.UpTo, 0), v.Records, v.Mismatch, v.Gone
 		}
 	}
 	return out

@@ -55,6 +55,7 @@ type metrics struct {
 	srcDown     *prometheus.Desc
 	autoFailovr *prometheus.Desc
 	hookTries   *prometheus.Desc
+	hookGaveUp  *prometheus.Desc
 	probeAns    *prometheus.Desc
 	probeAll    *prometheus.Desc
 	// lease feeds kmirror_lease_valid and kmirror_lease_losses_total (nil
@@ -141,6 +142,9 @@ func newMetrics(engine *fetch.Engine, skipped func() map[fetch.Key]int64, groups
 		hookTries: prometheus.NewDesc("kmirror_failover_hook_attempts_total",
 			"Failover hook attempts (failover.hook.exec, failover.hook.url) this member made as raft leader, by outcome (ok, error).",
 			[]string{"mirror", "outcome"}, nil),
+		hookGaveUp: prometheus.NewDesc("kmirror_failover_hook_gave_up_total",
+			"Failover hook runs this member, as raft leader, gave up after failover.hook.retries (what the hook switches was not switched).",
+			[]string{"mirror"}, nil),
 		hookRuns: prometheus.NewDesc("kmirror_failover_hook_runs",
 			"The mirror's failover hook runs kept in the replicated state (pending and the last 20 finished), by state "+
 				"(pending, retrying, succeeded, failed); exported by the raft leader.", []string{"mirror", "state"}, nil),
@@ -228,6 +232,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.connsEvicted
 	ch <- m.autoFailovr
 	ch <- m.hookTries
+	ch <- m.hookGaveUp
 	ch <- m.probeAns
 	ch <- m.probeAll
 	ch <- m.leaseValid
@@ -308,8 +313,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		for mirror, n := range m.lead.AutoFailovers() {
 			ch <- prometheus.MustNewConstMetric(m.autoFailovr, prometheus.CounterValue, float64(n), mirror)
 		}
-		for k, n := range m.lead.HookAttempts() {
+		attempts, gaveUp := m.lead.HookAttempts()
+		for k, n := range attempts {
 			ch <- prometheus.MustNewConstMetric(m.hookTries, prometheus.CounterValue, float64(n), k[0], k[1])
+		}
+		for mirror, n := range gaveUp {
+			ch <- prometheus.MustNewConstMetric(m.hookGaveUp, prometheus.CounterValue, float64(n), mirror)
 		}
 		for k, n := range m.lead.HookRunStates() {
 			ch <- prometheus.MustNewConstMetric(m.hookRuns, prometheus.GaugeValue, float64(n), k[0], k[1])

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -39,6 +40,8 @@ type verifyProgress struct {
 	UpTo, Records int64
 	Mismatch      string
 	AtMs          int64
+	// Gone is the latest copy found deleted on the destination (errGone).
+	Gone string
 	// cursor is where a full pass goes on (-1: start a pass).
 	cursor int64
 }
@@ -47,6 +50,9 @@ type verifyProgress struct {
 type verifier struct {
 	mu    sync.Mutex
 	byKey map[fetch.Key]*verifyProgress
+	// budget is each mirror's records and bytes left (negative: a
+	// deficit), by mirror name.
+	budget map[string][2]int64
 }
 
 // progress returns a copy of each partition's verification.
@@ -149,10 +155,10 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 	m.verify.retain(statuses)
 	prog := m.verify.progress()
 	sort.SliceStable(statuses, func(i, j int) bool { return prog[statuses[i].Key].AtMs < prog[statuses[j].Key].AtMs })
-	budget := map[string][2]int64{}
-	for name, w := range mirrors {
-		budget[name] = [2]int64{w.settings.RecordsPerSec, w.settings.BytesPerSec}
-	}
+	// Each mirror's budget refills by its rate each tick, up to one
+	// second's worth; an overrun (a batch larger than what was left) is
+	// carried as a deficit into the next ticks.
+	budget := refill(&m.verify, mirrors, func(w *work) [2]int64 { return [2]int64{w.settings.RecordsPerSec, w.settings.BytesPerSec} })
 	for _, st := range statuses {
 		w, ok := mirrors[st.Key.Mirror]
 		left := budget[st.Key.Mirror]
@@ -171,6 +177,22 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 		}
 		budget[st.Key.Mirror] = [2]int64{left[0] - records, left[1] - bytes}
 	}
+	m.verify.mu.Lock()
+	m.verify.budget = budget
+	m.verify.mu.Unlock()
+}
+
+// refill adds a tick's rate to each mirror's budget, up to one second's
+// worth, keeping a deficit; mirrors no longer verified are dropped.
+func refill[W any](v *verifier, mirrors map[string]W, rate func(W) [2]int64) map[string][2]int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string][2]int64, len(mirrors))
+	for name, w := range mirrors {
+		r, b := rate(w), v.budget[name]
+		out[name] = [2]int64{min(b[0]+r[0], r[0]), min(b[1]+r[1], r[1])}
+	}
+	return out
 }
 
 // verifyPartition compares up to limit records of one partition from floor
@@ -198,6 +220,11 @@ func (m *Member) verifyPartition(ctx context.Context, src *kafka.Admin, st fetch
 		for range min(limit, maxSamplesPerRound) {
 			at := from + rand.Int64N(to-from)
 			r, err := m.verifyAt(ctx, src, k, at, at+1, dstStart[k.Partition], 1)
+			var gone errGone
+			if errors.As(err, &gone) {
+				m.verify.gone(k, gone)
+				continue
+			}
 			if err != nil {
 				return records, res.Bytes, err
 			}
@@ -218,7 +245,18 @@ func (m *Member) verifyPartition(ctx context.Context, src *kafka.Admin, st fetch
 		at := vp.cursor
 		m.verify.mu.Unlock()
 		n := min(limit, to-at)
-		if res, err = m.verifyAt(ctx, src, k, at, at+n, dstStart[k.Partition], n); err != nil {
+		res, err = m.verifyAt(ctx, src, k, at, at+n, dstStart[k.Partition], n)
+		var gone errGone
+		if errors.As(err, &gone) {
+			// Skip to the first source offset whose copy is still there.
+			m.verify.gone(k, gone)
+			next := m.firstKept(k, at, to, dstStart[k.Partition])
+			m.verify.mu.Lock()
+			m.verify.state(k).cursor = next
+			m.verify.mu.Unlock()
+			return 1, 0, nil
+		}
+		if err != nil {
 			return 0, 0, err
 		}
 		records = max(res.Compared, 1)
@@ -250,10 +288,46 @@ func (m *Member) verifyAt(ctx context.Context, src *kafka.Admin, k fetch.Key, at
 		return fetch.VerifyResult{}, fmt.Errorf("translate source offset %d: %w", at, err)
 	}
 	if dstAt < dstStart {
-		return fetch.VerifyResult{MismatchSource: at, MismatchDestination: dstAt, Mismatch: fmt.Sprintf("source offset %d: its copy at destination "+
-			"offset %d is gone, the destination's log starts at %d (records deleted there while the source still holds them)", at, dstAt, dstStart)}, nil
+		return fetch.VerifyResult{}, errGone{at: at, dst: dstAt, dstStart: dstStart}
 	}
 	return fetch.VerifyRange(ctx, src, m.dest, k.Topic, k.Partition, at, to, dstAt, n)
+}
+
+// firstKept is the first source offset in (at, to] whose copy is at or
+// past the destination's log start dstStart (to when none): a binary
+// search over the translation, which never decreases.
+func (m *Member) firstKept(k fetch.Key, at, to, dstStart int64) int64 {
+	lo, hi := at+1, to
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if d, err := m.engine.Translate(k, mid); err == nil && d >= dstStart {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// errGone is a copy below the destination's log start: deleted there by
+// retention (the clusters roll segments at different times, so the
+// destination may delete a copy the source still holds) or by
+// DeleteRecords. It cannot be compared, and is no difference: the
+// background verification notes it and moves on (kmirror verify, asked by
+// an operator, reports it as a mismatch).
+type errGone struct{ at, dst, dstStart int64 }
+
+func (e errGone) Error() string {
+	return fmt.Sprintf("source offset %d: its copy at destination offset %d is gone, the destination's log starts at %d "+
+		"(retention or DeleteRecords on the destination): not compared", e.at, e.dst, e.dstStart)
+}
+
+// gone notes a copy deleted on the destination (errGone).
+func (v *verifier) gone(k fetch.Key, g errGone) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	vp := v.state(k)
+	vp.Gone, vp.AtMs = g.Error(), time.Now().UnixMilli()
 }
 
 // note records a comparison's outcome on k: the records compared, when,

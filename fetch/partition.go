@@ -462,7 +462,7 @@ func (p *partition) status(now time.Time) Status {
 	if it := p.headBatch(); it != nil {
 		head = it.batch
 	}
-	st.TimeLagMs = timeLagMs(now, lag, head, p.progress.newestTs)
+	st.TimeLagMs = timeLagMs(now, lag, head)
 	st.MirroredRecords, st.MirroredBytes = p.progress.records, p.progress.bytes
 	st.RecordsPerSec, st.BytesPerSec = p.progress.rates(now)
 	st.CheckpointFailing = p.checkpointErr != ""

@@ -15,17 +15,13 @@ const (
 )
 
 // progress is what a partition mirrored while this member holds it: the
-// records and batch bytes acknowledged by the destination, the newest
-// record timestamp among them, and the same counts per rateBucket of the
-// last minute. The engine's lock guards it.
+// records and batch bytes acknowledged by the destination, and the same
+// counts per rateBucket of the last minute. The engine's lock guards it.
 type progress struct {
 	since   time.Time // when this member took the partition
 	records int64
 	bytes   int64
-	// newestTs is the newest record timestamp (ms since the epoch) of the
-	// batches acknowledged; -1 until one is.
-	newestTs int64
-	buckets  [rateBuckets]rateCount
+	buckets [rateBuckets]rateCount
 }
 
 // rateCount is one bucket's counts; slot is its start (Unix time divided
@@ -35,14 +31,13 @@ type rateCount struct {
 	records, bytes int64
 }
 
-func newProgress(now time.Time) progress { return progress{since: now, newestTs: -1} }
+func newProgress(now time.Time) progress { return progress{since: now} }
 
 // mirrored counts a batch of records and bytes (the batch's size on the
-// wire) acknowledged at now, whose newest record has timestamp maxTs (ms).
-func (g *progress) mirrored(now time.Time, records, bytes, maxTs int64) {
+// wire) acknowledged at now.
+func (g *progress) mirrored(now time.Time, records, bytes int64) {
 	g.records += records
 	g.bytes += bytes
-	g.newestTs = max(g.newestTs, maxTs)
 	slot := now.UnixNano() / int64(rateBucket)
 	b := &g.buckets[slot%rateBuckets]
 	if b.slot != slot {
@@ -77,26 +72,22 @@ func (g *progress) rates(now time.Time) (recordsPerSec, bytesPerSec float64) {
 // timeLagMs is the partition's replication latency, in ms: how long the
 // oldest source record the destination does not hold yet has been on the
 // source (now minus its timestamp), 0 when caught up (lag 0), -1 when not
-// known (lag -1: the source's end not known yet). The oldest such record heads the queue when it was fetched;
-// otherwise the newest mirrored record's timestamp stands in for it (the
-// record after it is not older; with producer-set CreateTime this is an
-// estimate). A timestamp in the future counts as 0.
-func timeLagMs(now time.Time, lag int64, head kwire.Batch, newestTs int64) int64 {
+// known: the source's end not known yet (lag -1), or that record not
+// fetched yet (head nil; the newest mirrored record's timestamp would
+// overstate it after an idle spell). A timestamp in the future counts as
+// 0.
+func timeLagMs(now time.Time, lag int64, head kwire.Batch) int64 {
 	switch {
 	case lag < 0:
 		return -1
 	case lag == 0:
 		return 0
-	}
-	ts := newestTs
-	if head != nil {
-		ts = head.FirstTimestamp()
-		if head.IsLogAppendTime() {
-			ts = head.MaxTimestamp() // the broker's append time: the records' own are not used
-		}
-	}
-	if ts < 0 {
+	case head == nil:
 		return -1
+	}
+	ts := head.FirstTimestamp()
+	if head.IsLogAppendTime() {
+		ts = head.MaxTimestamp() // the broker's append time: the records' own are not used
 	}
 	return max(0, now.UnixMilli()-ts)
 }

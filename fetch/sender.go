@@ -395,7 +395,7 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 		p.popSkips()
 		p.ack(it, r.BaseOffset)
 		p.acked, p.ackedMaxTs = true, it.batch.MaxTimestamp()
-		p.progress.mirrored(time.Now(), int64(it.count), it.size, it.batch.MaxTimestamp())
+		p.progress.mirrored(time.Now(), int64(it.count), it.size)
 		p.dstVerified = time.Now()
 		p.produceErr = ""
 		p.queue = p.queue[1:]

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +103,7 @@ func TestInitialSyncProgress(t *testing.T) {
 	const clientID = "kmirror-progress-test"
 	setProducerQuota(t, env.dst, clientID, "1000000") // bytes/s
 	t.Cleanup(func() { setProducerQuota(t, env.dst, clientID, "") })
+	waitQuotaApplied(t, clientID)
 	m := startMember(t, "progress", memberOpts{destExtra: "  client_id: " + clientID + "\n"})
 	ctx := context.Background()
 	if err := m.client.CreateMirror(ctx, api.CreateMirrorRequest{Name: "isp", Properties: map[string]string{"bootstrap.servers": env.src.Bootstrap()}}); err != nil {
@@ -196,4 +198,37 @@ func sumMetric(t *testing.T, text, name string) float64 {
 		t.Fatalf("/metrics has no %s", name)
 	}
 	return sum
+}
+
+// throttleSeen is a franz-go hook noting a broker's produce throttle.
+type throttleSeen struct{ seen atomic.Bool }
+
+func (h *throttleSeen) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	if d > 0 {
+		h.seen.Store(true)
+	}
+}
+
+// waitQuotaApplied produces with clientID to a scratch topic of the
+// destination until a broker throttles it: a client quota reaches the
+// brokers through the metadata log, a moment after it is set.
+func waitQuotaApplied(t *testing.T, clientID string) {
+	t.Helper()
+	topic := "quota-probe-" + clientID
+	if err := env.dst.CreateTopic(context.Background(), topic, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	hook := &throttleSeen{}
+	c := kgoClient(t, env.dst, kgo.ClientID(clientID), kgo.WithHooks(hook), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	value := make([]byte, 64<<10)
+	for deadline := time.Now().Add(60 * time.Second); !hook.seen.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer quota of %s was not applied by the destination within 60s", clientID)
+		}
+		var recs []*kgo.Record
+		for range 16 {
+			recs = append(recs, &kgo.Record{Value: value})
+		}
+		produceSync(t, c, recs)
+	}
 }

@@ -140,15 +140,19 @@ type RecordHookAttempt struct {
 	ID     uint64 `json:"id"`
 	// Attempt is the attempt's number (1 first): a leader that recorded
 	// it already (a retried apply) is refused.
-	Attempt int    `json:"attempt"`
-	AtMs    int64  `json:"at_ms"`
-	Error   string `json:"error,omitempty"`
-	Done    bool   `json:"done,omitempty"`
+	Attempt int `json:"attempt"`
+	// Topics are the topics the attempt announced: a topic that joined
+	// the run while its first attempt ran (not among them) is moved to a
+	// run of its own, announced by the next attempts. Empty: all of them.
+	Topics []string `json:"topics,omitempty"`
+	AtMs   int64    `json:"at_ms"`
+	Error  string   `json:"error,omitempty"`
+	Done   bool     `json:"done,omitempty"`
 }
 
 func (RecordHookAttempt) Type() CommandType { return TypeRecordHookAttempt }
 
-func (s *State) applyRecordHookAttempt(c RecordHookAttempt, _ uint64) error {
+func (s *State) applyRecordHookAttempt(c RecordHookAttempt, index uint64) error {
 	m, ok := s.Mirrors[c.Mirror]
 	if !ok {
 		return fmt.Errorf("%w: mirror %q", ErrNotFound, c.Mirror)
@@ -162,8 +166,23 @@ func (s *State) applyRecordHookAttempt(c RecordHookAttempt, _ uint64) error {
 		return fmt.Errorf("%w: failover hook run %d of mirror %q has %d attempts recorded (done: %t), not %d", ErrInvalid,
 			c.ID, c.Mirror, r.Attempts, r.Done, c.Attempt-1)
 	}
+	var late []string
+	for _, t := range r.Topics {
+		if len(c.Topics) > 0 && !slices.Contains(c.Topics, t) {
+			late = append(late, t)
+		}
+	}
 	r.Attempts, r.LastAttemptMs, r.LastError = c.Attempt, c.AtMs, c.Error
 	r.Succeeded = c.Error == ""
 	r.Done = r.Succeeded || c.Done
+	if len(late) > 0 {
+		split := HookRun{ID: index, Topics: late, Reason: r.Reason, Positions: map[string][]Position{}, StoppedAtMs: r.StoppedAtMs}
+		for _, t := range late {
+			split.Positions[t] = r.Positions[t]
+			delete(r.Positions, t)
+		}
+		r.Topics = slices.DeleteFunc(r.Topics, func(t string) bool { return slices.Contains(late, t) })
+		m.HookRuns = append(m.HookRuns, split)
+	}
 	return nil
 }

@@ -75,6 +75,22 @@ func TestFailoverHookRuns(t *testing.T) {
 		t.Fatalf("run the leader gave up on: %+v", r)
 	}
 	x.mustFail(RecordHookAttempt{Mirror: "m2", ID: id, Attempt: 3, AtMs: 400}, ErrInvalid) // done
+
+	// A topic that joined while the first attempt ran (the attempt
+	// announced only "d") moves to a run of its own.
+	x.mustApply(AddTopic{Topic: MirrorTopic{Mirror: "m2", Topic: "d", State: StateMirroring, Partitions: []PartitionInfo{{State: StateMirroring}}}})
+	x.mustApply(AddTopic{Topic: MirrorTopic{Mirror: "m2", Topic: "e", State: StateMirroring, Partitions: []PartitionInfo{{State: StateMirroring}}}})
+	stop("d", "", 1, Position{SourceOffset: 4, DestinationOffset: 4})
+	stop("e", "", 1, Position{SourceOffset: 8, DestinationOffset: 8})
+	runs = x.state().Mirrors["m2"].HookRuns
+	dID := runs[len(runs)-1].ID
+	x.mustApply(RecordHookAttempt{Mirror: "m2", ID: dID, Attempt: 1, AtMs: 500, Topics: []string{"d"}})
+	runs = x.state().Mirrors["m2"].HookRuns
+	d, e := runs[len(runs)-2], runs[len(runs)-1]
+	if !reflect.DeepEqual(d.Topics, []string{"d"}) || !d.Succeeded || len(d.Positions) != 1 ||
+		!reflect.DeepEqual(e.Topics, []string{"e"}) || e.Attempts != 0 || e.Done || e.Positions["e"][0].SourceOffset != 8 {
+		t.Fatalf("after an attempt that announced only d: %+v and %+v, want e in a pending run of its own", d, e)
+	}
 }
 
 // TestHookRunsBounded: past maxHookRuns the oldest finished runs go,

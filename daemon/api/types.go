@@ -208,7 +208,8 @@ type PartitionStatus struct {
 	// TimeLagMs is the replication latency in ms: how long the oldest
 	// source record not yet on the destination has been on the source
 	// (now minus its timestamp; with producer-set CreateTime an
-	// estimate), 0 when caught up, -1 when not known.
+	// estimate), 0 when caught up, -1 when not known (that record not
+	// fetched yet).
 	TimeLagMs int64 `json:"time_lag_ms"`
 	// RecordsPerSec and BytesPerSec are what the owner mirrored over the
 	// last minute (bytes of batches as written, compressed).
@@ -226,11 +227,14 @@ type PartitionStatus struct {
 	// mirrored record in its current full pass (sampled: the highest
 	// offset sampled, plus one); VerifiedRecords counts the records it
 	// compared since it took the partition; VerifyMismatch is the
-	// difference it found (the partition is DIVERGED with it). Omitted
-	// when nothing was verified.
+	// difference it found (the partition is DIVERGED with it);
+	// VerifyNote names copies it found deleted on the destination
+	// (retention or DeleteRecords there: not compared, no difference).
+	// Omitted when nothing was verified.
 	VerifiedUpTo    int64  `json:"verified_up_to,omitempty"`
 	VerifiedRecords int64  `json:"verified_records,omitempty"`
 	VerifyMismatch  string `json:"verify_mismatch,omitempty"`
+	VerifyNote      string `json:"verify_note,omitempty"`
 }
 
 // VerifyRequest is the body of POST /v1/verify (kmirror verify).
@@ -428,6 +432,7 @@ type LiveStatus struct {
 	VerifiedUpTo    int64  `json:"verified_up_to,omitempty"`
 	VerifiedRecords int64  `json:"verified_records,omitempty"`
 	VerifyMismatch  string `json:"verify_mismatch,omitempty"`
+	VerifyNote      string `json:"verify_note,omitempty"`
 	Waiting         string `json:"waiting,omitempty"`
 	Throttled       string `json:"throttled,omitempty"`
 	// SourceAgeMs is how long ago, in ms, the partition's source leader

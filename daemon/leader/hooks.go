@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,6 +165,9 @@ func (l *Leader) runHooks(ctx context.Context) time.Duration {
 		} else {
 			due = time.UnixMilli(j.run.LastAttemptMs).Add(hookBackoff(j.run.Attempts))
 		}
+		if at, ok := l.hookRetryAt.Load(j.run.ID); ok && at.(time.Time).After(due) {
+			due = at.(time.Time)
+		}
 		if wait := time.Until(due); wait > 0 {
 			next = min(next, wait)
 			continue
@@ -190,11 +194,15 @@ func (l *Leader) attemptHook(ctx context.Context, j hookJob) {
 		err = runHook(ctx, l.cfg.HooksDir, j.hook, ev)
 	}
 	done := err == nil || attempt > j.hook.Retries || j.parseErr != nil || (j.hook.Exec == "" && j.hook.URL == "")
-	cmd := raftstore.RecordHookAttempt{Mirror: j.mirror, ID: j.run.ID, Attempt: attempt, AtMs: time.Now().UnixMilli(), Done: done}
+	cmd := raftstore.RecordHookAttempt{Mirror: j.mirror, ID: j.run.ID, Attempt: attempt, AtMs: time.Now().UnixMilli(), Done: done,
+		Topics: ev.Topics}
 	if err != nil {
 		cmd.Error = err.Error()
 	}
 	l.hookAttempts.add(j.mirror + "\x00" + map[bool]string{true: "ok", false: "error"}[err == nil])
+	if done && err != nil {
+		l.hookGaveUp.add(j.mirror)
+	}
 	fields := []zap.Field{zap.String("mirror", j.mirror), zap.String("id", ev.ID), zap.Strings("topics", ev.Topics), zap.String("kind", ev.Kind),
 		zap.Int("attempt", attempt)}
 	switch {
@@ -206,7 +214,10 @@ func (l *Leader) attemptHook(ctx context.Context, j hookJob) {
 		l.log.Warn("failover hook failed; retrying", append(fields, zap.Error(err), zap.Duration("retry_in", hookBackoff(attempt)))...)
 	}
 	if aerr := l.store.Apply(ctx, cmd); aerr != nil {
-		l.log.Warn("failover hook attempt not recorded: the next leader makes it again", append(fields, zap.Error(aerr))...)
+		// Not recorded: made again, after the backoff while this member
+		// leads (hookRetryAt), at once by the next leader.
+		l.hookRetryAt.Store(j.run.ID, time.Now().Add(hookBackoff(attempt)))
+		l.log.Warn("failover hook attempt not recorded: made again", append(fields, zap.Error(aerr))...)
 	}
 }
 
@@ -252,6 +263,12 @@ func runHookExec(ctx context.Context, dir, name string, timeout time.Duration, b
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+		// It exited 0 and left a child holding its output: that is its
+		// business, the hook succeeded.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		err = nil
+	}
 	switch {
 	case cctx.Err() == context.DeadlineExceeded:
 		return fmt.Errorf("failover.hook.exec %s: no exit within %s (failover.hook.timeout.ms): killed; output: %s", name, timeout, out.text())
@@ -274,6 +291,10 @@ func postHook(ctx context.Context, url string, timeout time.Duration, body []byt
 	req.Header.Set("User-Agent", "kmirror")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text repeats the URL, token and all
+		}
 		return fmt.Errorf("failover.hook.url %s: %v", mirrorprops.RedactURL(url), err)
 	}
 	defer resp.Body.Close()

@@ -33,6 +33,7 @@ func TestRunHook(t *testing.T) {
 	script("ok", `cat > `+out+`; echo >> `+out+`; echo "$KMIRROR_HOOK_ID $KMIRROR_MIRROR $KMIRROR_TOPICS $KMIRROR_KIND $KMIRROR_ATTEMPT" >> `+out+"\n")
 	script("fails", "echo refused by the gateway >&2; exit 3\n")
 	script("hangs", "sleep 30\n")
+	script("leaves-a-child", "sleep 30 &\nexit 0\n")
 	run := raftstore.HookRun{ID: 42, Topics: []string{"a", "b"}, Reason: "automatic failover: source down", StoppedAtMs: 1000,
 		Positions: map[string][]raftstore.Position{"a": {{SourceOffset: 7, DestinationOffset: 6}}, "b": {{SourceOffset: 3, DestinationOffset: 3}}}}
 	ev := hookEvent("east", run, 2)
@@ -64,6 +65,16 @@ func TestRunHook(t *testing.T) {
 		if err := runHook(ctx, dir, tt.hook, ev); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want %q", tt.hook.Exec, err, tt.want)
 		}
+	}
+
+	// Exit 0 with a child left holding its output: a success.
+	if err := runHook(ctx, dir, mirrorprops.Hook{Exec: "leaves-a-child", Timeout: 5 * time.Second}, ev); err != nil {
+		t.Errorf("a hook that exits 0 leaving a child: %v", err)
+	}
+	// A webhook that cannot be reached: the error hides the URL's token.
+	if err := runHook(ctx, dir, mirrorprops.Hook{URL: "http://127.0.0.1:1/switch?token=s3cret", Timeout: time.Second}, ev); err == nil ||
+		strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("unreachable webhook: %v (want an error without the token)", err)
 	}
 
 	var posted []HookEvent

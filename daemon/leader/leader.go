@@ -115,6 +115,11 @@ type Leader struct {
 	probeMu                     sync.Mutex
 	probeAnswered, probeMembers int
 	probeKnown                  bool
+	// hookRetryAt holds, by hook run ID, when an attempt this leader could
+	// not record may be made again (time.Time).
+	hookRetryAt sync.Map
+	// hookGaveUp counts, per mirror, the hook runs this leader gave up.
+	hookGaveUp counter
 	// hookAttempts counts failover hook attempts by mirror and outcome
 	// ("mirror\x00ok" or "mirror\x00error").
 	hookAttempts counter
@@ -187,14 +192,28 @@ func (l *Leader) ProbeMembers() (answered, members int, ok bool) {
 }
 
 // HookAttempts counts, per mirror and outcome ("ok", "error"), the failover
-// hook attempts this member made as leader.
-func (l *Leader) HookAttempts() map[[2]string]int64 {
-	out := map[[2]string]int64{}
+// hook attempts this member made as leader, and per mirror the runs it gave
+// up; while it leads, every mirror with a hook has both outcomes and a
+// give-up count, 0 until one happens (so an alert's increase() sees the
+// first).
+func (l *Leader) HookAttempts() (attempts map[[2]string]int64, gaveUp map[string]int64) {
+	attempts, gaveUp = map[[2]string]int64{}, l.hookGaveUp.snapshot()
+	if l.store.IsLeader() {
+		l.store.Read(func(s *raftstore.State) {
+			for name, m := range s.Mirrors {
+				if m.HasFailoverHook() {
+					attempts[[2]string{name, "ok"}] += 0
+					attempts[[2]string{name, "error"}] += 0
+					gaveUp[name] += 0
+				}
+			}
+		})
+	}
 	for k, n := range l.hookAttempts.snapshot() {
 		mirror, outcome, _ := strings.Cut(k, "\x00")
-		out[[2]string{mirror, outcome}] = n
+		attempts[[2]string{mirror, outcome}] = n
 	}
-	return out
+	return attempts, gaveUp
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

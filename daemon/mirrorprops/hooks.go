@@ -54,6 +54,10 @@ func parseHook(props map[string]string) (Hook, error) {
 			"e.g. switch-dns, not a path or a command line: the leader runs it with the failover in its environment and on its standard input",
 			api.ErrInvalid, propHookExec, h.Exec)
 	}
+	if strings.Contains(h.URL, "[hidden]") {
+		return Hook{}, fmt.Errorf("%w: %s holds [hidden], as kmirror list shows it: give the URL itself, token and all, from the file you keep",
+			api.ErrInvalid, propHookURL)
+	}
 	if h.URL != "" {
 		u, err := url.Parse(h.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -89,6 +89,7 @@ func TestParseMirrorSettings(t *testing.T) {
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "http://a/x", "failover.hook.timeout.ms": "10s"}, "failover.hook.timeout.ms=10s: give milliseconds from 100 to 600000"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "http://a/x", "failover.hook.retries": "-1"}, "failover.hook.retries=-1"},
 		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.retries": "3"}, "set without a hook: add failover.hook.exec or failover.hook.url"},
+		{map[string]string{"bootstrap.servers": "a:9092", "failover.hook.url": "https://gw/x?[hidden]"}, "holds [hidden], as kmirror list shows it"},
 		{map[string]string{"bootstrap.servers": "a:9092", "verify.mode": "always"}, "verify.mode=always: give off, sampled"},
 		{map[string]string{"bootstrap.servers": "a:9092", "verify.mode": "full", "verify.records.per.sec": "0"}, "verify.records.per.sec=0: give a positive whole number"},
 		{map[string]string{"bootstrap.servers": "a:9092", "verify.bytes.per.sec": "1MiB"}, "verify.bytes.per.sec=1MiB"},

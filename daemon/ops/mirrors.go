@@ -357,6 +357,9 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 				fillProgress(&ps, st, ok && p.State != raftstore.StateStopped)
 				if ps.Reason == "" && ps.VerifiedRecords > 0 && ps.State == string(raftstore.StateMirroring) {
 					ps.Reason = fmt.Sprintf("verified up to source offset %d (%d records compared by the background verification)", ps.VerifiedUpTo, ps.VerifiedRecords)
+					if ps.VerifyNote != "" {
+						ps.Reason += "; " + ps.VerifyNote
+					}
 				}
 				out = append(out, ps)
 			}

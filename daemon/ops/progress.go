@@ -16,7 +16,7 @@ func fillProgress(ps *api.PartitionStatus, st api.LiveStatus, live bool) {
 	ps.TimeLagMs, ps.BytesLeft, ps.EtaSeconds = -1, -1, -1
 	if live {
 		ps.RecordsPerSec, ps.BytesPerSec = st.RecordsPerSec, st.BytesPerSec
-		ps.VerifiedUpTo, ps.VerifiedRecords, ps.VerifyMismatch = st.VerifiedUpTo, st.VerifiedRecords, st.VerifyMismatch
+		ps.VerifiedUpTo, ps.VerifiedRecords, ps.VerifyMismatch, ps.VerifyNote = st.VerifiedUpTo, st.VerifiedRecords, st.VerifyMismatch, st.VerifyNote
 	}
 	switch {
 	case ps.Lag == 0:
