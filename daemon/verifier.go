@@ -118,27 +118,21 @@ func (m *Member) verifyLoop(ctx context.Context) {
 // on over the partitions this member mirrors, the least recently verified
 // first.
 func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin, keys map[string]string) {
-	type work struct {
-		mir      raftstore.Mirror
-		settings mirrorprops.Verify
-		starts   map[string]int64 // "topic/partition": the partition's StartOffset
-	}
-	mirrors := map[string]*work{}
+	mirrors := map[string]*verifyWork{}
 	m.store.Read(func(s *raftstore.State) {
 		for name, mir := range s.Mirrors {
 			set, err := mirrorprops.Parse(name, mir.Properties)
 			if err != nil || set.Verify.Mode == mirrorprops.VerifyOff {
 				continue
 			}
-			w := &work{mir: *mir.Clone(), settings: set.Verify, starts: map[string]int64{}}
-			for _, t := range s.Topics {
-				if t.Mirror == name {
-					for i, p := range t.Partitions {
-						w.starts[fmt.Sprintf("%s/%d", t.Topic, i)] = p.StartOffset
-					}
+			mirrors[name] = &verifyWork{mir: *mir.Clone(), settings: set.Verify, starts: map[fetch.Key]int64{}}
+		}
+		for _, t := range s.Topics {
+			if w, ok := mirrors[t.Mirror]; ok {
+				for i, p := range t.Partitions {
+					w.starts[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}] = p.StartOffset
 				}
 			}
-			mirrors[name] = w
 		}
 	})
 	for name, a := range admins {
@@ -158,7 +152,7 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 	// Each mirror's budget refills by its rate each tick, up to one
 	// second's worth; an overrun (a batch larger than what was left) is
 	// carried as a deficit into the next ticks.
-	budget := refill(&m.verify, mirrors, func(w *work) [2]int64 { return [2]int64{w.settings.RecordsPerSec, w.settings.BytesPerSec} })
+	budget := m.verify.refill(mirrors)
 	for _, st := range statuses {
 		w, ok := mirrors[st.Key.Mirror]
 		left := budget[st.Key.Mirror]
@@ -170,7 +164,7 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 			src = m.SourceAdmin(w.mir)
 			admins[st.Key.Mirror], keys[st.Key.Mirror] = src, m.SourceKey(w.mir)
 		}
-		floor := max(st.TranslationFloor, w.starts[fmt.Sprintf("%s/%d", st.Key.Topic, st.Key.Partition)])
+		floor := max(st.TranslationFloor, w.starts[st.Key])
 		records, bytes, err := m.verifyPartition(ctx, src, st, w.settings.Mode, floor, left[0])
 		if err != nil {
 			m.log.Debug("background verification: a read failed; tried again next round", zap.Stringer("partition", st.Key), zap.Error(err))
@@ -182,14 +176,22 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 	m.verify.mu.Unlock()
 }
 
+// verifyWork is a mirror with verification on, as a round reads it: its
+// settings and each partition's StartOffset.
+type verifyWork struct {
+	mir      raftstore.Mirror
+	settings mirrorprops.Verify
+	starts   map[fetch.Key]int64
+}
+
 // refill adds a tick's rate to each mirror's budget, up to one second's
 // worth, keeping a deficit; mirrors no longer verified are dropped.
-func refill[W any](v *verifier, mirrors map[string]W, rate func(W) [2]int64) map[string][2]int64 {
+func (v *verifier) refill(mirrors map[string]*verifyWork) map[string][2]int64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	out := make(map[string][2]int64, len(mirrors))
 	for name, w := range mirrors {
-		r, b := rate(w), v.budget[name]
+		r, b := [2]int64{w.settings.RecordsPerSec, w.settings.BytesPerSec}, v.budget[name]
 		out[name] = [2]int64{min(b[0]+r[0], r[0]), min(b[1]+r[1], r[1])}
 	}
 	return out

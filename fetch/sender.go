@@ -395,8 +395,9 @@ func (e *Engine) handleProduce(w *worker, batch []sent, res []kwire.ProduceResul
 		p.popSkips()
 		p.ack(it, r.BaseOffset)
 		p.acked, p.ackedMaxTs = true, it.batch.MaxTimestamp()
-		p.progress.mirrored(time.Now(), int64(it.count), it.size)
-		p.dstVerified = time.Now()
+		now := time.Now()
+		p.progress.mirrored(now, int64(it.count), it.size)
+		p.dstVerified = now
 		p.produceErr = ""
 		p.queue = p.queue[1:]
 		e.dequeueLocked(p, it)
