@@ -59,7 +59,9 @@ func (m *Member) grantLease(ctx context.Context, id string) (api.LeaseGrant, err
 	}
 	var idx uint64
 	m.store.Read(func(s *raftstore.State) { idx = s.Index })
-	m.store.RecordLeaseGrant(id, m.store.Clock().Now())
+	if !m.store.RecordLeaseGrant(id, m.store.Clock().Now()) {
+		return api.LeaseGrant{}, fmt.Errorf("%w: the leader is applying a takeover of member %s's partitions: no lease until it is applied", api.ErrUnavailable, id)
+	}
 	return api.LeaseGrant{Leader: m.cfg.NodeID, StateIndex: idx}, nil
 }
 

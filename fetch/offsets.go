@@ -81,8 +81,18 @@ type offsetStore struct {
 	// given up, not delivered after the lease (issue 19).
 	userTimeout time.Duration
 
+	// reading is held by the one catch-up that reads the topic (a
+	// channel, so a caller's context bounds the wait): the read runs
+	// without mu, which guards the maps below and is held only while a
+	// batch read is folded in. A catch-up stuck on a stalled destination
+	// (up to its exchange bound) thus holds up no checkpoint write, load
+	// or metrics read, only the next catch-up, which gives up with its
+	// caller's context (issue 22's CI: a handoff waited 50 s on such a
+	// chain of locks).
+	reading chan struct{}
+
 	mu          sync.Mutex
-	next        int64 // next offset to read
+	next        int64 // next offset to read; written only under reading and mu
 	checkpoints map[Key]checkpoint
 	segments    map[Key]map[int64]int64 // base -> offset of its latest record
 	entries     map[Key]map[int64]int64 // legacy breakpoints: src -> dst
@@ -116,7 +126,7 @@ type offsetStore struct {
 }
 
 func newOffsetStore(dest *kafka.Cluster, topic string, writeDeadline func() time.Time) *offsetStore {
-	return &offsetStore{dest: dest, topic: topic, writeDeadline: writeDeadline, checkpoints: map[Key]checkpoint{},
+	return &offsetStore{dest: dest, topic: topic, writeDeadline: writeDeadline, reading: make(chan struct{}, 1), checkpoints: map[Key]checkpoint{},
 		segments: map[Key]map[int64]int64{}, entries: map[Key]map[int64]int64{}, stopped: map[Key][]byte{},
 		active: map[Key][]byte{}, gens: map[Key]uint64{}, stale: map[Key]int{}, restamp: map[Key]int64{}}
 }
@@ -189,37 +199,47 @@ func (s *offsetStore) fetchAt(ctx context.Context, conn *kwire.Conn, epoch int32
 // catchUpAged is catchUp with the topic's leader taken from metadata at
 // most maxAge old (0: asked afresh, after a leader change).
 func (s *offsetStore) catchUpAged(ctx context.Context, maxAge time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	select {
+	case s.reading <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("read %s: waiting for another read of it: %w", s.topic, ctx.Err())
+	}
+	defer func() { <-s.reading }()
 	conn, epoch, done, err := s.leaderConn(ctx, maxAge)
 	if err != nil {
 		return err
 	}
 	broken := true
 	defer func() { done(broken) }()
+	s.mu.Lock()
+	next := s.next
+	s.mu.Unlock()
 	for {
-		batches, hw, err := s.fetchAt(ctx, conn, epoch, s.next, 8<<20)
+		batches, hw, err := s.fetchAt(ctx, conn, epoch, next, 8<<20)
 		if err != nil {
 			return err
 		}
 		for _, b := range batches {
-			if b.LastOffset() < s.next {
+			if b.LastOffset() < next {
 				continue
 			}
 			recs, err := b.Records()
 			if err != nil {
 				return fmt.Errorf("read %s: %w", s.topic, err)
 			}
+			s.mu.Lock()
 			for _, r := range recs {
-				if r.Offset >= s.next {
+				if r.Offset >= next {
 					s.apply(r)
 				}
 			}
-			s.next = b.LastOffset() + 1
+			next = b.LastOffset() + 1
+			s.next = next
+			s.mu.Unlock()
 		}
-		if s.next >= hw || len(batches) == 0 {
-			if s.next < hw {
-				return fmt.Errorf("read %s: no progress at offset %d below high watermark %d", s.topic, s.next, hw)
+		if next >= hw || len(batches) == 0 {
+			if next < hw {
+				return fmt.Errorf("read %s: no progress at offset %d below high watermark %d", s.topic, next, hw)
 			}
 			broken = false
 			return nil

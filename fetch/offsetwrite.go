@@ -155,6 +155,11 @@ func (s *offsetStore) append(ctx context.Context, topic string, recs []kwire.Rec
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	// A writer whose context ended while it waited (a handoff that gave
+	// up on its drain) sends nothing: its caller has moved on.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("write %s: %w", topic, err)
+	}
 	for attempt := 0; ; attempt++ {
 		fresh, err := s.connectLocked(ctx, topic)
 		if err != nil {

@@ -202,6 +202,46 @@ func (g *kgroup) leaderID(m *member) string {
 	return ""
 }
 
+// leadBy makes target the raft leader of g: while another member leads,
+// that one is killed (SIGKILL) and started again, and the group elects
+// anew; after six elections that missed, the test goes on with whoever
+// leads, and says so.
+func leadBy(t *testing.T, g *kgroup, target *member) {
+	t.Helper()
+	var other *member
+	for _, m := range g.members {
+		if m != target {
+			other = m
+			break
+		}
+	}
+	for try := 0; try < 6; try++ {
+		id := g.leaderID(other)
+		if id == memberID(target) {
+			return
+		}
+		l := g.byID(id)
+		l.kill9()
+		for end := time.Now().Add(30 * time.Second); !g.hasLeaderBut(target, id); time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("no leader elected within 30 s of killing %s", id)
+			}
+		}
+		l.start()
+	}
+	t.Logf("%s does not lead after six elections; going on with %s as the leader", memberID(target), g.leaderID(other))
+}
+
+// hasLeaderBut reports whether m sees a raft leader other than id.
+func (g *kgroup) hasLeaderBut(m *member, id string) bool {
+	for _, r := range g.memberRows(m) {
+		if r.Role == "leader" && r.ID != id {
+			return true
+		}
+	}
+	return false
+}
+
 // owners maps each partition of the topics to its owner, as m describes.
 func owners(t *testing.T, m *member, mirror string) map[string]string {
 	t.Helper()

@@ -232,3 +232,33 @@ func TestLeaderDivergedBumpsGeneration(t *testing.T) {
 		t.Fatalf("state %s after a stale report", p.State)
 	}
 }
+
+// TestNoGrantDuringTakeover: between the leader marking a takeover of a
+// member's partitions and the takeover's entry being applied, the member
+// is granted no lease (a grant then counted from before the commit, with a
+// state index before it, let the member write partitions already given to
+// another); other members are; once the mark ends, grants resume.
+func TestNoGrantDuringTakeover(t *testing.T) {
+	s := &Store{}
+	now := SystemClock{}.Now()
+	end := s.BeginTakeover("n2")
+	again := s.BeginTakeover("n2") // a second chunk of the same round
+	if s.RecordLeaseGrant("n2", now) {
+		t.Fatal("n2 was granted a lease while its partitions were being taken over")
+	}
+	if !s.RecordLeaseGrant("n3", now) {
+		t.Fatal("n3, not taken over, was refused a lease")
+	}
+	end()
+	end() // idempotent: the other mark still holds
+	if s.RecordLeaseGrant("n2", now) {
+		t.Fatal("n2 was granted a lease while a second takeover was being applied")
+	}
+	again()
+	if !s.RecordLeaseGrant("n2", now) {
+		t.Fatal("n2 refused a lease after every takeover was applied")
+	}
+	if at, ok := s.LeaseGrant("n2"); !ok || !at.Equal(now) {
+		t.Fatalf("n2's grant = %v, %t; want %v", at, ok, now)
+	}
+}

@@ -40,6 +40,9 @@ type Store interface {
 	// LeaseGrant is when the leader last granted member id a lease in
 	// this leadership (granted), else when it became leader.
 	LeaseGrant(id string) (at time.Time, granted bool)
+	// BeginTakeover stops lease grants to member id until end is called
+	// (raftstore.Store.BeginTakeover).
+	BeginTakeover(id string) (end func())
 	// Clock is the clock grants and contact are stamped on: takeovers are
 	// timed on it (raftstore.Clock).
 	Clock() raftstore.Clock

@@ -175,6 +175,48 @@ func (l *Leader) runLeader(ctx context.Context) {
 // planInputs does not show.
 const settledReconcileEvery = 10 * time.Second
 
+// fenceTakeovers readies assignments for their raft entry: for each
+// member whose partitions they take over, lease grants to it stop
+// (Store.BeginTakeover) and its lease is checked once more; a member
+// granted a lease since the plan was made keeps its partitions (those
+// takeovers are dropped: the next round decides again). end lets grants
+// resume, once the entry is applied or failed (a grant after it carries
+// a state index that shows the takeover).
+func (l *Leader) fenceTakeovers(assign []raftstore.Assignment, alive func(id string) bool) (kept []raftstore.Assignment, end func()) {
+	from := map[raftstore.PartitionKey]string{}
+	l.store.Read(func(s *raftstore.State) {
+		for _, a := range assign {
+			if p, ok := s.Partition(a.Key); ok && a.Takeover && p.Generation == a.From && p.Owner != "" {
+				from[a.Key] = p.Owner
+			}
+		}
+	})
+	var ends []func()
+	renewed := map[string]bool{}
+	for _, a := range assign {
+		id, ok := from[a.Key]
+		if !ok {
+			kept = append(kept, a)
+			continue
+		}
+		if _, seen := renewed[id]; !seen {
+			ends = append(ends, l.store.BeginTakeover(id))
+			renewed[id] = alive(id)
+			if renewed[id] {
+				l.log.Info("member renewed its lease while its partitions were planned for takeover: it keeps them", zap.String("member", id))
+			}
+		}
+		if !renewed[id] {
+			kept = append(kept, a)
+		}
+	}
+	return kept, func() {
+		for _, end := range ends {
+			end()
+		}
+	}
+}
+
 // planInputs describes what a leader round reads besides the replicated
 // state: the raft configuration, and for each member (of the state or the
 // configuration) whether it is alive, unproven, and stuck on each mirror.
@@ -242,8 +284,13 @@ func (l *Leader) leaderReconcile(ctx context.Context) (settled bool) {
 		l.member.FinishPending(ctx, t)
 	}
 	for i := 0; i < len(p.Assign); i += assignChunk {
-		chunk := p.Assign[i:min(i+assignChunk, len(p.Assign))]
-		if err := l.store.Apply(ctx, raftstore.AssignPartitions{Assignments: chunk}); err != nil && ctx.Err() == nil {
+		chunk, end := l.fenceTakeovers(p.Assign[i:min(i+assignChunk, len(p.Assign))], alive)
+		var err error
+		if len(chunk) > 0 {
+			err = l.store.Apply(ctx, raftstore.AssignPartitions{Assignments: chunk})
+		}
+		end()
+		if err != nil && ctx.Err() == nil {
 			l.log.Warn("assign partitions", zap.Int("partitions", len(chunk)), zap.Error(err))
 			return false
 		}
