@@ -72,6 +72,7 @@ dist:
 	VERSION='$(VERSION)' $(NFPM) package --config deploy/dist/nfpm.yaml --packager deb --target dist/
 	cp dist/root/kmirror deploy/kmirror.service deploy/kmirror.example.yaml deploy/dist/sysusers.conf deploy/dist/tmpfiles.conf \
 		deploy/prometheus/kmirror-rules.yml README.md dist/$(TARBALL)/
+	cp deploy/README.md dist/$(TARBALL)/deploy.md
 	tar -C dist -czf dist/$(TARBALL).tar.gz $(TARBALL)
 	rm -rf dist/root dist/$(TARBALL)
 	ls -l dist

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,7 +275,10 @@ func (m *Member) LocalStatuses() []api.LiveStatus {
 		})
 		if v, ok := verified[st.Key]; ok {
 			last := &out[len(out)-1]
-			last.VerifiedUpTo, last.VerifiedRecords, last.VerifyMismatch, last.VerifyNote = max(v.UpTo, 0), v.Records, v.Mismatch, v.Gone
+			last.VerifiedUpTo, last.VerifiedRecords, last.VerifyMismatch, last.VerifyNote = max(v.UpTo, 0), v.Records, v.Mismatch, v.Skipped
+			if v.Gone != "" {
+				last.VerifyNote = strings.TrimPrefix(last.VerifyNote+"; "+v.Gone, "; ")
+			}
 		}
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kmirror/kmirror/daemon/mirrorprops"
+	"github.com/kmirror/kmirror/daemon/ops"
 	"github.com/kmirror/kmirror/fetch"
 	"github.com/kmirror/kmirror/fetch/kafka"
 	"github.com/kmirror/kmirror/raftstore"
@@ -40,8 +41,9 @@ type verifyProgress struct {
 	UpTo, Records int64
 	Mismatch      string
 	AtMs          int64
-	// Gone is the latest copy found deleted on the destination (errGone).
-	Gone string
+	// Gone is the latest copy found deleted on the destination (errGone);
+	// Skipped why the partition is not verified (a compacted topic).
+	Gone, Skipped string
 	// cursor is where a full pass goes on (-1: start a pass).
 	cursor int64
 }
@@ -53,7 +55,20 @@ type verifier struct {
 	// budget is each mirror's records and bytes left (negative: a
 	// deficit), by mirror name.
 	budget map[string][2]int64
+	// compacted caches, by mirror and topic, why a topic is not verified
+	// (ops.CompactedReason; "" verified), read again after
+	// compactedRecheck.
+	compacted map[[2]string]compactedCheck
 }
+
+// compactedCheck is a topic's ops.CompactedReason and when it was read.
+type compactedCheck struct {
+	reason string
+	at     time.Time
+}
+
+// compactedRecheck is how long a topic's cleanup.policy is taken as read.
+const compactedRecheck = time.Minute
 
 // progress returns a copy of each partition's verification.
 func (v *verifier) progress() map[fetch.Key]verifyProgress {
@@ -163,6 +178,12 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 		if !ok {
 			src = m.SourceAdmin(w.mir)
 			admins[st.Key.Mirror], keys[st.Key.Mirror] = src, m.SourceKey(w.mir)
+		}
+		if why, err := m.notVerified(ctx, src, st.Key); err != nil || why != "" {
+			if err != nil {
+				m.log.Debug("background verification: the topic's configs could not be read; tried again next round", zap.Stringer("partition", st.Key), zap.Error(err))
+			}
+			continue
 		}
 		floor := max(st.TranslationFloor, w.starts[st.Key])
 		records, bytes, err := m.verifyPartition(ctx, src, st, w.settings.Mode, floor, left[0])
@@ -322,6 +343,32 @@ type errGone struct{ at, dst, dstStart int64 }
 func (e errGone) Error() string {
 	return fmt.Sprintf("source offset %d: its copy at destination offset %d is gone, the destination's log starts at %d "+
 		"(retention or DeleteRecords on the destination): not compared", e.at, e.dst, e.dstStart)
+}
+
+// notVerified is why k's topic is not verified ("" when it is: see
+// ops.CompactedReason), read at most every compactedRecheck; a reason is
+// noted on the partition.
+func (m *Member) notVerified(ctx context.Context, src *kafka.Admin, k fetch.Key) (string, error) {
+	v := &m.verify
+	tk := [2]string{k.Mirror, k.Topic}
+	v.mu.Lock()
+	c, ok := v.compacted[tk]
+	v.mu.Unlock()
+	if !ok || time.Since(c.at) >= compactedRecheck {
+		why, err := ops.CompactedReason(ctx, src, m.dest, k.Topic)
+		if err != nil {
+			return "", err
+		}
+		c = compactedCheck{reason: why, at: time.Now()}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.compacted == nil {
+		v.compacted = map[[2]string]compactedCheck{}
+	}
+	v.compacted[tk] = c
+	v.state(k).Skipped = c.reason
+	return c.reason, nil
 }
 
 // gone notes a copy deleted on the destination (errGone).

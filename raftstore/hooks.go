@@ -44,12 +44,24 @@ type HookRun struct {
 	// Done: the hook succeeded (Succeeded) or its attempts ran out.
 	Done      bool `json:"done,omitempty"`
 	Succeeded bool `json:"succeeded,omitempty"`
+	// SucceededHooks are the hooks of a mirror with both (HookExec,
+	// HookURL) that succeeded in an earlier attempt: a retry runs only the
+	// others, so a command that switched DNS is not run again because the
+	// webhook failed.
+	SucceededHooks []string `json:"succeeded_hooks,omitempty"`
 }
+
+// The hooks of a run (HookRun.SucceededHooks).
+const (
+	HookExec = "exec"
+	HookURL  = "url"
+)
 
 // Clone returns a deep copy of r.
 func (r HookRun) Clone() HookRun {
 	c := r
 	c.Topics = slices.Clone(r.Topics)
+	c.SucceededHooks = slices.Clone(r.SucceededHooks)
 	if r.Positions != nil {
 		c.Positions = make(map[string][]Position, len(r.Positions))
 		for t, p := range r.Positions {
@@ -63,16 +75,24 @@ func (r HookRun) Clone() HookRun {
 // webhook's Idempotency-Key): the mirror and the raft index.
 func (r HookRun) EventID(mirror string) string { return fmt.Sprintf("%s-%d", mirror, r.ID) }
 
-// Kind names what stopped the run's topics, from their reason (the texts
-// of ops.SwitchoverTopic and the leader's checkAutoFailover): remove (an
+// The stop reasons a failover's kind is read from (HookRun.Kind): a
+// planned switchover's (ops.SwitchoverTopic) is ReasonSwitchover, an
+// automatic failover's (the leader's checkAutoFailover) starts with
+// ReasonAutomaticFailover; an operator's kmirror remove gives none.
+const (
+	ReasonSwitchover        = "planned switchover (remove --wait-for-sync)"
+	ReasonAutomaticFailover = "automatic failover: "
+)
+
+// Kind names what stopped the run's topics, from their reason: remove (an
 // operator's kmirror remove, no reason), switchover, automatic, or other.
 func (r HookRun) Kind() string {
 	switch {
 	case r.Reason == "":
 		return "remove"
-	case strings.HasPrefix(r.Reason, "planned switchover"):
+	case r.Reason == ReasonSwitchover:
 		return "switchover"
-	case strings.HasPrefix(r.Reason, "automatic failover"):
+	case strings.HasPrefix(r.Reason, ReasonAutomaticFailover):
 		return "automatic"
 	}
 	return "other"
@@ -148,6 +168,9 @@ type RecordHookAttempt struct {
 	AtMs   int64    `json:"at_ms"`
 	Error  string   `json:"error,omitempty"`
 	Done   bool     `json:"done,omitempty"`
+	// Succeeded are the hooks that succeeded in this attempt (HookExec,
+	// HookURL), also when another failed.
+	Succeeded []string `json:"succeeded,omitempty"`
 }
 
 func (RecordHookAttempt) Type() CommandType { return TypeRecordHookAttempt }
@@ -174,6 +197,11 @@ func (s *State) applyRecordHookAttempt(c RecordHookAttempt, index uint64) error 
 	}
 	r.Attempts, r.LastAttemptMs, r.LastError = c.Attempt, c.AtMs, c.Error
 	r.Succeeded = c.Error == ""
+	for _, h := range c.Succeeded {
+		if !slices.Contains(r.SucceededHooks, h) {
+			r.SucceededHooks = append(r.SucceededHooks, h)
+		}
+	}
 	r.Done = r.Succeeded || c.Done
 	if len(late) > 0 {
 		split := HookRun{ID: index, Topics: late, Reason: r.Reason, Positions: map[string][]Position{}, StoppedAtMs: r.StoppedAtMs}

@@ -56,7 +56,10 @@ func TestFailoverHookRuns(t *testing.T) {
 		t.Fatal("mutating a clone changed the state's hook runs")
 	}
 
-	x.mustApply(RecordHookAttempt{Mirror: "m2", ID: id, Attempt: 1, AtMs: 100, Error: "HTTP 503"})
+	x.mustApply(RecordHookAttempt{Mirror: "m2", ID: id, Attempt: 1, AtMs: 100, Error: "HTTP 503", Succeeded: []string{HookExec}})
+	if r := x.state().Mirrors["m2"].HookRuns[0]; r.Done || !reflect.DeepEqual(r.SucceededHooks, []string{HookExec}) {
+		t.Fatalf("after the exec hook succeeded and the webhook failed: %+v; want the exec hook recorded as done, the run not", r)
+	}
 	x.mustFail(RecordHookAttempt{Mirror: "m2", ID: id, Attempt: 1, AtMs: 101, Error: "HTTP 503"}, ErrInvalid) // recorded already
 	x.mustFail(RecordHookAttempt{Mirror: "m2", ID: id + 1000, Attempt: 1}, ErrNotFound)
 	// The first attempt was made: a topic stopped now gets a run of its own.
@@ -65,10 +68,11 @@ func TestFailoverHookRuns(t *testing.T) {
 	if len(runs) != 2 || !reflect.DeepEqual(runs[1].Topics, []string{"c"}) || runs[0].Attempts != 1 || runs[0].LastError != "HTTP 503" || runs[0].Done {
 		t.Fatalf("after an attempt and another stop: %+v", runs)
 	}
-	x.mustApply(RecordHookAttempt{Mirror: "m2", ID: id, Attempt: 2, AtMs: 200})
+	x.mustApply(RecordHookAttempt{Mirror: "m2", ID: id, Attempt: 2, AtMs: 200, Succeeded: []string{HookURL}})
 	x.mustApply(RecordHookAttempt{Mirror: "m2", ID: runs[1].ID, Attempt: 1, AtMs: 300, Error: "exit status 3", Done: true})
 	runs = x.state().Mirrors["m2"].HookRuns
-	if r := runs[0]; !r.Done || !r.Succeeded || r.Attempts != 2 || r.LastError != "" || r.LastAttemptMs != 200 {
+	if r := runs[0]; !r.Done || !r.Succeeded || r.Attempts != 2 || r.LastError != "" || r.LastAttemptMs != 200 ||
+		!reflect.DeepEqual(r.SucceededHooks, []string{HookExec, HookURL}) {
 		t.Fatalf("run after a successful second attempt: %+v", r)
 	}
 	if r := runs[1]; !r.Done || r.Succeeded || r.LastError != "exit status 3" {

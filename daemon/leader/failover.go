@@ -66,7 +66,7 @@ func (l *Leader) checkAutoFailover(ctx context.Context, views map[string]api.Rea
 		}
 		sort.Strings(down)
 		sort.Strings(c.topics)
-		reason := fmt.Sprintf("automatic failover: the source cluster of mirror %s did not answer members %s (a majority of %d) for %s "+
+		reason := raftstore.ReasonAutomaticFailover + fmt.Sprintf("the source cluster of mirror %s did not answer members %s (a majority of %d) for %s "+
 			"(failover.auto.after.ms=%d); last error: %s", mirror, strings.Join(down, ", "), len(members), c.after,
 			c.after.Milliseconds(), why)
 		l.log.Warn("automatic failover", zap.String("mirror", mirror), zap.Strings("topics", c.topics), zap.String("reason", reason))

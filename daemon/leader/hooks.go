@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -185,17 +186,18 @@ func (l *Leader) attemptHook(ctx context.Context, j hookJob) {
 	attempt := j.run.Attempts + 1
 	ev := hookEvent(j.mirror, j.run, attempt)
 	var err error
+	var succeeded []string
 	switch {
 	case j.parseErr != nil:
 		err = fmt.Errorf("the mirror's properties do not parse: %w", j.parseErr)
 	case j.hook.Exec == "" && j.hook.URL == "":
 		err = errors.New("the mirror's properties no longer name a failover hook (failover.hook.exec, failover.hook.url)")
 	default:
-		err = runHook(ctx, l.cfg.HooksDir, j.hook, ev)
+		succeeded, err = runHook(ctx, l.cfg.HooksDir, j.hook, ev, j.run.SucceededHooks)
 	}
 	done := err == nil || attempt > j.hook.Retries || j.parseErr != nil || (j.hook.Exec == "" && j.hook.URL == "")
 	cmd := raftstore.RecordHookAttempt{Mirror: j.mirror, ID: j.run.ID, Attempt: attempt, AtMs: time.Now().UnixMilli(), Done: done,
-		Topics: ev.Topics}
+		Topics: ev.Topics, Succeeded: succeeded}
 	if err != nil {
 		cmd.Error = err.Error()
 	}
@@ -222,24 +224,30 @@ func (l *Leader) attemptHook(ctx context.Context, j hookJob) {
 }
 
 // runHook runs the exec hook and POSTs to the webhook (each configured
-// one, each within the hook's timeout); the error names what failed.
-func runHook(ctx context.Context, dir string, h mirrorprops.Hook, ev HookEvent) error {
+// one not in done, which succeeded in an earlier attempt; each within the
+// hook's timeout). It returns the hooks that succeeded now
+// (raftstore.HookExec, HookURL) and an error naming what failed.
+func runHook(ctx context.Context, dir string, h mirrorprops.Hook, ev HookEvent, done []string) (succeeded []string, err error) {
 	body, err := json.Marshal(ev)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var errs []error
-	if h.Exec != "" {
+	if h.Exec != "" && !slices.Contains(done, raftstore.HookExec) {
 		if err := runHookExec(ctx, dir, h.Exec, h.Timeout, body, ev); err != nil {
 			errs = append(errs, err)
+		} else {
+			succeeded = append(succeeded, raftstore.HookExec)
 		}
 	}
-	if h.URL != "" {
+	if h.URL != "" && !slices.Contains(done, raftstore.HookURL) {
 		if err := postHook(ctx, h.URL, h.Timeout, body, ev.ID); err != nil {
 			errs = append(errs, err)
+		} else {
+			succeeded = append(succeeded, raftstore.HookURL)
 		}
 	}
-	return errors.Join(errs...)
+	return succeeded, errors.Join(errs...)
 }
 
 // runHookExec runs hooks_dir/name with the event on its standard input and

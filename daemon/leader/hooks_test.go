@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/daemon/mirrorprops"
 	"github.com/kmirror/kmirror/raftstore"
 )
@@ -38,7 +40,7 @@ func TestRunHook(t *testing.T) {
 		Positions: map[string][]raftstore.Position{"a": {{SourceOffset: 7, DestinationOffset: 6}}, "b": {{SourceOffset: 3, DestinationOffset: 3}}}}
 	ev := hookEvent("east", run, 2)
 	ctx := context.Background()
-	if err := runHook(ctx, dir, mirrorprops.Hook{Exec: "ok", Timeout: 5 * time.Second}, ev); err != nil {
+	if err := runHookOnce(ctx, dir, mirrorprops.Hook{Exec: "ok", Timeout: 5 * time.Second}, ev); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(out)
@@ -62,17 +64,17 @@ func TestRunHook(t *testing.T) {
 		{mirrorprops.Hook{Exec: "hangs", Timeout: 300 * time.Millisecond}, "failover.hook.exec hangs: no exit within 300ms (failover.hook.timeout.ms): killed"},
 		{mirrorprops.Hook{Exec: "missing", Timeout: time.Second}, "is not an executable file on this member: install it in hooks_dir (" + dir + ") on every member"},
 	} {
-		if err := runHook(ctx, dir, tt.hook, ev); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if err := runHookOnce(ctx, dir, tt.hook, ev); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want %q", tt.hook.Exec, err, tt.want)
 		}
 	}
 
 	// Exit 0 with a child left holding its output: a success.
-	if err := runHook(ctx, dir, mirrorprops.Hook{Exec: "leaves-a-child", Timeout: 5 * time.Second}, ev); err != nil {
+	if err := runHookOnce(ctx, dir, mirrorprops.Hook{Exec: "leaves-a-child", Timeout: 5 * time.Second}, ev); err != nil {
 		t.Errorf("a hook that exits 0 leaving a child: %v", err)
 	}
 	// A webhook that cannot be reached: the error hides the URL's token.
-	if err := runHook(ctx, dir, mirrorprops.Hook{URL: "http://127.0.0.1:1/switch?token=s3cret", Timeout: time.Second}, ev); err == nil ||
+	if err := runHookOnce(ctx, dir, mirrorprops.Hook{URL: "http://127.0.0.1:1/switch?token=s3cret", Timeout: time.Second}, ev); err == nil ||
 		strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("unreachable webhook: %v (want an error without the token)", err)
 	}
@@ -91,16 +93,34 @@ func TestRunHook(t *testing.T) {
 		io.WriteString(w, "dns switch busy")
 	}))
 	defer srv.Close()
-	if err := runHook(ctx, dir, mirrorprops.Hook{URL: srv.URL + "/switch?token=s3cret", Timeout: 5 * time.Second}, ev); err != nil {
+	if err := runHookOnce(ctx, dir, mirrorprops.Hook{URL: srv.URL + "/switch?token=s3cret", Timeout: 5 * time.Second}, ev); err != nil {
 		t.Fatal(err)
 	}
 	status = http.StatusServiceUnavailable
-	err = runHook(ctx, dir, mirrorprops.Hook{URL: srv.URL + "/switch?token=s3cret", Timeout: 5 * time.Second}, ev)
+	err = runHookOnce(ctx, dir, mirrorprops.Hook{URL: srv.URL + "/switch?token=s3cret", Timeout: 5 * time.Second}, ev)
 	if err == nil || !strings.Contains(err.Error(), "HTTP 503: dns switch busy") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("webhook answering 503: %v", err)
 	}
 	if len(posted) != 2 || posted[0].ID != "east-42" || posted[0].Topics[1] != "b" {
 		t.Fatalf("webhook got %+v", posted)
+	}
+
+	// Both hooks, the webhook failing: the retry runs the webhook alone,
+	// not the command that succeeded.
+	both := mirrorprops.Hook{Exec: "ok", URL: srv.URL + "/switch", Timeout: 5 * time.Second}
+	os.Remove(out)
+	succeeded, err := runHook(ctx, dir, both, ev, nil)
+	if err == nil || !slices.Equal(succeeded, []string{raftstore.HookExec}) {
+		t.Fatalf("exec succeeding, webhook failing: succeeded %v, error %v", succeeded, err)
+	}
+	status = http.StatusOK
+	os.Remove(out)
+	succeeded, err = runHook(ctx, dir, both, ev, succeeded)
+	if err != nil || !slices.Equal(succeeded, []string{raftstore.HookURL}) || len(posted) != 4 {
+		t.Fatalf("retry: succeeded %v, error %v, %d posts", succeeded, err, len(posted))
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("the retry ran the exec hook that had succeeded (%v)", err)
 	}
 }
 
@@ -119,4 +139,29 @@ func TestHookKindAndBackoff(t *testing.T) {
 			t.Errorf("hookBackoff(%d) = %s, want %s", n, got, want)
 		}
 	}
+}
+
+// TestHookRunStatesAreTheAPIs: the states a run reports (raftstore, which
+// cannot import the API) are the ones the API names, which the metrics
+// and the CLI's rendering switch on.
+func TestHookRunStatesAreTheAPIs(t *testing.T) {
+	for _, c := range []struct {
+		run  raftstore.HookRun
+		want string
+	}{
+		{raftstore.HookRun{}, api.HookPending},
+		{raftstore.HookRun{Attempts: 1}, api.HookRetrying},
+		{raftstore.HookRun{Attempts: 1, Succeeded: true, Done: true}, api.HookSucceeded},
+		{raftstore.HookRun{Attempts: 3, Done: true}, api.HookFailed},
+	} {
+		if got := c.run.State(); got != c.want {
+			t.Errorf("state of %+v: %q, want %q", c.run, got, c.want)
+		}
+	}
+}
+
+// runHookOnce is runHook with no hook succeeded before.
+func runHookOnce(ctx context.Context, dir string, h mirrorprops.Hook, ev HookEvent) error {
+	_, err := runHook(ctx, dir, h, ev, nil)
+	return err
 }

@@ -355,11 +355,15 @@ func (o *Ops) Describe(ctx context.Context, mirror, topic string) ([]api.Partiti
 				}
 				st, ok := live[fetch.Key{Mirror: t.Mirror, Topic: t.Topic, Partition: int32(i)}]
 				fillProgress(&ps, st, ok && p.State != raftstore.StateStopped)
-				if ps.Reason == "" && ps.VerifiedRecords > 0 && ps.State == string(raftstore.StateMirroring) {
-					ps.Reason = fmt.Sprintf("verified up to source offset %d (%d records compared by the background verification)", ps.VerifiedUpTo, ps.VerifiedRecords)
-					if ps.VerifyNote != "" {
-						ps.Reason += "; " + ps.VerifyNote
+				if ps.Reason == "" && ps.State == string(raftstore.StateMirroring) {
+					var why []string
+					if ps.VerifiedRecords > 0 {
+						why = append(why, fmt.Sprintf("verified up to source offset %d (%d records compared by the background verification)", ps.VerifiedUpTo, ps.VerifiedRecords))
 					}
+					if ps.VerifyNote != "" {
+						why = append(why, ps.VerifyNote)
+					}
+					ps.Reason = strings.Join(why, "; ")
 				}
 				out = append(out, ps)
 			}

@@ -92,7 +92,7 @@ func (o *Ops) SwitchoverTopic(ctx context.Context, mirror, topic string, timeout
 	o.log.Info("planned switchover: caught up with the source and groups synced; stopping", zap.String("mirror", mirror),
 		zap.String("topic", topic), zap.Int64s("source_last_stable_offsets", w.lastStable))
 	if err := o.store.Apply(ctx, raftstore.SetTopicState{Mirror: mirror, Topic: topic, State: raftstore.StateStopping,
-		Reason: "planned switchover (remove --wait-for-sync)"}); err != nil {
+		Reason: raftstore.ReasonSwitchover}); err != nil {
 		return nil, StoreErr(err)
 	}
 	if err := o.waitStopped(ctx, mirror, topic); err != nil {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	"github.com/kmirror/kmirror/daemon/api"
 	"github.com/kmirror/kmirror/fetch"
@@ -55,6 +56,20 @@ func (o *Ops) Verify(ctx context.Context, req api.VerifyRequest) ([]api.VerifyPa
 	}
 	src := o.member.SourceAdmin(*mir)
 	defer src.Close()
+	out := make([]api.VerifyPartition, len(parts))
+	for i := range parts {
+		out[i] = api.VerifyPartition{Partition: int32(i), From: -1, To: -1, MismatchSource: -1, MismatchDestination: -1}
+	}
+	compacted, err := CompactedReason(ctx, src, o.dest, req.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+	}
+	if compacted != "" {
+		for i := range out {
+			out[i].Skipped = compacted
+		}
+		return out, nil
+	}
 	starts, err := src.Offsets(ctx, req.Topic, len(parts), kafka.Earliest)
 	if err != nil {
 		return nil, fmt.Errorf("%w: source log start offsets of %s: %v", api.ErrUnavailable, req.Topic, err)
@@ -62,10 +77,6 @@ func (o *Ops) Verify(ctx context.Context, req api.VerifyRequest) ([]api.VerifyPa
 	dstStarts, err := o.dest.Offsets(ctx, req.Topic, len(parts), kafka.Earliest)
 	if err != nil {
 		return nil, fmt.Errorf("%w: destination log start offsets of %s: %v", api.ErrUnavailable, req.Topic, err)
-	}
-	out := make([]api.VerifyPartition, len(parts))
-	for i := range parts {
-		out[i] = api.VerifyPartition{Partition: int32(i), From: -1, To: -1, MismatchSource: -1, MismatchDestination: -1}
 	}
 	for _, r := range rows {
 		if r.Partition < 0 || int(r.Partition) >= len(parts) {
@@ -123,4 +134,28 @@ func sampleOffsets(from, to int64, n int) []int64 {
 		seen[from+rand.Int64N(span)] = true
 	}
 	return slices.Sorted(maps.Keys(seen))
+}
+
+// CompactedReason says why topic cannot be verified record by record, ""
+// when it can: its cleanup.policy on the source or the destination
+// includes compact. Verification pairs the committed records of both
+// sides in order (fetch.VerifyRange), and compaction on either side
+// removes records after they were mirrored, on its own schedule, so the
+// pairs would no longer line up and a correct copy would look different.
+// Errors: either cluster's configs cannot be read.
+func CompactedReason(ctx context.Context, src, dst *kafka.Admin, topic string) (string, error) {
+	for _, c := range []struct {
+		name string
+		a    *kafka.Admin
+	}{{"source", src}, {"destination", dst}} {
+		cfg, err := c.a.TopicConfigs(ctx, topic)
+		if err != nil {
+			return "", err
+		}
+		if p := cfg["cleanup.policy"]; strings.Contains(p, "compact") {
+			return fmt.Sprintf("compacted topic (cleanup.policy=%s on the %s): compaction removes records on each side on its own schedule, "+
+				"so records cannot be paired in order; not verified", p, c.name), nil
+		}
+	}
+	return "", nil
 }

@@ -1,7 +1,7 @@
 #!/bin/sh
 # postinst of the kmirror package: the kmirror user and its folders, then
 # systemd told about the unit (not started: /etc/kmirror/kmirror.yaml must
-# be written first, see /usr/share/doc/kmirror/kmirror.example.yaml).
+# be written first, see /usr/share/kmirror/kmirror.example.yaml).
 # DPKG_ROOT is set when dpkg installs into another root
 # (--root with --force-script-chrootless): everything goes there.
 set -e

@@ -44,7 +44,7 @@ func TestDist(t *testing.T) {
 
 	contents := run(t, repo, "dpkg-deb", "--contents", deb)
 	for _, f := range []string{"./usr/bin/kmirror", "./usr/lib/systemd/system/kmirror.service", "./usr/lib/sysusers.d/kmirror.conf",
-		"./usr/lib/tmpfiles.d/kmirror.conf", "./usr/share/doc/kmirror/kmirror.example.yaml", "./usr/share/kmirror/prometheus/kmirror-rules.yml"} {
+		"./usr/lib/tmpfiles.d/kmirror.conf", "./usr/share/kmirror/kmirror.example.yaml", "./usr/share/kmirror/prometheus/kmirror-rules.yml"} {
 		if !strings.Contains(contents, f) {
 			t.Errorf("the package lacks %s:\n%s", f, contents)
 		}
@@ -118,7 +118,7 @@ func TestDist(t *testing.T) {
 		}
 		names = append(names, h.Name)
 	}
-	for _, want := range []string{"kmirror", "kmirror.service", "kmirror.example.yaml", "kmirror-rules.yml", "sysusers.conf", "tmpfiles.conf", "README.md"} {
+	for _, want := range []string{"kmirror", "kmirror.service", "kmirror.example.yaml", "kmirror-rules.yml", "sysusers.conf", "tmpfiles.conf", "README.md", "deploy.md"} {
 		if !slices.Contains(names, "kmirror-"+version+"-linux-amd64/"+want) {
 			t.Errorf("the tarball lacks %s: %v", want, names)
 		}
