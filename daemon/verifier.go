@@ -34,8 +34,9 @@ const verifyTick = time.Second
 // and /metrics show it.
 type verifyProgress struct {
 	// UpTo is the source offset below which every mirrored record was
-	// compared in the current (full) or latest (sampled: the highest
-	// sampled offset plus one) pass; Records counts the records compared
+	// compared in the latest complete pass or the current one, whichever
+	// reaches further (full), or the highest sampled offset plus one
+	// (sampled); Records counts the records compared
 	// since this member took the partition; Mismatch is the difference
 	// found ("" none); AtMs is when it last compared (Unix ms).
 	UpTo, Records int64
@@ -161,7 +162,15 @@ func (m *Member) verifyRound(ctx context.Context, admins map[string]*kafka.Admin
 		return
 	}
 	statuses := m.engine.Statuses()
-	m.verify.retain(statuses)
+	// Only the partitions of mirrors verified now keep their progress: a
+	// mirror turned off shows no claims from before.
+	verified := statuses[:0:0]
+	for _, st := range statuses {
+		if _, ok := mirrors[st.Key.Mirror]; ok {
+			verified = append(verified, st)
+		}
+	}
+	m.verify.retain(verified)
 	prog := m.verify.progress()
 	sort.SliceStable(statuses, func(i, j int) bool { return prog[statuses[i].Key].AtMs < prog[statuses[j].Key].AtMs })
 	// Each mirror's budget refills by its rate each tick, up to one
@@ -286,7 +295,9 @@ func (m *Member) verifyPartition(ctx context.Context, src *kafka.Admin, st fetch
 		// Without a mismatch VerifyRange compared every committed record of
 		// [at, at+n) (fewer than n where a transaction aborted or
 		// compaction removed some).
-		m.verify.note(k, res, func(vp *verifyProgress) { vp.cursor, vp.UpTo = at+n, at+n })
+		// UpTo keeps the last complete pass's end while the next pass is
+		// below it: every record below it was compared in the latest pass.
+		m.verify.note(k, res, func(vp *verifyProgress) { vp.cursor, vp.UpTo = at+n, max(vp.UpTo, at+n) })
 	}
 	if res.Mismatch != "" {
 		reason := "background verification (verify.mode=" + mode + ") found the destination differing from the source: " + res.Mismatch

@@ -71,6 +71,9 @@ func hookLine(r api.HookRunStatus) string {
 		line += fmt.Sprintf(" after %d attempts", r.Attempts)
 	case api.HookRetrying, api.HookFailed:
 		line += fmt.Sprintf(" after %d attempts: %s", r.Attempts, r.LastError)
+		for _, h := range r.Succeeded {
+			line += fmt.Sprintf(" (failover.hook.%s succeeded)", h)
+		}
 	}
 	return line
 }

@@ -134,7 +134,8 @@ func TestWriteMirrorHooks(t *testing.T) {
 	err := writeMirrorTable(&out, []api.MirrorSummary{{Name: "east", Topics: []string{}, Bootstrap: []string{"a:9092"}, State: "EMPTY",
 		FailoverHooks: []api.HookRunStatus{
 			{ID: "east-40", Topics: []string{"orders"}, Kind: "remove", State: api.HookSucceeded, Attempts: 1, StoppedAtMs: 1_796_000_000_000},
-			{ID: "east-42", Topics: []string{"a", "b"}, Kind: "automatic", State: api.HookRetrying, Attempts: 2, LastError: "HTTP 503: busy"},
+			{ID: "east-42", Topics: []string{"a", "b"}, Kind: "automatic", State: api.HookRetrying, Attempts: 2, LastError: "HTTP 503: busy",
+				Succeeded: []string{"exec"}},
 		}}})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestWriteMirrorHooks(t *testing.T) {
 	want := `MIRROR  TOPICS  SOURCE-BOOTSTRAP  STATE  PATTERNS
 east    -       a:9092            EMPTY  -
 east: failover hook east-40 (remove of orders at 2026-11-30 00:53:20Z): succeeded after 1 attempts
-east: failover hook east-42 (automatic of a, b at -): retrying after 2 attempts: HTTP 503: busy
+east: failover hook east-42 (automatic of a, b at -): retrying after 2 attempts: HTTP 503: busy (failover.hook.exec succeeded)
 `
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)

@@ -68,6 +68,8 @@ func writeVerifyTable(w io.Writer, rows []api.VerifyPartition) error {
 		}
 		result := "equal"
 		switch {
+		case r.From >= 0 && r.From >= r.To && r.Mismatch == "" && r.Skipped == "":
+			result = "nothing to compare: no mirrored record the source still holds"
 		case r.Mismatch != "":
 			result = "MISMATCH: " + r.Mismatch
 		case r.Skipped != "":

@@ -130,7 +130,7 @@ const (
 
 // HookRunStatus is one failover's run of the mirror's failover hook
 // (failover.hook.exec, failover.hook.url): ID is the event's (the
-// webhook's Idempotency-Key), Kind remove, switchover or automatic;
+// webhook's Idempotency-Key), Kind remove, switchover, automatic or other;
 // times are Unix ms.
 type HookRunStatus struct {
 	ID            string   `json:"id"`
@@ -142,6 +142,10 @@ type HookRunStatus struct {
 	Attempts      int      `json:"attempts"`
 	LastAttemptMs int64    `json:"last_attempt_ms,omitempty"`
 	LastError     string   `json:"last_error,omitempty"`
+	// Succeeded names, for a mirror with both hooks, the one that
+	// succeeded while the other failed ("exec", "url"): it is not run
+	// again.
+	Succeeded []string `json:"succeeded,omitempty"`
 }
 
 // MirrorSummary is one row of `kmirror list`.

@@ -15,6 +15,9 @@ func hookRuns(m *raftstore.Mirror) []api.HookRunStatus {
 	for _, r := range m.HookRuns {
 		out = append(out, api.HookRunStatus{ID: r.EventID(m.Name), Topics: slices.Clone(r.Topics), Kind: r.Kind(), Reason: r.Reason,
 			State: r.State(), StoppedAtMs: r.StoppedAtMs, Attempts: r.Attempts, LastAttemptMs: r.LastAttemptMs, LastError: r.LastError})
+		if !r.Succeeded {
+			out[len(out)-1].Succeeded = slices.Clone(r.SucceededHooks)
+		}
 	}
 	return out
 }

@@ -22,6 +22,13 @@ func fillProgress(ps *api.PartitionStatus, st api.LiveStatus, live bool) {
 	case ps.Lag == 0:
 		ps.TimeLagMs, ps.BytesLeft, ps.EtaSeconds = 0, 0, 0
 	case ps.Lag < 0 || !live:
+		// Offsets stale or unknown: the records left are not known, but
+		// the oldest record fetched and not yet on the destination is,
+		// and its age is what a failover now would leave behind (the
+		// metric shows it too).
+		if live && st.TimeLagMs != nil && *st.TimeLagMs > 0 {
+			ps.TimeLagMs = *st.TimeLagMs
+		}
 	default:
 		if st.TimeLagMs != nil {
 			ps.TimeLagMs = *st.TimeLagMs

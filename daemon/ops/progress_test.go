@@ -9,8 +9,10 @@ import (
 // TestFillProgress: a partition behind gets its owner's time lag, rates,
 // bytes left at the bytes per record mirrored so far and an ETA at its
 // record rate; caught up (or STOPPED at its last position) all 0; an
-// unknown lag, a silent owner or an owner without the figures leaves them
-// not known (-1), never 0, which would read as caught up.
+// unknown lag keeps the time lag the owner knows (stale offsets during a
+// destination outage: what a failover now would leave behind); a silent
+// owner or an owner without the figures leaves them not known (-1), never
+// 0, which would read as caught up.
 func TestFillProgress(t *testing.T) {
 	tl := func(ms int64) *int64 { return &ms }
 	for _, tt := range []struct {
@@ -25,7 +27,10 @@ func TestFillProgress(t *testing.T) {
 		{"behind, older owner", 1000, api.LiveStatus{MirroredRecords: 10, MirroredBytes: 10, RecordsPerSec: 1000}, true, -1, 1000, 1},
 		{"caught up", 0, api.LiveStatus{TimeLagMs: tl(0), RecordsPerSec: 10}, true, 0, 0, 0},
 		{"stopped at its last position", 0, api.LiveStatus{}, false, 0, 0, 0},
-		{"lag not known", -1, api.LiveStatus{TimeLagMs: tl(4200), RecordsPerSec: 10}, true, -1, -1, -1},
+		// Offsets stale (the destination does not answer): the records
+		// left are not known, the oldest unmirrored record's age is.
+		{"lag not known", -1, api.LiveStatus{TimeLagMs: tl(4200), RecordsPerSec: 10}, true, 4200, -1, -1},
+		{"lag not known, nothing fetched", -1, api.LiveStatus{TimeLagMs: tl(-1)}, true, -1, -1, -1},
 		{"owner silent", 1000, api.LiveStatus{}, false, -1, -1, -1},
 	} {
 		ps := api.PartitionStatus{Lag: tt.lag}

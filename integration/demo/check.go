@@ -29,7 +29,9 @@ func (d *demo) cli(ctx context.Context, args ...string) (string, error) {
 // every partition of the demo topic is MIRRORING with LAG 0. A DIVERGED
 // partition is an error: it needs an operator.
 func (d *demo) describe(ctx context.Context) (rows []map[string]string, caughtUp bool, err error) {
-	out, err := d.cli(ctx, "describe", "--mirror", mirror)
+	// The demo topic's partitions only: a topic the reader adds to the
+	// mirror while the demo runs is theirs to watch.
+	out, err := d.cli(ctx, "describe", "--mirror", mirror, "--topic", topic)
 	if err != nil {
 		return nil, false, err
 	}
