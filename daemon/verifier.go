@@ -232,15 +232,17 @@ func (v *verifier) refill(mirrors map[string]*verifyWork) map[string][2]int64 {
 // bytes read. A difference stops the partition as DIVERGED.
 func (m *Member) verifyPartition(ctx context.Context, src *kafka.Admin, st fetch.Status, mode string, floor, limit int64) (int64, int64, error) {
 	k, to := st.Key, st.Position.SourceOffset
-	srcStart, err := src.Offsets(ctx, k.Topic, int(k.Partition)+1, kafka.Earliest)
+	// The partition's own log starts: listing partitions 0..k (Offsets)
+	// for each partition made a round over P partitions ask for P²/2.
+	srcStart, err := src.Cluster().ListOffset(ctx, k.Topic, k.Partition, kafka.Earliest)
 	if err != nil {
 		return 0, 0, err
 	}
-	dstStart, err := m.dest.Offsets(ctx, k.Topic, int(k.Partition)+1, kafka.Earliest)
+	dstStart, err := m.dest.Cluster().ListOffset(ctx, k.Topic, k.Partition, kafka.Earliest)
 	if err != nil {
 		return 0, 0, err
 	}
-	from := max(floor, srcStart[k.Partition])
+	from := max(floor, srcStart)
 	if from >= to {
 		return 0, 0, nil // nothing mirrored that the source still holds
 	}
@@ -251,7 +253,7 @@ func (m *Member) verifyPartition(ctx context.Context, src *kafka.Admin, st fetch
 		// Up to maxSamplesPerRound random offsets, one record each.
 		for range min(limit, maxSamplesPerRound) {
 			at := from + rand.Int64N(to-from)
-			r, err := m.verifyAt(ctx, src, k, at, at+1, dstStart[k.Partition], 1)
+			r, err := m.verifyAt(ctx, src, k, at, at+1, dstStart, 1)
 			var gone errGone
 			if errors.As(err, &gone) {
 				m.verify.gone(k, gone)
@@ -277,12 +279,12 @@ func (m *Member) verifyPartition(ctx context.Context, src *kafka.Admin, st fetch
 		at := vp.cursor
 		m.verify.mu.Unlock()
 		n := min(limit, to-at)
-		res, err = m.verifyAt(ctx, src, k, at, at+n, dstStart[k.Partition], n)
+		res, err = m.verifyAt(ctx, src, k, at, at+n, dstStart, n)
 		var gone errGone
 		if errors.As(err, &gone) {
 			// Skip to the first source offset whose copy is still there.
 			m.verify.gone(k, gone)
-			next := m.firstKept(k, at, to, dstStart[k.Partition])
+			next := m.firstKept(k, at, to, dstStart)
 			m.verify.mu.Lock()
 			m.verify.state(k).cursor = next
 			m.verify.mu.Unlock()
